@@ -1,0 +1,369 @@
+//! Configuration (TOML): where DMS writes, and per source table how to turn it into an Iceberg
+//! table. Per-table settings are layered: `[defaults]`, then the most specific matching glob
+//! under `[tables]`, then an exact `[tables."schema.table"]` entry.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use iceberg::spec::PrimitiveType;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::types::parse_type;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub source: SourceSettings,
+    #[serde(default)]
+    pub defaults: TableSettings,
+    #[serde(default)]
+    pub tables: BTreeMap<String, TableSettings>,
+}
+
+/// How DMS lays out objects (its S3 endpoint settings).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceSettings {
+    /// The endpoint's `BucketFolder`. When set, object keys are `<bucket_folder>/<schema>/<table>/…`
+    /// and nothing outside it is read.
+    pub bucket_folder: Option<String>,
+    /// DMS parallel load (`partitions-auto`, `partitions-list`, `ranges` with segment names)
+    /// writes LOAD files one folder deeper: `<schema>/<table>/<segment>/LOAD….csv`.
+    #[serde(default)]
+    pub parallel_load_folders: bool,
+}
+
+/// Settings one source table can have; every field is optional so layers can merge.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableSettings {
+    /// Target `namespace.table`. Default: the DMS `<schema>.<table>`, lower-cased.
+    pub target: Option<String>,
+    pub primary_key: Option<Vec<String>>,
+    /// Column holding `$AR_H_CHANGE_SEQ` (35-digit, fixed width, empty during full load).
+    pub change_sequence_column: Option<String>,
+    /// The endpoint's `TimestampColumnName` (commit time, `yyyy-MM-dd HH:mm:ss.SSSSSS`).
+    pub commit_timestamp_column: Option<String>,
+    /// Partition spec as Iceberg transforms: `category`, `bucket(16, id)`, `day(ts)`, ...
+    pub partition_by: Option<Vec<String>>,
+    pub drop_columns: Option<Vec<String>>,
+    /// Column names (in file order, after `Op`) and types: required for headerless CSV, optional
+    /// type overrides otherwise.
+    pub columns: Option<Vec<ColumnSetting>>,
+    /// The endpoint's `CsvNullValue`. Default: an empty field is NULL.
+    pub null_value: Option<String>,
+    /// The endpoint's `CsvDelimiter`. Default `,`.
+    pub delimiter: Option<String>,
+    /// Prefix of `add-before-image-columns` columns. Default `BI_`.
+    pub before_image_prefix: Option<String>,
+    /// Lower-case column names (Glue, Athena and Hive only know lower-case names). Default true.
+    pub lowercase_names: Option<bool>,
+    /// Infer the types of new CSV columns from the file that introduces them. Default true;
+    /// false makes them strings.
+    pub infer_types: Option<bool>,
+    pub target_file_size_bytes: Option<u64>,
+    /// Table properties set when the table is created.
+    pub properties: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnSetting {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub ty: Option<String>,
+}
+
+impl TableSettings {
+    /// `self` with unset fields taken from `base`.
+    fn over(&self, base: &TableSettings) -> TableSettings {
+        macro_rules! pick {
+            ($($f:ident),*) => { TableSettings { $($f: self.$f.clone().or_else(|| base.$f.clone())),* } };
+        }
+        pick!(
+            target,
+            primary_key,
+            change_sequence_column,
+            commit_timestamp_column,
+            partition_by,
+            drop_columns,
+            columns,
+            null_value,
+            delimiter,
+            before_image_prefix,
+            lowercase_names,
+            infer_types,
+            target_file_size_bytes,
+            properties
+        )
+    }
+}
+
+/// Fully resolved settings for one source table.
+#[derive(Debug, Clone)]
+pub struct TableConfig {
+    /// `schema.table` as DMS names it (the config key that matched, for messages).
+    pub source: String,
+    pub namespace: String,
+    pub table: String,
+    pub primary_key: Option<Vec<String>>,
+    pub change_sequence_column: Option<String>,
+    pub commit_timestamp_column: Option<String>,
+    pub partition_by: Option<Vec<String>>,
+    pub drop_columns: Vec<String>,
+    pub columns: Option<Vec<(String, Option<PrimitiveType>)>>,
+    pub null_value: String,
+    pub delimiter: u8,
+    pub before_image_prefix: String,
+    pub lowercase_names: bool,
+    pub infer_types: bool,
+    pub target_file_size_bytes: u64,
+    pub properties: BTreeMap<String, String>,
+}
+
+impl TableConfig {
+    /// `namespace.table`
+    pub fn target(&self) -> String {
+        format!("{}.{}", self.namespace, self.table)
+    }
+
+    /// A column name as the table stores it.
+    pub fn column_name(&self, source_name: &str) -> String {
+        if self.lowercase_names {
+            source_name.to_lowercase()
+        } else {
+            source_name.to_string()
+        }
+    }
+}
+
+pub const DEFAULT_TARGET_FILE_SIZE: u64 = 512 * 1024 * 1024;
+
+impl Config {
+    pub fn from_toml(text: &str) -> Result<Config> {
+        let cfg: Config = toml::from_str(text).map_err(|e| Error::Config(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn load(path: &Path) -> Result<Config> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| Error::io(path.display().to_string(), e))?;
+        Self::from_toml(&text).map_err(|e| match e {
+            Error::Config(m) => Error::Config(format!("{}: {m}", path.display())),
+            e => e,
+        })
+    }
+
+    /// Checks everything that can be checked without data, so a typo fails at start-up.
+    fn validate(&self) -> Result<()> {
+        for name in self.tables.keys() {
+            if name.matches('.').count() != 1 {
+                return Err(Error::Config(format!(
+                    "[tables.\"{name}\"]: table keys are `<schema>.<table>` as DMS names them (globs allowed)"
+                )));
+            }
+        }
+        // Resolve each explicit entry once to surface bad values.
+        for name in self.tables.keys() {
+            if !name.contains('*') && !name.contains('?') {
+                let (s, t) = name.split_once('.').unwrap_or((name, ""));
+                self.table(s, t)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The settings for DMS table `schema.table`.
+    pub fn table(&self, schema: &str, table: &str) -> Result<TableConfig> {
+        let source = format!("{schema}.{table}");
+        let mut globs: Vec<(&String, &TableSettings)> = self
+            .tables
+            .iter()
+            .filter(|(k, _)| (k.contains('*') || k.contains('?')) && glob_match(k, &source))
+            .collect();
+        // Most specific glob: the most literal characters.
+        globs.sort_by_key(|(k, _)| {
+            std::cmp::Reverse(k.chars().filter(|c| *c != '*' && *c != '?').count())
+        });
+        let mut s = self.defaults.clone();
+        let mut matched = source.clone();
+        if let Some((k, g)) = globs.first() {
+            s = g.over(&s);
+            matched = (*k).clone();
+        }
+        if let Some(exact) = self.tables.get(&source) {
+            s = exact.over(&s);
+            matched = source.clone();
+        }
+        let lowercase_names = s.lowercase_names.unwrap_or(true);
+        let (namespace, name) = match &s.target {
+            Some(t) => {
+                let (n, t) = t.split_once('.').ok_or_else(|| {
+                    Error::Config(format!(
+                        "[tables.\"{matched}\"] target `{t}` must be `namespace.table`"
+                    ))
+                })?;
+                (n.to_string(), t.to_string())
+            }
+            None => (schema.to_lowercase(), table.to_lowercase()),
+        };
+        for part in [&namespace, &name] {
+            if !is_identifier(part) {
+                return Err(Error::Config(format!(
+                    "table `{source}` would be named `{namespace}.{name}`, but `{part}` is not a valid \
+                     name (lower-case letters, digits and `_`); set `target` under [tables.\"{source}\"]"
+                )));
+            }
+        }
+        let delimiter = match s.delimiter.as_deref() {
+            None => b',',
+            Some("\\t") | Some("\t") => b'\t',
+            Some(d) if d.len() == 1 => d.as_bytes()[0],
+            Some(d) => {
+                return Err(Error::Config(format!(
+                    "[tables.\"{matched}\"] delimiter `{d}` must be one byte"
+                )));
+            }
+        };
+        let columns = match &s.columns {
+            None => None,
+            Some(cols) => Some(
+                cols.iter()
+                    .map(|c| Ok((c.name.clone(), c.ty.as_deref().map(parse_type).transpose()?)))
+                    .collect::<Result<Vec<_>>>()
+                    .map_err(|e| Error::Config(format!("[tables.\"{matched}\"] columns: {e}")))?,
+            ),
+        };
+        if s.primary_key.as_ref().is_some_and(|k| k.is_empty()) {
+            return Err(Error::Config(format!(
+                "[tables.\"{matched}\"] primary_key is empty"
+            )));
+        }
+        let norm = |c: &String| {
+            if lowercase_names {
+                c.to_lowercase()
+            } else {
+                c.clone()
+            }
+        };
+        Ok(TableConfig {
+            source,
+            namespace,
+            table: name,
+            primary_key: s.primary_key.as_ref().map(|k| k.iter().map(norm).collect()),
+            change_sequence_column: s.change_sequence_column.as_ref().map(norm),
+            commit_timestamp_column: s.commit_timestamp_column.as_ref().map(norm),
+            partition_by: s.partition_by.clone(),
+            drop_columns: s
+                .drop_columns
+                .clone()
+                .unwrap_or_default()
+                .iter()
+                .map(norm)
+                .collect(),
+            columns,
+            null_value: s.null_value.clone().unwrap_or_default(),
+            delimiter,
+            before_image_prefix: s
+                .before_image_prefix
+                .clone()
+                .unwrap_or_else(|| "BI_".into()),
+            lowercase_names,
+            infer_types: s.infer_types.unwrap_or(true),
+            target_file_size_bytes: s.target_file_size_bytes.unwrap_or(DEFAULT_TARGET_FILE_SIZE),
+            properties: s.properties.clone().unwrap_or_default(),
+        })
+    }
+}
+
+/// Iceberg/Glue-safe name: lower-case ASCII letters, digits, `_`; not empty.
+pub fn is_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 255
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// `*` matches any run of characters, `?` one character.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti, mut star, mut mark) = (0usize, 0usize, None::<usize>, 0usize);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == '*' {
+        pi += 1;
+    }
+    pi == p.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("sales.*", "sales.product"));
+        assert!(glob_match("*.*", "a.b"));
+        assert!(glob_match("s?les.p*t", "sales.product"));
+        assert!(!glob_match("sales.*", "hr.people"));
+        assert!(!glob_match("sales.prod", "sales.product"));
+    }
+
+    #[test]
+    fn layers_defaults_glob_exact() {
+        let cfg = Config::from_toml(
+            r#"
+            [defaults]
+            primary_key = ["id"]
+            null_value = "\\N"
+            [tables."sales.*"]
+            partition_by = ["category"]
+            [tables."sales.product"]
+            primary_key = ["Product_ID"]
+            target = "shop.items"
+            "#,
+        )
+        .unwrap();
+        let p = cfg.table("sales", "product").unwrap();
+        assert_eq!(p.primary_key, Some(vec!["product_id".to_string()]));
+        assert_eq!(p.partition_by, Some(vec!["category".to_string()]));
+        assert_eq!(p.null_value, "\\N");
+        assert_eq!(p.target(), "shop.items");
+        let o = cfg.table("sales", "orders").unwrap();
+        assert_eq!(o.primary_key, Some(vec!["id".to_string()]));
+        assert_eq!(o.target(), "sales.orders");
+        let h = cfg.table("HR", "People").unwrap();
+        assert_eq!(h.target(), "hr.people");
+        assert_eq!(h.partition_by, None);
+    }
+
+    #[test]
+    fn rejects_bad_names_and_keys() {
+        let cfg = Config::default();
+        let e = cfg.table("my-schema", "t").unwrap_err().to_string();
+        assert!(e.contains("set `target`"), "{e}");
+        assert!(Config::from_toml("[tables.\"justone\"]\n").is_err());
+        assert!(Config::from_toml("[defaults]\nprimary_ky = [\"a\"]\n").is_err());
+        assert!(
+            Config::from_toml("[tables.\"a.b\"]\ncolumns = [{name=\"x\", type=\"nope\"}]\n")
+                .is_err()
+        );
+    }
+}

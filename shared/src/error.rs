@@ -1,0 +1,141 @@
+//! Typed errors of the pipeline. Every error that comes from input names the file, and where it
+//! can the line (CSV) or row (Parquet) and the column, so an operator can find the bad record.
+
+use std::fmt;
+
+/// Where in a source file a problem is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Position {
+    /// 1-based line where the CSV record starts (records may span lines).
+    Line(u64),
+    /// 0-based row index in a Parquet file.
+    Row(u64),
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Position::Line(l) => write!(f, "line {l}"),
+            Position::Row(r) => write!(f, "row {r}"),
+        }
+    }
+}
+
+/// A problem with one input file's content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputError {
+    pub file: String,
+    pub position: Option<Position>,
+    pub column: Option<String>,
+    pub reason: String,
+}
+
+impl InputError {
+    pub fn new(file: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            file: file.into(),
+            position: None,
+            column: None,
+            reason: reason.into(),
+        }
+    }
+    pub fn at(mut self, position: Position) -> Self {
+        self.position = Some(position);
+        self
+    }
+    pub fn column(mut self, column: impl Into<String>) -> Self {
+        self.column = Some(column.into());
+        self
+    }
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(p) = self.position {
+            write!(f, ", {p}")?;
+        }
+        if let Some(c) = &self.column {
+            write!(f, ", column `{c}`")?;
+        }
+        write!(f, ": {}", self.reason)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("bad input: {0}")]
+    Input(Box<InputError>),
+
+    #[error("config: {0}")]
+    Config(String),
+
+    #[error(
+        "table {table}: no primary key is known (the table does not exist yet or has no identifier \
+         fields); set `primary_key = [\"...\"]` under [tables.\"{source_table}\"] (or [defaults]) in the config"
+    )]
+    NoPrimaryKey { table: String, source_table: String },
+
+    #[error("table {table}: {reason}")]
+    Schema { table: String, reason: String },
+
+    #[error("object key `{key}`: {reason}")]
+    Key { key: String, reason: String },
+
+    #[error("commit to {table} failed after {attempts} attempts: {reason}")]
+    CommitFailed {
+        table: String,
+        attempts: u32,
+        reason: String,
+    },
+
+    #[error("catalog: {0}")]
+    Catalog(String),
+
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error(transparent)]
+    Iceberg(#[from] iceberg::Error),
+
+    #[error(transparent)]
+    Parquet(#[from] parquet::errors::ParquetError),
+
+    #[error(transparent)]
+    Arrow(#[from] arrow_schema::ArrowError),
+
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<InputError> for Error {
+    fn from(e: InputError) -> Self {
+        Error::Input(Box::new(e))
+    }
+}
+
+impl Error {
+    pub fn io(path: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// True when the error is about the input file itself (retrying cannot help).
+    pub fn is_input_error(&self) -> bool {
+        matches!(
+            self,
+            Error::Input(_) | Error::Schema { .. } | Error::NoPrimaryKey { .. } | Error::Key { .. }
+        )
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,380 @@
+//! locate: an object key (S3 key or local path) → which DMS table it belongs to, whether it is a
+//! full-load or change file, and its place in DMS order.
+//!
+//! Layout (see README "Input"): `[bucket_folder/]<schema>/<table>/[date folders/]` then
+//! `LOAD<hex>` (optionally `SEGMENTn_`-prefixed, or one `<segment>/` folder deeper with parallel
+//! load) or `YYYYMMDD-HHMMSS<fraction>` change files, `.csv`/`.parquet`, optionally `.gz`.
+//! Keys are validated strictly: a key never addresses a table whose name is not a plain
+//! identifier, and never contains `..` or empty segments.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use crate::config::SourceSettings;
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FileKind {
+    /// Full load (`LOAD00000001.csv`): a snapshot of the source table.
+    Load,
+    /// Change data capture: rows carry `Op` I/U/D.
+    Cdc,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileFormat {
+    Csv,
+    Parquet,
+}
+
+/// Position of a file in DMS order; `Ord` on this is the apply order. Rendered as a string that
+/// sorts the same way, stored in snapshot summaries as the table's watermark.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OrderKey(String);
+
+impl OrderKey {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+    pub fn parse(s: &str) -> Option<OrderKey> {
+        (s.starts_with("0/") || s.starts_with("1/")).then(|| OrderKey(s.to_string()))
+    }
+}
+
+impl Ord for OrderKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+impl PartialOrd for OrderKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl fmt::Display for OrderKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One DMS object, located.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DmsObject {
+    /// The key as given (decoded): used in messages and recorded in snapshot summaries.
+    pub key: String,
+    pub schema: String,
+    pub table: String,
+    pub kind: FileKind,
+    pub format: FileFormat,
+    pub order: OrderKey,
+}
+
+impl DmsObject {
+    /// `schema.table` as DMS names it.
+    pub fn source_table(&self) -> String {
+        format!("{}.{}", self.schema, self.table)
+    }
+}
+
+/// Parses `key`. `Ok(None)`: not a DMS data file (other objects may share the bucket); `Err`: it
+/// looks like DMS output but is malformed or unsafe.
+pub fn locate(key: &str, source: &SourceSettings) -> Result<Option<DmsObject>> {
+    let bad = |reason: &str| Error::Key {
+        key: key.to_string(),
+        reason: reason.to_string(),
+    };
+    if key.is_empty() || key.contains('\\') || key.chars().any(|c| c.is_control()) {
+        return Err(bad("contains a backslash or control character"));
+    }
+    let key_trimmed = key.trim_start_matches('/');
+    let mut parts: Vec<&str> = key_trimmed.split('/').collect();
+    if parts.iter().any(|p| *p == ".." || *p == ".") {
+        return Err(bad("contains a `.` or `..` segment"));
+    }
+    let Some(file_name) = parts.pop() else {
+        return Ok(None);
+    };
+    let Some((kind, format, stem_order)) = parse_file_name(file_name) else {
+        return Ok(None);
+    };
+    if let Some(folder) = source.bucket_folder.as_deref().map(|f| f.trim_matches('/')) {
+        if !folder.is_empty() {
+            let prefix: Vec<&str> = folder.split('/').collect();
+            // Local paths may carry a leading directory before the bucket folder: anchor on the
+            // last occurrence of the folder's components.
+            let at = (0..=parts.len().saturating_sub(prefix.len()))
+                .rev()
+                .find(|&i| {
+                    parts.len() >= i + prefix.len() && parts[i..i + prefix.len()] == prefix[..]
+                });
+            match at {
+                Some(i) => parts.drain(..i + prefix.len()).for_each(drop),
+                None => return Ok(None),
+            };
+            if parts.len() < 2 {
+                return Err(bad("no <schema>/<table> after the bucket folder"));
+            }
+            parts.truncate(2);
+        }
+    }
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(bad("contains an empty path segment"));
+    }
+    // Without a bucket folder: strip trailing date-partition folders, then a parallel-load
+    // segment folder, and take the last two components.
+    let mut segment = String::new();
+    if parts.len() > 2 {
+        while parts.len() > 2 && parts.last().is_some_and(|p| is_date_folder(p)) {
+            parts.pop();
+        }
+        if kind == FileKind::Load && source.parallel_load_folders && parts.len() > 2 {
+            segment = parts.pop().unwrap_or_default().to_string();
+        }
+    }
+    if parts.len() < 2 {
+        return Err(bad("expected `<schema>/<table>/` before the file name"));
+    }
+    let table = parts[parts.len() - 1];
+    let schema = parts[parts.len() - 2];
+    for name in [schema, table] {
+        if !name
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '$' || c == '-' || c == '#')
+        {
+            return Err(bad(&format!("`{name}` is not a schema or table name")));
+        }
+    }
+    let order = match (kind, stem_order) {
+        (
+            FileKind::Load,
+            StemOrder::Load {
+                counter,
+                segment: seg,
+            },
+        ) => {
+            let seg = if seg.is_empty() { segment } else { seg };
+            OrderKey(format!("0/{counter:016X}/{seg}"))
+        }
+        (_, StemOrder::Cdc(s)) => OrderKey(format!("1/{s}")),
+        _ => return Err(bad("inconsistent file name")),
+    };
+    Ok(Some(DmsObject {
+        key: key.to_string(),
+        schema: schema.to_string(),
+        table: table.to_string(),
+        kind,
+        format,
+        order,
+    }))
+}
+
+enum StemOrder {
+    Load { counter: u64, segment: String },
+    Cdc(String),
+}
+
+fn parse_file_name(name: &str) -> Option<(FileKind, FileFormat, StemOrder)> {
+    let name = name.strip_suffix(".gz").unwrap_or(name);
+    let (stem, format) = if let Some(s) = name.strip_suffix(".csv") {
+        (s, FileFormat::Csv)
+    } else if let Some(s) = name.strip_suffix(".parquet") {
+        (s, FileFormat::Parquet)
+    } else {
+        return None;
+    };
+    // SEGMENTn_LOAD…
+    let (segment, rest) = match stem.split_once('_') {
+        Some((seg, rest))
+            if seg.len() > 7
+                && seg.starts_with("SEGMENT")
+                && seg[7..].bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            (format!("{seg}"), rest)
+        }
+        _ => (String::new(), stem),
+    };
+    if let Some(hex) = rest.strip_prefix("LOAD") {
+        if !hex.is_empty()
+            && hex.len() <= 16
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))
+        {
+            let counter = u64::from_str_radix(hex, 16).ok()?;
+            return Some((FileKind::Load, format, StemOrder::Load { counter, segment }));
+        }
+        return None;
+    }
+    if !segment.is_empty() {
+        return None;
+    }
+    // YYYYMMDD-HHMMSS[fraction]: order by the timestamp, the fraction right-padded so names of
+    // different widths still compare by time.
+    let (date, time) = stem.split_once('-')?;
+    if date.len() != 8
+        || time.len() < 6
+        || time.len() > 6 + 12
+        || !date.bytes().all(|b| b.is_ascii_digit())
+        || !time.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let key = format!("{date}-{}{:0<12}", &time[..6], &time[6..]);
+    Some((FileKind::Cdc, format, StemOrder::Cdc(key)))
+}
+
+/// `2022`, `03`, `2022-03-02`, `2022_03_02`, `20220302`, `11`: digits with optional `-`/`_`.
+fn is_date_folder(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes().any(|b| b.is_ascii_digit())
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// Decodes an S3 event key: `+` is a space, `%XX` a byte (UTF-8).
+pub fn decode_event_key(key: &str) -> Result<String> {
+    let bytes = key.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| Error::Key {
+                        key: key.to_string(),
+                        reason: "bad %-escape".into(),
+                    })?;
+                out.push(hex);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| Error::Key {
+        key: key.to_string(),
+        reason: "not UTF-8 after decoding".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loc(key: &str) -> Option<DmsObject> {
+        locate(key, &SourceSettings::default()).unwrap()
+    }
+
+    #[test]
+    fn load_and_cdc() {
+        let l = loc("dms/sales/product/LOAD00000001.csv").unwrap();
+        assert_eq!((l.schema.as_str(), l.table.as_str()), ("sales", "product"));
+        assert_eq!(l.kind, FileKind::Load);
+        let c = loc("dms/sales/product/20220302-1134010000.csv.gz").unwrap();
+        assert_eq!(c.kind, FileKind::Cdc);
+        assert_eq!(c.format, FileFormat::Csv);
+        assert!(l.order < c.order);
+        let p = loc("sales/product/20220302-1135010000.parquet").unwrap();
+        assert_eq!(p.format, FileFormat::Parquet);
+        assert!(c.order < p.order);
+    }
+
+    #[test]
+    fn load_order_is_hex() {
+        let a = loc("s/t/LOAD00000009.csv").unwrap();
+        let b = loc("s/t/LOAD0000000A.csv").unwrap();
+        let c = loc("s/t/LOAD00000010.csv").unwrap();
+        assert!(a.order < b.order && b.order < c.order);
+        let s1 = loc("s/t/SEGMENT1_LOAD00000001.csv").unwrap();
+        let s2 = loc("s/t/SEGMENT2_LOAD00000009.csv").unwrap();
+        assert!(s1.order < s2.order);
+        assert_eq!(s2.table, "t");
+    }
+
+    #[test]
+    fn date_folders_are_skipped() {
+        for k in [
+            "b/sales/product/2022/03/02/20220302-1134010000.csv",
+            "sales/product/2022/03/02/11/20220302-1134010000.csv",
+            "sales/product/2022-03-02/20220302-1134010000.csv",
+            "sales/product/2022_03_02/LOAD00000001.csv",
+            "sales/product/20220302/20220302-1134010000.csv",
+        ] {
+            let o = loc(k).unwrap();
+            assert_eq!(
+                (o.schema.as_str(), o.table.as_str()),
+                ("sales", "product"),
+                "{k}"
+            );
+        }
+    }
+
+    #[test]
+    fn fraction_width_does_not_break_order() {
+        let a = loc("s/t/20220302-113401999.csv").unwrap();
+        let b = loc("s/t/20220302-1134020000.csv").unwrap();
+        assert!(a.order < b.order);
+    }
+
+    #[test]
+    fn parallel_load_and_bucket_folder() {
+        let src = SourceSettings {
+            bucket_folder: Some("landing/dms".into()),
+            parallel_load_folders: true,
+        };
+        let o = locate("landing/dms/sales/product/part_1/LOAD00000001.csv", &src)
+            .unwrap()
+            .unwrap();
+        assert_eq!((o.schema.as_str(), o.table.as_str()), ("sales", "product"));
+        let o = locate(
+            "/tmp/x/landing/dms/sales/product/2022/03/02/20220302-1134010000.csv",
+            &src,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(o.table, "product");
+        assert!(
+            locate("other/sales/product/LOAD00000001.csv", &src)
+                .unwrap()
+                .is_none()
+        );
+        let src = SourceSettings {
+            bucket_folder: None,
+            parallel_load_folders: true,
+        };
+        let o = locate("dms/sales/product/p2020/LOAD00000001.csv", &src)
+            .unwrap()
+            .unwrap();
+        assert_eq!((o.schema.as_str(), o.table.as_str()), ("sales", "product"));
+    }
+
+    #[test]
+    fn ignores_other_objects() {
+        assert!(loc("dms/sales/product/notes.txt").is_none());
+        assert!(loc("dms/sales/product/LOADME.csv").is_none());
+        assert!(loc("dms/sales/product/2022-03.csv").is_none());
+    }
+
+    #[test]
+    fn rejects_unsafe_keys() {
+        let s = SourceSettings::default();
+        assert!(locate("dms/../etc/t/LOAD00000001.csv", &s).is_err());
+        assert!(locate("dms/sales/./LOAD00000001.csv", &s).is_err());
+        assert!(locate("dms//t/LOAD00000001.csv", &s).is_err());
+        assert!(locate("dms/sa les/t/LOAD00000001.csv", &s).is_err());
+        assert!(locate("LOAD00000001.csv", &s).is_err());
+        assert!(locate("dms\\x/t/LOAD00000001.csv", &s).is_err());
+    }
+
+    #[test]
+    fn decodes_event_keys() {
+        assert_eq!(decode_event_key("a+b%2Fc").unwrap(), "a b/c");
+        assert_eq!(decode_event_key("caf%C3%A9").unwrap(), "café");
+        assert!(decode_event_key("bad%G1").is_err());
+        assert!(decode_event_key("bad%FF").is_err());
+    }
+}

@@ -1,0 +1,412 @@
+//! CSV as DMS writes it: RFC 4180 quoting (delimiters, doubled quotes and newlines inside
+//! quotes), configurable delimiter and NULL token, with or without a header (`AddColumnName`),
+//! with or without an `Op` column (`IncludeOpForFullLoad`, `CdcInsertsOnly`).
+
+use std::io::Read;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{Field, Schema};
+use iceberg::spec::PrimitiveType;
+
+use super::layout::{Layout, Role};
+use super::text::{ColumnBuilder, TypeGuess};
+use super::{BATCH_ROWS, ChangeBatch, DEFAULT_MAX_DECOMPRESSED_BYTES, Op, SourceData};
+use crate::config::TableConfig;
+use crate::error::{Error, InputError, Position, Result};
+use crate::locate::DmsObject;
+use crate::types::arrow_type;
+
+pub struct CsvFile {
+    label: String,
+    data: SourceData,
+    delimiter: u8,
+    null_value: Vec<u8>,
+    layout: Layout,
+    /// Whether the first record is a header to skip.
+    has_header: bool,
+    /// Fields every record must have.
+    fields: usize,
+    key_len: usize,
+}
+
+type Reader = csv::Reader<Box<dyn Read + Send>>;
+
+impl CsvFile {
+    pub fn open(
+        obj: &DmsObject,
+        data: SourceData,
+        cfg: &TableConfig,
+        table_columns: Option<&[String]>,
+    ) -> Result<CsvFile> {
+        let label = obj.key.clone();
+        let mut reader = reader(&data, &label, cfg.delimiter)?;
+        let mut first = csv::ByteRecord::new();
+        let got = reader
+            .read_byte_record(&mut first)
+            .map_err(|e| csv_error(&label, e))?;
+        if !got {
+            return Err(InputError::new(&label, "the file has no records").into());
+        }
+        let first_fields: Vec<String> = first
+            .iter()
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .collect();
+        let configured: Option<Vec<String>> = cfg
+            .columns
+            .as_ref()
+            .map(|c| c.iter().map(|(n, _)| n.clone()).collect());
+        let declared_for = |names: &[String]| -> Vec<Option<PrimitiveType>> {
+            names
+                .iter()
+                .map(|n| {
+                    let n = cfg.column_name(n);
+                    cfg.columns.as_ref().and_then(|cols| {
+                        cols.iter()
+                            .find(|(c, _)| cfg.column_name(c) == n)
+                            .and_then(|(_, t)| t.clone())
+                    })
+                })
+                .collect()
+        };
+        let has_header = match &configured {
+            None => true,
+            Some(names) => looks_like_header(&first_fields, names, cfg),
+        };
+        let names: Vec<String> = if has_header {
+            if let Some(bad) = first_fields.iter().find(|f| !is_column_name(f)) {
+                return Err(InputError::new(
+                    &label,
+                    format!(
+                        "the first line is not a header (`{bad}` is not a column name): for files \
+                         without a header (AddColumnName=false) list the columns under \
+                         `columns` in the config"
+                    ),
+                )
+                .at(Position::Line(1))
+                .into());
+            }
+            first_fields.clone()
+        } else {
+            let names: Vec<String> = match (configured, table_columns) {
+                (Some(c), _) => c,
+                (None, Some(t)) => t.to_vec(),
+                (None, None) => unreachable_headerless(&label)?,
+            };
+            // Headerless: an extra leading field is the Op column.
+            if first_fields.len() == names.len() + 1
+                && Op::parse(first.get(0).unwrap_or_default()).is_some()
+            {
+                std::iter::once("Op".to_string()).chain(names).collect()
+            } else {
+                names
+            }
+        };
+        let declared = declared_for(&names);
+        let layout = Layout::classify(&names, &declared, cfg);
+        let key_len = cfg.primary_key.as_ref().map_or(0, |k| k.len());
+        Ok(CsvFile {
+            label,
+            data,
+            delimiter: cfg.delimiter,
+            null_value: cfg.null_value.as_bytes().to_vec(),
+            fields: names.len(),
+            layout,
+            has_header,
+            key_len,
+        })
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    fn records(&self) -> Result<Records> {
+        let mut reader = reader(&self.data, &self.label, self.delimiter)?;
+        if self.has_header {
+            let mut skip = csv::ByteRecord::new();
+            reader
+                .read_byte_record(&mut skip)
+                .map_err(|e| csv_error(&self.label, e))?;
+        }
+        Ok(Records {
+            reader,
+            label: self.label.clone(),
+            fields: self.fields,
+        })
+    }
+
+    /// Types of the data columns `names`, from every value in the file.
+    pub fn infer_types(&self, names: &[String]) -> Result<Vec<PrimitiveType>> {
+        let idx: Vec<usize> = names
+            .iter()
+            .map(|n| {
+                self.layout
+                    .roles
+                    .iter()
+                    .position(|r| matches!(r, Role::Data(c) if &c.name == n))
+                    .ok_or_else(|| Error::Other(format!("{}: no column `{n}`", self.label)))
+            })
+            .collect::<Result<_>>()?;
+        let mut guesses = vec![TypeGuess::default(); names.len()];
+        let mut records = self.records()?;
+        let mut rec = csv::ByteRecord::new();
+        while records.next(&mut rec)? {
+            for (g, &i) in guesses.iter_mut().zip(&idx) {
+                let v = rec.get(i).unwrap_or_default();
+                if v != self.null_value.as_slice() {
+                    g.observe(v);
+                }
+            }
+        }
+        Ok(guesses.iter().map(TypeGuess::result).collect())
+    }
+
+    pub fn read(
+        self,
+        types: Vec<PrimitiveType>,
+        key_types: Vec<PrimitiveType>,
+    ) -> Result<Box<dyn Iterator<Item = Result<ChangeBatch>> + Send>> {
+        let data_cols: Vec<(usize, String)> = self
+            .layout
+            .roles
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Role::Data(c) => Some((i, c.name.clone())),
+                _ => None,
+            })
+            .collect();
+        if data_cols.len() != types.len() {
+            return Err(Error::Other(format!(
+                "{}: {} types for {} columns",
+                self.label,
+                types.len(),
+                data_cols.len()
+            )));
+        }
+        let schema = std::sync::Arc::new(Schema::new(
+            data_cols
+                .iter()
+                .zip(&types)
+                .map(|((_, n), t)| Ok(Field::new(n, arrow_type(t)?, true)))
+                .collect::<Result<Vec<_>>>()?,
+        ));
+        let before = self.layout.before_image_columns(self.key_len);
+        let before_schema = match (&before, key_types.len() == self.key_len) {
+            (Some(_), true) => Some(std::sync::Arc::new(Schema::new(
+                key_types
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| Ok(Field::new(format!("key{i}"), arrow_type(t)?, true)))
+                    .collect::<Result<Vec<_>>>()?,
+            ))),
+            _ => None,
+        };
+        let op_index = self.layout.roles.iter().position(|r| *r == Role::Op);
+        let records = self.records()?;
+        Ok(Box::new(CsvBatches {
+            records,
+            label: self.label,
+            null_value: self.null_value,
+            op_index,
+            data_cols,
+            types,
+            schema,
+            before: before.zip(before_schema).map(|(c, s)| (c, key_types, s)),
+            done: false,
+        }))
+    }
+}
+
+fn unreachable_headerless(label: &str) -> Result<Vec<String>> {
+    Err(InputError::new(label, "no header and no configured columns").into())
+}
+
+fn reader(data: &SourceData, label: &str, delimiter: u8) -> Result<Reader> {
+    let input = data.open(label, DEFAULT_MAX_DECOMPRESSED_BYTES)?;
+    Ok(csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .delimiter(delimiter)
+        .double_quote(true)
+        .buffer_capacity(1 << 16)
+        .from_reader(input))
+}
+
+fn csv_error(label: &str, e: csv::Error) -> Error {
+    let line = e.position().map(|p| p.line());
+    let reason = match e.kind() {
+        csv::ErrorKind::Io(io) => io.to_string(),
+        csv::ErrorKind::Utf8 { err, .. } => format!("invalid UTF-8: {err}"),
+        _ => e.to_string(),
+    };
+    let mut err = InputError::new(label, reason);
+    if let Some(l) = line {
+        err = err.at(Position::Line(l));
+    }
+    err.into()
+}
+
+/// Plausible column name: what databases allow unquoted, as DMS writes them.
+fn is_column_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_alphabetic() || c == '_')
+        && chars.all(|c| c.is_alphanumeric() || c == '_' || c == '$' || c == '#')
+}
+
+/// With configured columns, the first record is a header when most of its fields name them.
+fn looks_like_header(first: &[String], configured: &[String], cfg: &TableConfig) -> bool {
+    let names: Vec<String> = configured.iter().map(|n| cfg.column_name(n)).collect();
+    let prefix = cfg.column_name(&cfg.before_image_prefix);
+    let hits = first
+        .iter()
+        .map(|f| cfg.column_name(f))
+        .filter(|f| {
+            f == "op"
+                || names.contains(f)
+                || f.strip_prefix(prefix.as_str())
+                    .is_some_and(|b| names.iter().any(|n| n == b))
+        })
+        .count();
+    hits * 2 >= first.len().max(1)
+}
+
+struct Records {
+    reader: Reader,
+    label: String,
+    fields: usize,
+}
+
+impl Records {
+    /// Next record, checked for its field count.
+    fn next(&mut self, rec: &mut csv::ByteRecord) -> Result<bool> {
+        if !self
+            .reader
+            .read_byte_record(rec)
+            .map_err(|e| csv_error(&self.label, e))?
+        {
+            return Ok(false);
+        }
+        if rec.len() != self.fields {
+            let line = rec.position().map_or(0, |p| p.line());
+            return Err(InputError::new(
+                &self.label,
+                format!("expected {} fields, found {}", self.fields, rec.len()),
+            )
+            .at(Position::Line(line))
+            .into());
+        }
+        Ok(true)
+    }
+}
+
+struct CsvBatches {
+    records: Records,
+    label: String,
+    null_value: Vec<u8>,
+    op_index: Option<usize>,
+    data_cols: Vec<(usize, String)>,
+    types: Vec<PrimitiveType>,
+    schema: arrow_schema::SchemaRef,
+    before: Option<(Vec<usize>, Vec<PrimitiveType>, arrow_schema::SchemaRef)>,
+    done: bool,
+}
+
+impl CsvBatches {
+    fn next_batch(&mut self) -> Result<Option<ChangeBatch>> {
+        let mut builders = self
+            .types
+            .iter()
+            .map(|t| ColumnBuilder::new(t, BATCH_ROWS))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| InputError::new(&self.label, e))?;
+        let mut before_builders = match &self.before {
+            Some((_, kt, _)) => Some(
+                kt.iter()
+                    .map(|t| ColumnBuilder::new(t, BATCH_ROWS))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| InputError::new(&self.label, e))?,
+            ),
+            None => None,
+        };
+        let mut ops = Vec::with_capacity(BATCH_ROWS);
+        let mut positions = Vec::with_capacity(BATCH_ROWS);
+        let mut rec = csv::ByteRecord::new();
+        while ops.len() < BATCH_ROWS && self.records.next(&mut rec)? {
+            let line = rec.position().map_or(0, |p| p.line());
+            let at = |col: &str, reason: String| -> Error {
+                InputError::new(&self.label, reason)
+                    .at(Position::Line(line))
+                    .column(col)
+                    .into()
+            };
+            let op = match self.op_index {
+                Some(i) => {
+                    let v = rec.get(i).unwrap_or_default();
+                    Op::parse(v).ok_or_else(|| {
+                        at(
+                            "Op",
+                            format!(
+                                "unknown operation `{}` (expected I, U or D)",
+                                String::from_utf8_lossy(v)
+                            ),
+                        )
+                    })?
+                }
+                None => Op::Insert,
+            };
+            for (b, (i, name)) in builders.iter_mut().zip(&self.data_cols) {
+                let v = rec.get(*i).unwrap_or_default();
+                let v = (v != self.null_value.as_slice()).then_some(v);
+                b.push(v).map_err(|e| at(name, e))?;
+            }
+            if let (Some(bb), Some((cols, _, _))) = (before_builders.as_mut(), &self.before) {
+                for (b, i) in bb.iter_mut().zip(cols) {
+                    let v = rec.get(*i).unwrap_or_default();
+                    let v = (v != self.null_value.as_slice() && !v.is_empty()).then_some(v);
+                    b.push(v).map_err(|e| at("before-image", e))?;
+                }
+            }
+            ops.push(op);
+            positions.push(line);
+        }
+        if ops.is_empty() {
+            return Ok(None);
+        }
+        let columns = builders.iter_mut().map(|b| b.finish()).collect();
+        let data = RecordBatch::try_new(self.schema.clone(), columns)?;
+        let before = match (before_builders, &self.before) {
+            (Some(mut bb), Some((_, _, s))) => Some(RecordBatch::try_new(
+                s.clone(),
+                bb.iter_mut().map(|b| b.finish()).collect(),
+            )?),
+            _ => None,
+        };
+        Ok(Some(ChangeBatch {
+            data,
+            ops,
+            positions,
+            before,
+        }))
+    }
+}
+
+impl Iterator for CsvBatches {
+    type Item = Result<ChangeBatch>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.next_batch() {
+            Ok(Some(b)) => Some(Ok(b)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Which column of a DMS file is what: `Op`, table data, a before-image of a key column, or
+//! something to drop. Shared by the CSV and Parquet readers so both treat names the same way.
+
+use iceberg::spec::PrimitiveType;
+
+use super::SourceColumn;
+use crate::config::TableConfig;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Role {
+    Op,
+    /// A table column (name as the table names it).
+    Data(SourceColumn),
+    /// `BI_<key>`: before-image of key column `key` (index into the key).
+    BeforeImage {
+        key_index: usize,
+    },
+    Drop,
+}
+
+/// Roles of a file's columns, in file order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layout {
+    pub roles: Vec<Role>,
+}
+
+impl Layout {
+    /// Classifies `names` (file order). `declared` gives a type per column where the file or
+    /// config declares one.
+    pub fn classify(
+        names: &[String],
+        declared: &[Option<PrimitiveType>],
+        cfg: &TableConfig,
+    ) -> Layout {
+        let norm: Vec<String> = names.iter().map(|n| cfg.column_name(n)).collect();
+        let key: Vec<String> = cfg.primary_key.clone().unwrap_or_default();
+        let prefix = cfg.column_name(&cfg.before_image_prefix);
+        let roles = norm
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                if n.eq_ignore_ascii_case("op") && i == 0 {
+                    return Role::Op;
+                }
+                if cfg.drop_columns.iter().any(|d| d == n) {
+                    return Role::Drop;
+                }
+                // `BI_x` is a before-image when `x` is also a column of this file; before-images
+                // of non-key columns (column-filter `all`) are not table data.
+                if let Some(base) = n.strip_prefix(prefix.as_str())
+                    && !prefix.is_empty()
+                    && norm.iter().any(|m| m == base)
+                {
+                    return match key.iter().position(|k| k == base) {
+                        Some(key_index) => Role::BeforeImage { key_index },
+                        None => Role::Drop,
+                    };
+                }
+                Role::Data(SourceColumn {
+                    name: n.clone(),
+                    declared: declared.get(i).cloned().flatten(),
+                })
+            })
+            .collect();
+        Layout { roles }
+    }
+
+    pub fn has_op(&self) -> bool {
+        self.roles.iter().any(|r| *r == Role::Op)
+    }
+
+    pub fn data_columns(&self) -> Vec<SourceColumn> {
+        self.roles
+            .iter()
+            .filter_map(|r| match r {
+                Role::Data(c) => Some(c.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// File column index of `BI_<key[i]>` for every key column, if all are present.
+    pub fn before_image_columns(&self, key_len: usize) -> Option<Vec<usize>> {
+        let mut idx = vec![None; key_len];
+        for (i, r) in self.roles.iter().enumerate() {
+            if let Role::BeforeImage { key_index } = r
+                && *key_index < key_len
+            {
+                idx[*key_index] = Some(i);
+            }
+        }
+        idx.into_iter().collect()
+    }
+
+    /// Names of data columns that appear twice (after normalisation): ambiguous, refused.
+    pub fn duplicate_column(&self) -> Option<String> {
+        let cols = self.data_columns();
+        for (i, c) in cols.iter().enumerate() {
+            if cols[..i].iter().any(|d| d.name == c.name) {
+                return Some(c.name.clone());
+            }
+        }
+        None
+    }
+}

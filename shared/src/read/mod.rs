@@ -1,0 +1,229 @@
+//! read: one DMS file → a stream of [`ChangeBatch`]es (Arrow columns typed for the table, plus
+//! the `Op` of each row, its position in the file, and before-image key values).
+//!
+//! Memory is bounded by the batch size: files are streamed, never loaded whole (gzip is
+//! decompressed on the fly, Parquet is read a row group at a time).
+
+mod csv;
+mod layout;
+mod parquet;
+pub mod text;
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use arrow_array::RecordBatch;
+use bytes::Bytes;
+use iceberg::spec::PrimitiveType;
+
+pub use self::csv::CsvFile;
+pub use self::layout::{Layout, Role};
+pub use self::parquet::ParquetFile;
+use crate::config::TableConfig;
+use crate::error::{Error, InputError, Position, Result};
+use crate::locate::{DmsObject, FileFormat};
+
+/// Rows per batch: small enough to bound memory, large enough to amortise per-batch work.
+pub const BATCH_ROWS: usize = 8192;
+
+/// Cap on the decompressed size of a gzip file (a gzip bomb fails instead of filling memory or
+/// disk); DMS files are at most 1 GB uncompressed by default (`MaxFileSize`).
+pub const DEFAULT_MAX_DECOMPRESSED_BYTES: u64 = 8 << 30;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Op {
+    Insert = b'I',
+    Update = b'U',
+    Delete = b'D',
+}
+
+impl Op {
+    pub fn parse(s: &[u8]) -> Option<Op> {
+        match s {
+            b"I" | b"i" => Some(Op::Insert),
+            b"U" | b"u" => Some(Op::Update),
+            b"D" | b"d" => Some(Op::Delete),
+            _ => None,
+        }
+    }
+}
+
+/// Decoded rows of one file, in file order.
+#[derive(Debug, Clone)]
+pub struct ChangeBatch {
+    /// Data columns in file order, named as the table names them, in the Arrow type of the
+    /// column's Iceberg type (see [`crate::types::arrow_type`]).
+    pub data: RecordBatch,
+    pub ops: Vec<Op>,
+    /// CSV: the line each record starts on; Parquet: the row index.
+    pub positions: Vec<u64>,
+    /// `BI_<key>` values, one column per key column (named like the key column), when the file
+    /// has before-image columns for every key column.
+    pub before: Option<RecordBatch>,
+}
+
+/// Bytes of one object: a local file or a buffer (downloaded object).
+#[derive(Debug, Clone)]
+pub enum SourceData {
+    Path(PathBuf),
+    Bytes(Bytes),
+}
+
+impl SourceData {
+    pub fn len(&self) -> Result<u64> {
+        match self {
+            SourceData::Path(p) => std::fs::metadata(p)
+                .map(|m| m.len())
+                .map_err(|e| Error::io(p.display().to_string(), e)),
+            SourceData::Bytes(b) => Ok(b.len() as u64),
+        }
+    }
+
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    fn open_raw(&self) -> Result<Box<dyn Read + Send>> {
+        match self {
+            SourceData::Path(p) => Ok(Box::new(std::io::BufReader::with_capacity(
+                1 << 16,
+                std::fs::File::open(p).map_err(|e| Error::io(p.display().to_string(), e))?,
+            ))),
+            SourceData::Bytes(b) => Ok(Box::new(std::io::Cursor::new(b.clone()))),
+        }
+    }
+
+    /// Opens for streaming, transparently gunzipping (detected by magic bytes, not by name).
+    pub fn open(&self, label: &str, max_decompressed: u64) -> Result<Box<dyn Read + Send>> {
+        let mut raw = self.open_raw()?;
+        let mut magic = [0u8; 2];
+        let mut got = 0;
+        while got < 2 {
+            let n = raw
+                .read(&mut magic[got..])
+                .map_err(|e| Error::io(label.to_string(), e))?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        let head = std::io::Cursor::new(magic[..got].to_vec());
+        let chained = head.chain(raw);
+        if got == 2 && magic == [0x1f, 0x8b] {
+            Ok(Box::new(CappedReader {
+                inner: flate2::read::MultiGzDecoder::new(chained),
+                left: max_decompressed,
+                limit: max_decompressed,
+                label: label.to_string(),
+            }))
+        } else {
+            Ok(Box::new(chained))
+        }
+    }
+}
+
+/// Fails (instead of silently truncating) once more than `left` bytes have been read.
+struct CappedReader<R> {
+    inner: R,
+    left: u64,
+    limit: u64,
+    label: String,
+}
+
+impl<R: Read> Read for CappedReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n as u64 > self.left {
+            return Err(std::io::Error::other(format!(
+                "{}: decompressed size exceeds the limit of {} bytes",
+                self.label, self.limit
+            )));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// A column of the file that becomes a table column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceColumn {
+    /// Name as the table names it.
+    pub name: String,
+    /// Type the file itself declares (Parquet), or the config declares (CSV); `None`: CSV text
+    /// whose type comes from the table or from inference.
+    pub declared: Option<PrimitiveType>,
+}
+
+/// An opened DMS file whose layout is known and whose rows can be streamed.
+pub enum SourceFile {
+    Csv(Box<CsvFile>),
+    Parquet(Box<ParquetFile>),
+}
+
+impl SourceFile {
+    /// Opens `obj` and works out its layout (header, Op column, before-image columns).
+    /// `key_columns`: the table's key (for before-image matching); `table_columns`: names the
+    /// table already has, which headerless CSV may fall back to.
+    pub fn open(
+        obj: &DmsObject,
+        data: SourceData,
+        cfg: &TableConfig,
+        table_columns: Option<&[String]>,
+    ) -> Result<SourceFile> {
+        if data.is_empty()? {
+            return Err(InputError::new(&obj.key, "the file is empty (0 bytes)").into());
+        }
+        Ok(match obj.format {
+            FileFormat::Csv => {
+                SourceFile::Csv(Box::new(CsvFile::open(obj, data, cfg, table_columns)?))
+            }
+            FileFormat::Parquet => {
+                SourceFile::Parquet(Box::new(ParquetFile::open(obj, data, cfg)?))
+            }
+        })
+    }
+
+    pub fn layout(&self) -> &Layout {
+        match self {
+            SourceFile::Csv(c) => c.layout(),
+            SourceFile::Parquet(p) => p.layout(),
+        }
+    }
+
+    /// The table columns this file carries, in file order.
+    pub fn columns(&self) -> Vec<SourceColumn> {
+        self.layout().data_columns()
+    }
+
+    /// CSV: infers the types of `names` from the whole file (one streaming pass).
+    pub fn infer_types(&self, names: &[String]) -> Result<Vec<PrimitiveType>> {
+        match self {
+            SourceFile::Csv(c) => c.infer_types(names),
+            SourceFile::Parquet(p) => Err(Error::Other(format!(
+                "{}: Parquet columns have declared types",
+                p.label()
+            ))),
+        }
+    }
+
+    /// Streams the rows, each data column converted to `types[i]` (one per [`Self::columns`]).
+    pub fn read(
+        self,
+        types: Vec<PrimitiveType>,
+        key_types: Vec<PrimitiveType>,
+    ) -> Result<Box<dyn Iterator<Item = Result<ChangeBatch>> + Send>> {
+        match self {
+            SourceFile::Csv(c) => c.read(types, key_types),
+            SourceFile::Parquet(p) => p.read(types, key_types),
+        }
+    }
+}
+
+/// Position of a row for messages.
+pub fn position(kind: FileFormat, p: u64) -> Position {
+    match kind {
+        FileFormat::Csv => Position::Line(p),
+        FileFormat::Parquet => Position::Row(p),
+    }
+}

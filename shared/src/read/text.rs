@@ -1,0 +1,462 @@
+//! Text → typed values, for CSV fields (and DMS's string timestamp column in Parquet).
+//! Strict: a value that does not fit its column type is an error, never silently rounded or
+//! truncated.
+
+use std::sync::Arc;
+
+use arrow_array::ArrayRef;
+use arrow_array::builder::{
+    BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder, Float64Builder, Int32Builder,
+    Int64Builder, LargeBinaryBuilder, StringBuilder, Time64MicrosecondBuilder,
+    TimestampMicrosecondBuilder,
+};
+use chrono::NaiveDate;
+use iceberg::spec::PrimitiveType;
+
+/// Accumulates one column of typed values from text.
+pub enum ColumnBuilder {
+    Bool(BooleanBuilder),
+    Int(Int32Builder),
+    Long(Int64Builder),
+    Float(Float32Builder),
+    Double(Float64Builder),
+    Decimal(Decimal128Builder, u32, u32),
+    Date(Date32Builder),
+    Time(Time64MicrosecondBuilder),
+    Timestamp(TimestampMicrosecondBuilder, bool),
+    String(StringBuilder),
+    Binary(LargeBinaryBuilder),
+}
+
+impl ColumnBuilder {
+    pub fn new(t: &PrimitiveType, capacity: usize) -> Result<ColumnBuilder, String> {
+        Ok(match t {
+            PrimitiveType::Boolean => ColumnBuilder::Bool(BooleanBuilder::with_capacity(capacity)),
+            PrimitiveType::Int => ColumnBuilder::Int(Int32Builder::with_capacity(capacity)),
+            PrimitiveType::Long => ColumnBuilder::Long(Int64Builder::with_capacity(capacity)),
+            PrimitiveType::Float => ColumnBuilder::Float(Float32Builder::with_capacity(capacity)),
+            PrimitiveType::Double => ColumnBuilder::Double(Float64Builder::with_capacity(capacity)),
+            PrimitiveType::Decimal { precision, scale } => ColumnBuilder::Decimal(
+                Decimal128Builder::with_capacity(capacity)
+                    .with_precision_and_scale(*precision as u8, *scale as i8)
+                    .map_err(|e| e.to_string())?,
+                *precision,
+                *scale,
+            ),
+            PrimitiveType::Date => ColumnBuilder::Date(Date32Builder::with_capacity(capacity)),
+            PrimitiveType::Time => {
+                ColumnBuilder::Time(Time64MicrosecondBuilder::with_capacity(capacity))
+            }
+            PrimitiveType::Timestamp => ColumnBuilder::Timestamp(
+                TimestampMicrosecondBuilder::with_capacity(capacity),
+                false,
+            ),
+            PrimitiveType::Timestamptz => ColumnBuilder::Timestamp(
+                TimestampMicrosecondBuilder::with_capacity(capacity).with_timezone("+00:00"),
+                true,
+            ),
+            PrimitiveType::String => {
+                ColumnBuilder::String(StringBuilder::with_capacity(capacity, capacity * 16))
+            }
+            PrimitiveType::Binary => {
+                ColumnBuilder::Binary(LargeBinaryBuilder::with_capacity(capacity, capacity * 16))
+            }
+            other => return Err(format!("columns of type {other} cannot be read from text")),
+        })
+    }
+
+    /// Appends `value` (`None` = NULL). On error nothing is appended.
+    pub fn push(&mut self, value: Option<&[u8]>) -> Result<(), String> {
+        let Some(v) = value else {
+            self.push_null();
+            return Ok(());
+        };
+        match self {
+            ColumnBuilder::String(b) => b.append_value(utf8(v)?),
+            ColumnBuilder::Binary(b) => b.append_value(v),
+            _ => {
+                let s = utf8(v)?.trim();
+                match self {
+                    ColumnBuilder::Bool(b) => b.append_value(parse_bool(s)?),
+                    ColumnBuilder::Int(b) => b.append_value(
+                        s.parse::<i32>()
+                            .map_err(|_| format!("cannot parse `{s}` as int"))?,
+                    ),
+                    ColumnBuilder::Long(b) => b.append_value(
+                        s.parse::<i64>()
+                            .map_err(|_| format!("cannot parse `{s}` as long"))?,
+                    ),
+                    ColumnBuilder::Float(b) => b.append_value(
+                        s.parse::<f32>()
+                            .map_err(|_| format!("cannot parse `{s}` as float"))?,
+                    ),
+                    ColumnBuilder::Double(b) => b.append_value(
+                        s.parse::<f64>()
+                            .map_err(|_| format!("cannot parse `{s}` as double"))?,
+                    ),
+                    ColumnBuilder::Decimal(b, p, sc) => b.append_value(parse_decimal(s, *p, *sc)?),
+                    ColumnBuilder::Date(b) => b.append_value(parse_date(s)?),
+                    ColumnBuilder::Time(b) => b.append_value(parse_time(s)?),
+                    ColumnBuilder::Timestamp(b, tz) => b.append_value(parse_timestamp(s, *tz)?),
+                    ColumnBuilder::String(_) | ColumnBuilder::Binary(_) => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn push_null(&mut self) {
+        match self {
+            ColumnBuilder::Bool(b) => b.append_null(),
+            ColumnBuilder::Int(b) => b.append_null(),
+            ColumnBuilder::Long(b) => b.append_null(),
+            ColumnBuilder::Float(b) => b.append_null(),
+            ColumnBuilder::Double(b) => b.append_null(),
+            ColumnBuilder::Decimal(b, ..) => b.append_null(),
+            ColumnBuilder::Date(b) => b.append_null(),
+            ColumnBuilder::Time(b) => b.append_null(),
+            ColumnBuilder::Timestamp(b, _) => b.append_null(),
+            ColumnBuilder::String(b) => b.append_null(),
+            ColumnBuilder::Binary(b) => b.append_null(),
+        }
+    }
+
+    pub fn finish(&mut self) -> ArrayRef {
+        match self {
+            ColumnBuilder::Bool(b) => Arc::new(b.finish()),
+            ColumnBuilder::Int(b) => Arc::new(b.finish()),
+            ColumnBuilder::Long(b) => Arc::new(b.finish()),
+            ColumnBuilder::Float(b) => Arc::new(b.finish()),
+            ColumnBuilder::Double(b) => Arc::new(b.finish()),
+            ColumnBuilder::Decimal(b, ..) => Arc::new(b.finish()),
+            ColumnBuilder::Date(b) => Arc::new(b.finish()),
+            ColumnBuilder::Time(b) => Arc::new(b.finish()),
+            ColumnBuilder::Timestamp(b, _) => Arc::new(b.finish()),
+            ColumnBuilder::String(b) => Arc::new(b.finish()),
+            ColumnBuilder::Binary(b) => Arc::new(b.finish()),
+        }
+    }
+}
+
+fn utf8(v: &[u8]) -> Result<&str, String> {
+    std::str::from_utf8(v).map_err(|e| format!("invalid UTF-8 at byte {}", e.valid_up_to()))
+}
+
+pub fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "true" | "t" | "1" | "yes" | "y" => Ok(true),
+        "false" | "f" | "0" | "no" | "n" => Ok(false),
+        _ => Err(format!("cannot parse `{s}` as boolean")),
+    }
+}
+
+/// `-123.45` → unscaled i128 at `scale`; more fraction digits than `scale` are refused unless
+/// they are zeros.
+pub fn parse_decimal(s: &str, precision: u32, scale: u32) -> Result<i128, String> {
+    let err = || format!("cannot parse `{s}` as decimal({precision},{scale})");
+    let (neg, body) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let (int, frac) = body.split_once('.').unwrap_or((body, ""));
+    if (int.is_empty() && frac.is_empty())
+        || !int.bytes().all(|b| b.is_ascii_digit())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+    {
+        return Err(err());
+    }
+    let frac_kept = if frac.len() > scale as usize {
+        let (kept, extra) = frac.split_at(scale as usize);
+        if extra.bytes().any(|b| b != b'0') {
+            return Err(format!("`{s}` has more than {scale} decimal places"));
+        }
+        kept
+    } else {
+        frac
+    };
+    let int = int.trim_start_matches('0');
+    if int.len() + scale as usize > precision as usize {
+        return Err(format!("`{s}` does not fit decimal({precision},{scale})"));
+    }
+    let mut v: i128 = 0;
+    for b in int.bytes().chain(frac_kept.bytes()) {
+        v = v * 10 + (b - b'0') as i128;
+    }
+    for _ in frac_kept.len()..scale as usize {
+        v *= 10;
+    }
+    Ok(if neg { -v } else { v })
+}
+
+const UNIX_EPOCH_DAYS_FROM_CE: i32 = 719_163;
+
+pub fn parse_date(s: &str) -> Result<i32, String> {
+    let d = NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .map_err(|_| format!("cannot parse `{s}` as date (yyyy-MM-dd)"))?;
+    Ok(chrono::Datelike::num_days_from_ce(&d) - UNIX_EPOCH_DAYS_FROM_CE)
+}
+
+/// `HH:MM:SS[.fraction]` → microseconds since midnight.
+pub fn parse_time(s: &str) -> Result<i64, String> {
+    let err = || format!("cannot parse `{s}` as time (HH:mm:ss[.ffffff])");
+    let b = s.as_bytes();
+    if b.len() < 8 || b[2] != b':' || b[5] != b':' {
+        return Err(err());
+    }
+    let num =
+        |r: std::ops::Range<usize>| s.get(r).and_then(|x| x.parse::<i64>().ok()).ok_or_else(err);
+    let (h, m, sec) = (num(0..2)?, num(3..5)?, num(6..8)?);
+    if h > 23 || m > 59 || sec > 59 {
+        return Err(err());
+    }
+    let micros = fraction_micros(&s[8..]).ok_or_else(err)?;
+    Ok(((h * 60 + m) * 60 + sec) * 1_000_000 + micros)
+}
+
+/// `.ffffff` (0–9 digits) → microseconds; digits past microseconds must be zeros.
+fn fraction_micros(f: &str) -> Option<i64> {
+    if f.is_empty() {
+        return Some(0);
+    }
+    let digits = f.strip_prefix('.')?;
+    if digits.is_empty() || digits.len() > 9 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if digits.len() > 6 && digits[6..].bytes().any(|b| b != b'0') {
+        return None;
+    }
+    let d = &digits[..digits.len().min(6)];
+    let mut v: i64 = d.parse().ok()?;
+    for _ in d.len()..6 {
+        v *= 10;
+    }
+    Some(v)
+}
+
+/// `yyyy-MM-dd[ T]HH:mm:ss[.f{0,9}]`, for timestamptz optionally followed by `Z` or `±HH:MM`
+/// (no zone = UTC, which is what DMS writes) → microseconds since the epoch.
+pub fn parse_timestamp(s: &str, with_zone: bool) -> Result<i64, String> {
+    let err = || format!("cannot parse `{s}` as timestamp (yyyy-MM-dd HH:mm:ss[.ffffff])");
+    if s.len() < 19 {
+        return Err(err());
+    }
+    let sep = s.as_bytes()[10];
+    if sep != b' ' && sep != b'T' {
+        return Err(err());
+    }
+    let days = parse_date(&s[..10]).map_err(|_| err())? as i64;
+    let (rest, offset_secs) = if with_zone {
+        split_zone(&s[11..]).ok_or_else(err)?
+    } else {
+        (&s[11..], 0)
+    };
+    let t = parse_time(rest).map_err(|_| err())?;
+    Ok(days * 86_400_000_000 + t - offset_secs * 1_000_000)
+}
+
+fn split_zone(s: &str) -> Option<(&str, i64)> {
+    if let Some(r) = s.strip_suffix('Z') {
+        return Some((r, 0));
+    }
+    if s.len() >= 6 {
+        let (time, zone) = s.split_at(s.len() - 6);
+        let zb = zone.as_bytes();
+        if (zb[0] == b'+' || zb[0] == b'-') && zb[3] == b':' {
+            let h: i64 = zone[1..3].parse().ok()?;
+            let m: i64 = zone[4..6].parse().ok()?;
+            let sign = if zb[0] == b'-' { -1 } else { 1 };
+            return Some((time, sign * (h * 3600 + m * 60)));
+        }
+    }
+    Some((s, 0))
+}
+
+/// What a column of text looks like, accumulated over its values: the narrowest type that
+/// holds every value seen.
+#[derive(Debug, Clone, Default)]
+pub struct TypeGuess {
+    seen: bool,
+    not_bool: bool,
+    not_long: bool,
+    not_decimal: bool,
+    not_double: bool,
+    not_timestamp: bool,
+    not_date: bool,
+    max_scale: u32,
+    max_int_digits: u32,
+}
+
+impl TypeGuess {
+    pub fn observe(&mut self, v: &[u8]) {
+        let Ok(s) = std::str::from_utf8(v) else {
+            self.seen = true;
+            self.not_bool = true;
+            self.not_long = true;
+            self.not_decimal = true;
+            self.not_double = true;
+            self.not_timestamp = true;
+            self.not_date = true;
+            return;
+        };
+        self.seen = true;
+        // Leading zeros (zip codes, account numbers) and surrounding spaces mean text.
+        let numeric_ok = !s.is_empty() && s.trim() == s && !has_leading_zero(s);
+        if !self.not_bool && !matches!(s, "true" | "false" | "TRUE" | "FALSE" | "True" | "False") {
+            self.not_bool = true;
+        }
+        if !self.not_long && !(numeric_ok && s.parse::<i64>().is_ok()) {
+            self.not_long = true;
+        }
+        if !self.not_decimal {
+            match decimal_shape(s) {
+                Some((int_digits, scale)) if numeric_ok => {
+                    self.max_scale = self.max_scale.max(scale);
+                    self.max_int_digits = self.max_int_digits.max(int_digits);
+                    if self.max_scale + self.max_int_digits > 38 {
+                        self.not_decimal = true;
+                    }
+                }
+                _ => self.not_decimal = true,
+            }
+        }
+        if !self.not_double && !(numeric_ok && s.parse::<f64>().is_ok_and(|f| f.is_finite())) {
+            self.not_double = true;
+        }
+        if !self.not_timestamp && parse_timestamp(s, false).is_err() {
+            self.not_timestamp = true;
+        }
+        if !self.not_date && (s.len() != 10 || parse_date(s).is_err()) {
+            self.not_date = true;
+        }
+    }
+
+    pub fn result(&self) -> PrimitiveType {
+        if !self.seen {
+            return PrimitiveType::String;
+        }
+        if !self.not_bool {
+            PrimitiveType::Boolean
+        } else if !self.not_long {
+            PrimitiveType::Long
+        } else if !self.not_decimal {
+            PrimitiveType::Decimal {
+                precision: 38,
+                scale: self.max_scale,
+            }
+        } else if !self.not_double {
+            PrimitiveType::Double
+        } else if !self.not_date {
+            PrimitiveType::Date
+        } else if !self.not_timestamp {
+            PrimitiveType::Timestamp
+        } else {
+            PrimitiveType::String
+        }
+    }
+}
+
+fn has_leading_zero(s: &str) -> bool {
+    let d = s.strip_prefix('-').unwrap_or(s);
+    d.len() > 1 && d.starts_with('0') && !d.starts_with("0.")
+}
+
+/// `[-]digits[.digits]` → (integer digits without leading zeros, fraction digits).
+fn decimal_shape(s: &str) -> Option<(u32, u32)> {
+    let body = s.strip_prefix('-').unwrap_or(s);
+    let (int, frac) = body.split_once('.').unwrap_or((body, ""));
+    if int.is_empty()
+        || !int.bytes().all(|b| b.is_ascii_digit())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    Some((int.trim_start_matches('0').len() as u32, frac.len() as u32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_are_exact() {
+        assert_eq!(parse_decimal("12.5", 12, 2), Ok(1250));
+        assert_eq!(parse_decimal("-0.01", 12, 2), Ok(-1));
+        assert_eq!(parse_decimal("7", 12, 2), Ok(700));
+        assert_eq!(parse_decimal("1.230", 12, 2), Ok(123));
+        assert!(parse_decimal("1.234", 12, 2).is_err());
+        assert!(parse_decimal("12345678901.00", 12, 2).is_err());
+        assert!(parse_decimal("1e3", 12, 2).is_err());
+        assert!(parse_decimal(".", 12, 2).is_err());
+        assert!(parse_decimal("", 12, 2).is_err());
+    }
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(parse_timestamp("1970-01-01 00:00:01", false), Ok(1_000_000));
+        assert_eq!(parse_timestamp("1970-01-01 00:00:00.5", false), Ok(500_000));
+        assert_eq!(parse_timestamp("1970-01-01T00:00:00.000001", false), Ok(1));
+        assert_eq!(
+            parse_timestamp("2022-03-02 11:30:01.000000", false),
+            Ok(1_646_220_601_000_000)
+        );
+        assert_eq!(parse_timestamp("1970-01-01 01:00:00+01:00", true), Ok(0));
+        assert_eq!(
+            parse_timestamp("1970-01-01 00:00:00.000000123", false).is_err(),
+            true
+        );
+        assert_eq!(
+            parse_timestamp("1970-01-01 00:00:00.123000000", false),
+            Ok(123_000)
+        );
+        assert!(parse_timestamp("2022-13-02 11:30:01", false).is_err());
+        assert!(parse_timestamp("2022-03-02", false).is_err());
+        assert_eq!(parse_date("1969-12-31"), Ok(-1));
+        assert_eq!(parse_time("23:59:59.999999"), Ok(86_399_999_999));
+    }
+
+    #[test]
+    fn guesses() {
+        let guess = |vals: &[&str]| {
+            let mut g = TypeGuess::default();
+            vals.iter().for_each(|v| g.observe(v.as_bytes()));
+            g.result()
+        };
+        assert_eq!(guess(&["1", "-20"]), PrimitiveType::Long);
+        assert_eq!(
+            guess(&["1", "2.50"]),
+            PrimitiveType::Decimal {
+                precision: 38,
+                scale: 2
+            }
+        );
+        assert_eq!(guess(&["1e3", "2.5"]), PrimitiveType::Double);
+        assert_eq!(guess(&["007", "12"]), PrimitiveType::String);
+        assert_eq!(
+            guess(&["2022-03-02 11:30:01.000000"]),
+            PrimitiveType::Timestamp
+        );
+        assert_eq!(guess(&["2022-03-02"]), PrimitiveType::Date);
+        assert_eq!(guess(&["true", "False"]), PrimitiveType::Boolean);
+        assert_eq!(guess(&["1", "x"]), PrimitiveType::String);
+        assert_eq!(guess(&[]), PrimitiveType::String);
+        assert_eq!(
+            guess(&["99999999999999999999"]),
+            PrimitiveType::Decimal {
+                precision: 38,
+                scale: 0
+            }
+        );
+    }
+
+    #[test]
+    fn builder_reports_and_skips_bad_values() {
+        let mut b = ColumnBuilder::new(&PrimitiveType::Long, 4).unwrap();
+        b.push(Some(b"1")).unwrap();
+        assert!(b.push(Some(b"x")).is_err());
+        b.push(None).unwrap();
+        assert_eq!(b.finish().len(), 2);
+        let mut s = ColumnBuilder::new(&PrimitiveType::String, 1).unwrap();
+        assert!(s.push(Some(&[0xff, 0xfe])).is_err());
+    }
+}

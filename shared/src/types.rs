@@ -1,0 +1,183 @@
+//! Column types: the names users write in the config, the Arrow type each Iceberg type is held in
+//! while we process it, and which type changes Iceberg allows (promotions).
+
+use arrow_schema::DataType;
+use iceberg::spec::{PrimitiveType, Type};
+
+use crate::error::{Error, Result};
+
+/// Parses a type name as written in the config (`long`, `decimal(12,2)`, `timestamp`, ...).
+pub fn parse_type(name: &str) -> Result<PrimitiveType> {
+    let n = name.trim().to_ascii_lowercase();
+    let t = match n.as_str() {
+        "boolean" | "bool" => PrimitiveType::Boolean,
+        "int" | "integer" | "int32" => PrimitiveType::Int,
+        "long" | "bigint" | "int64" => PrimitiveType::Long,
+        "float" | "real" => PrimitiveType::Float,
+        "double" => PrimitiveType::Double,
+        "date" => PrimitiveType::Date,
+        "time" => PrimitiveType::Time,
+        "timestamp" => PrimitiveType::Timestamp,
+        "timestamptz" => PrimitiveType::Timestamptz,
+        "string" | "varchar" | "text" => PrimitiveType::String,
+        "binary" => PrimitiveType::Binary,
+        _ => {
+            let inner = n
+                .strip_prefix("decimal(")
+                .and_then(|r| r.strip_suffix(')'))
+                .ok_or_else(|| Error::Config(format!("unknown column type `{name}`")))?;
+            let (p, s) = inner
+                .split_once(',')
+                .ok_or_else(|| Error::Config(format!("decimal type `{name}` needs (P,S)")))?;
+            let precision: u32 = p
+                .trim()
+                .parse()
+                .map_err(|_| Error::Config(format!("bad decimal precision in `{name}`")))?;
+            let scale: u32 = s
+                .trim()
+                .parse()
+                .map_err(|_| Error::Config(format!("bad decimal scale in `{name}`")))?;
+            if precision == 0 || precision > 38 || scale > precision {
+                return Err(Error::Config(format!(
+                    "decimal `{name}`: precision must be 1..=38 and scale <= precision"
+                )));
+            }
+            PrimitiveType::Decimal { precision, scale }
+        }
+    };
+    Ok(t)
+}
+
+/// The Arrow type a column of this Iceberg type is held in (the same mapping iceberg-rust's
+/// writer and reader use, so batches we build can be written without casts).
+pub fn arrow_type(t: &PrimitiveType) -> Result<DataType> {
+    Ok(iceberg::arrow::type_to_arrow_type(&Type::Primitive(
+        t.clone(),
+    ))?)
+}
+
+/// Whether Iceberg allows changing a column from `from` to `to` (spec: "Schema Evolution").
+pub fn can_promote(from: &PrimitiveType, to: &PrimitiveType) -> bool {
+    use PrimitiveType::*;
+    match (from, to) {
+        (a, b) if a == b => true,
+        (Int, Long) | (Float, Double) => true,
+        (
+            Decimal {
+                precision: p1,
+                scale: s1,
+            },
+            Decimal {
+                precision: p2,
+                scale: s2,
+            },
+        ) => s1 == s2 && p2 >= p1,
+        _ => false,
+    }
+}
+
+/// The type a column must have to hold values of both types, if Iceberg can get there by
+/// promoting `table` (the incoming side may be narrower: it is cast up when read).
+pub fn unify(table: &PrimitiveType, incoming: &PrimitiveType) -> Option<PrimitiveType> {
+    if can_promote(incoming, table) {
+        Some(table.clone())
+    } else if can_promote(table, incoming) {
+        Some(incoming.clone())
+    } else {
+        None
+    }
+}
+
+/// Maps a Parquet/Arrow source type to the Iceberg type we store it as. DMS writes unsigned
+/// integers, which Iceberg lacks: they widen losslessly (uint64 needs decimal(20,0)).
+pub fn iceberg_type_for_arrow(dt: &DataType) -> Option<PrimitiveType> {
+    Some(match dt {
+        DataType::Boolean => PrimitiveType::Boolean,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => PrimitiveType::Int,
+        DataType::UInt8 | DataType::UInt16 => PrimitiveType::Int,
+        DataType::Int64 | DataType::UInt32 => PrimitiveType::Long,
+        DataType::UInt64 => PrimitiveType::Decimal {
+            precision: 20,
+            scale: 0,
+        },
+        DataType::Float16 | DataType::Float32 => PrimitiveType::Float,
+        DataType::Float64 => PrimitiveType::Double,
+        DataType::Decimal32(p, s) | DataType::Decimal64(p, s) | DataType::Decimal128(p, s)
+            if *s >= 0 && *p <= 38 =>
+        {
+            PrimitiveType::Decimal {
+                precision: *p as u32,
+                scale: *s as u32,
+            }
+        }
+        DataType::Date32 | DataType::Date64 => PrimitiveType::Date,
+        DataType::Time32(_) | DataType::Time64(_) => PrimitiveType::Time,
+        DataType::Timestamp(_, None) => PrimitiveType::Timestamp,
+        DataType::Timestamp(_, Some(_)) => PrimitiveType::Timestamptz,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => PrimitiveType::String,
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => PrimitiveType::Binary,
+        DataType::FixedSizeBinary(_) => PrimitiveType::Binary,
+        DataType::Dictionary(_, v) => return iceberg_type_for_arrow(v),
+        DataType::Null => PrimitiveType::String,
+        _ => return None,
+    })
+}
+
+/// Short name as users write it, for messages.
+pub fn type_name(t: &PrimitiveType) -> String {
+    t.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names() {
+        assert_eq!(parse_type("LONG").unwrap(), PrimitiveType::Long);
+        assert_eq!(
+            parse_type("decimal(12, 2)").unwrap(),
+            PrimitiveType::Decimal {
+                precision: 12,
+                scale: 2
+            }
+        );
+        assert!(parse_type("decimal(40,2)").is_err());
+        assert!(parse_type("decimal(4,5)").is_err());
+        assert!(parse_type("varchar2").is_err());
+    }
+
+    #[test]
+    fn promotions_follow_the_spec() {
+        use PrimitiveType::*;
+        assert!(can_promote(&Int, &Long));
+        assert!(!can_promote(&Long, &Int));
+        assert!(can_promote(&Float, &Double));
+        assert!(!can_promote(&Int, &Double));
+        assert!(!can_promote(&Long, &String));
+        let d = |p, s| Decimal {
+            precision: p,
+            scale: s,
+        };
+        assert!(can_promote(&d(10, 2), &d(12, 2)));
+        assert!(!can_promote(&d(10, 2), &d(12, 3)));
+        assert_eq!(unify(&Long, &Int), Some(Long));
+        assert_eq!(unify(&Int, &Long), Some(Long));
+        assert_eq!(unify(&Long, &String), None);
+    }
+
+    #[test]
+    fn unsigned_widen() {
+        assert_eq!(
+            iceberg_type_for_arrow(&DataType::UInt64),
+            Some(PrimitiveType::Decimal {
+                precision: 20,
+                scale: 0
+            })
+        );
+        assert_eq!(
+            iceberg_type_for_arrow(&DataType::UInt32),
+            Some(PrimitiveType::Long)
+        );
+    }
+}
