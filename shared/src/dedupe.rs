@@ -1,1 +1,397 @@
+//! dedupe: of all changes to one primary key within a commit, keep the last.
+//!
+//! "Last" is decided by, in order: full-load rows before change rows; the change-sequence column
+//! (`AR_H_CHANGE_SEQ`) if configured, else the commit-timestamp column if configured; the file's
+//! place in DMS order; the row's place in its file. Iceberg does not apply a delete to a data file
+//! of the same sequence number, so two versions of one key in one commit would both survive:
+//! deduplicating here is what makes a commit correct, not an optimisation.
+//!
+//! A `U` whose before-image key (`BI_<key>`) differs from its key moved the row: it becomes a
+//! delete of the old key and an upsert of the new one, at the same place in the order.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
+use arrow_row::{OwnedRow, RowConverter, Rows, SortField};
+use arrow_schema::SchemaRef;
+use arrow_select::take::take_record_batch;
+
+use crate::error::{Error, InputError, Result};
+use crate::locate::FileKind;
+use crate::read::{ChangeBatch, Op, position};
+
+/// One input file's rows, already aligned to the commit's schema.
+pub struct FileChanges {
+    pub label: String,
+    pub kind: FileKind,
+    pub format: crate::locate::FileFormat,
+    pub batches: Vec<ChangeBatch>,
+}
+
+/// What a commit applies.
+#[derive(Debug)]
+pub struct Deduped {
+    /// Rows to write (last change per key is I or U), sorted by key.
+    pub upserts: RecordBatch,
+    /// Every key this commit touches, sorted: upserted keys and deleted keys.
+    pub keys: RecordBatch,
+    /// Per row of `keys`: true if upserted, false if deleted.
+    pub upserted: BooleanArray,
+    /// Rows read from the files.
+    pub rows_read: usize,
+}
+
+/// Row metadata used to order changes of one key.
+struct Meta {
+    file: u32,
+    kind: FileKind,
+    pos: u64,
+    op: Op,
+}
+
+pub fn dedupe(
+    schema: SchemaRef,
+    files: Vec<FileChanges>,
+    key: &[String],
+    order_column: Option<&str>,
+) -> Result<Deduped> {
+    let mut metas: Vec<Meta> = Vec::new();
+    let mut batches: Vec<RecordBatch> = Vec::new();
+    let mut befores: Vec<(usize, RecordBatch)> = Vec::new();
+    let labels: Vec<(String, crate::locate::FileFormat)> =
+        files.iter().map(|f| (f.label.clone(), f.format)).collect();
+    for (fi, f) in files.into_iter().enumerate() {
+        for b in f.batches {
+            let start = metas.len();
+            for (op, pos) in b.ops.iter().zip(&b.positions) {
+                metas.push(Meta {
+                    file: fi as u32,
+                    kind: f.kind,
+                    pos: *pos,
+                    op: *op,
+                });
+            }
+            if let Some(before) = b.before {
+                befores.push((start, before));
+            }
+            batches.push(b.data);
+        }
+    }
+    let all = arrow_select::concat::concat_batches(&schema, &batches)?;
+    drop(batches);
+    let rows_read = all.num_rows();
+
+    let key_idx: Vec<usize> = key
+        .iter()
+        .map(|k| {
+            schema
+                .index_of(k)
+                .map_err(|_| Error::Other(format!("key column `{k}` missing from the batch")))
+        })
+        .collect::<Result<_>>()?;
+    let key_arrays: Vec<ArrayRef> = key_idx.iter().map(|&i| all.column(i).clone()).collect();
+    for (k, a) in key.iter().zip(&key_arrays) {
+        if a.null_count() > 0 {
+            let r = (0..a.len()).find(|&r| a.is_null(r)).unwrap_or(0);
+            let m = &metas[r];
+            let (label, format) = &labels[m.file as usize];
+            return Err(InputError::new(label, "primary key value is NULL")
+                .at(position(*format, m.pos))
+                .column(k)
+                .into());
+        }
+    }
+    let converter = key_converter(&key_arrays)?;
+    let key_rows = converter.convert_columns(&key_arrays)?;
+    let order_rows: Option<Rows> = match order_column {
+        Some(c) => {
+            let col = all
+                .column_by_name(c)
+                .ok_or_else(|| Error::Other(format!("ordering column `{c}` is not in the file")))?
+                .clone();
+            let conv = RowConverter::new(vec![SortField::new(col.data_type().clone())])?;
+            Some(conv.convert_columns(&[col])?)
+        }
+        None => None,
+    };
+    let later = |a: usize, b: usize| -> bool {
+        // Is row `a` later than row `b` in source order?
+        let (ma, mb) = (&metas[a], &metas[b]);
+        if ma.kind != mb.kind {
+            return ma.kind > mb.kind;
+        }
+        if let Some(o) = &order_rows {
+            let (oa, ob) = (o.row(a), o.row(b));
+            if oa != ob {
+                return oa > ob;
+            }
+        }
+        (ma.file, ma.pos) > (mb.file, mb.pos)
+    };
+
+    // Winner per key: (row, is_delete).
+    let mut winners: HashMap<OwnedRow, (usize, bool)> = HashMap::with_capacity(rows_read);
+    let mut offer = |k: OwnedRow, row: usize, delete: bool| match winners.get_mut(&k) {
+        Some(w) => {
+            if later(row, w.0) {
+                *w = (row, delete);
+            }
+        }
+        None => {
+            winners.insert(k, (row, delete));
+        }
+    };
+    for (r, m) in metas.iter().enumerate() {
+        offer(key_rows.row(r).owned(), r, m.op == Op::Delete);
+    }
+    // Before-images: a key change deletes the old key at the same point in the order.
+    for (start, before) in &befores {
+        let arrays: Vec<ArrayRef> = before
+            .columns()
+            .iter()
+            .zip(&key_arrays)
+            .map(|(b, k)| arrow_cast::cast(b, k.data_type()))
+            .collect::<std::result::Result<_, _>>()?;
+        let old = converter.convert_columns(&arrays)?;
+        for i in 0..before.num_rows() {
+            let r = start + i;
+            if metas[r].op != Op::Update || arrays.iter().any(|a| a.is_null(i)) {
+                continue;
+            }
+            if old.row(i) != key_rows.row(r) {
+                offer(old.row(i).owned(), r, true);
+            }
+        }
+    }
+
+    let mut entries: Vec<(OwnedRow, usize, bool)> =
+        winners.into_iter().map(|(k, (r, d))| (k, r, d)).collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let upsert_idx =
+        UInt32Array::from_iter_values(entries.iter().filter(|e| !e.2).map(|e| e.1 as u32));
+    let upserts = take_record_batch(&all, &upsert_idx)?;
+    let parsed = converter.convert_rows(entries.iter().map(|e| e.0.row()))?;
+    let key_schema = Arc::new(arrow_schema::Schema::new(
+        key_idx
+            .iter()
+            .map(|&i| schema.field(i).clone())
+            .collect::<Vec<_>>(),
+    ));
+    let keys = RecordBatch::try_new(key_schema, parsed)?;
+    let upserted = BooleanArray::from(entries.iter().map(|e| !e.2).collect::<Vec<_>>());
+    Ok(Deduped {
+        upserts,
+        keys,
+        upserted,
+        rows_read,
+    })
+}
+
+/// Row encoding of key columns: byte-comparable, so keys hash and sort without per-type code.
+pub fn key_converter(key_arrays: &[ArrayRef]) -> Result<RowConverter> {
+    Ok(RowConverter::new(
+        key_arrays
+            .iter()
+            .map(|a| SortField::new(a.data_type().clone()))
+            .collect(),
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int64Array, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("v", DataType::Utf8, true),
+            Field::new("seq", DataType::Utf8, true),
+        ]))
+    }
+
+    fn batch(
+        rows: &[(i64, &str, Option<&str>, Op)],
+        before: Option<Vec<Option<i64>>>,
+    ) -> ChangeBatch {
+        let s = schema();
+        let data = RecordBatch::try_new(
+            s,
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.2))),
+            ],
+        )
+        .unwrap();
+        ChangeBatch {
+            data,
+            ops: rows.iter().map(|r| r.3).collect(),
+            positions: (2..2 + rows.len() as u64).collect(),
+            before: before.map(|b| {
+                RecordBatch::try_new(
+                    Arc::new(Schema::new(vec![Field::new("key0", DataType::Int64, true)])),
+                    vec![Arc::new(Int64Array::from(b))],
+                )
+                .unwrap()
+            }),
+        }
+    }
+
+    fn file(kind: FileKind, b: ChangeBatch) -> FileChanges {
+        FileChanges {
+            label: "f.csv".into(),
+            kind,
+            format: crate::locate::FileFormat::Csv,
+            batches: vec![b],
+        }
+    }
+
+    fn result(d: &Deduped) -> (Vec<(i64, String)>, Vec<(i64, bool)>) {
+        let ids = d
+            .upserts
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        let vs = d
+            .upserts
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        let up = (0..ids.len())
+            .map(|i| (ids.value(i), vs.value(i).to_string()))
+            .collect();
+        let ks = d
+            .keys
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        let keys = (0..ks.len())
+            .map(|i| (ks.value(i), d.upserted.value(i)))
+            .collect();
+        (up, keys)
+    }
+
+    #[test]
+    fn last_change_per_key_wins_in_row_order() {
+        use Op::*;
+        let b = batch(
+            &[
+                (2, "a", None, Insert),
+                (1, "x", None, Insert),
+                (2, "b", None, Update),
+                (1, "x", None, Delete),
+                (3, "c", None, Delete),
+                (3, "d", None, Insert),
+            ],
+            None,
+        );
+        let d = dedupe(schema(), vec![file(FileKind::Cdc, b)], &["id".into()], None).unwrap();
+        let (up, keys) = result(&d);
+        assert_eq!(up, vec![(2, "b".into()), (3, "d".into())]);
+        assert_eq!(keys, vec![(1, false), (2, true), (3, true)]);
+        assert_eq!(d.rows_read, 6);
+    }
+
+    #[test]
+    fn change_sequence_beats_row_order() {
+        use Op::*;
+        let b = batch(
+            &[
+                (1, "new", Some("0002"), Update),
+                (1, "old", Some("0001"), Update),
+            ],
+            None,
+        );
+        let d = dedupe(
+            schema(),
+            vec![file(FileKind::Cdc, b)],
+            &["id".into()],
+            Some("seq"),
+        )
+        .unwrap();
+        assert_eq!(result(&d).0, vec![(1, "new".into())]);
+    }
+
+    #[test]
+    fn load_rows_come_before_changes_and_files_in_order() {
+        use Op::*;
+        let cdc = batch(&[(1, "cdc", Some("0001"), Update)], None);
+        let load = batch(&[(1, "load", None, Insert)], None);
+        // The LOAD file is listed second but is still older.
+        let d = dedupe(
+            schema(),
+            vec![file(FileKind::Cdc, cdc), file(FileKind::Load, load)],
+            &["id".into()],
+            Some("seq"),
+        )
+        .unwrap();
+        assert_eq!(result(&d).0, vec![(1, "cdc".into())]);
+        let f1 = batch(&[(1, "first", None, Update)], None);
+        let f2 = batch(&[(1, "second", None, Update)], None);
+        let d = dedupe(
+            schema(),
+            vec![file(FileKind::Cdc, f1), file(FileKind::Cdc, f2)],
+            &["id".into()],
+            None,
+        )
+        .unwrap();
+        assert_eq!(result(&d).0, vec![(1, "second".into())]);
+    }
+
+    #[test]
+    fn before_image_key_change_deletes_the_old_key() {
+        use Op::*;
+        let b = batch(
+            &[
+                (1, "a", None, Insert),
+                (5, "moved", None, Update),
+                (7, "b", None, Insert),
+            ],
+            Some(vec![None, Some(1), Some(7)]),
+        );
+        let d = dedupe(schema(), vec![file(FileKind::Cdc, b)], &["id".into()], None).unwrap();
+        let (up, keys) = result(&d);
+        assert_eq!(up, vec![(5, "moved".into()), (7, "b".into())]);
+        assert_eq!(keys, vec![(1, false), (5, true), (7, true)]);
+        // The old key re-used later in the file wins over the move.
+        let b = batch(
+            &[(5, "moved", None, Update), (1, "again", None, Insert)],
+            Some(vec![Some(1), None]),
+        );
+        let d = dedupe(schema(), vec![file(FileKind::Cdc, b)], &["id".into()], None).unwrap();
+        assert_eq!(result(&d).0, vec![(1, "again".into()), (5, "moved".into())]);
+    }
+
+    #[test]
+    fn null_key_is_an_input_error() {
+        let s = schema();
+        let data = RecordBatch::try_new(
+            s.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![Some(1), None])),
+                Arc::new(StringArray::from(vec!["a", "b"])),
+                Arc::new(StringArray::from(vec![None::<&str>, None])),
+            ],
+        )
+        .unwrap();
+        let b = ChangeBatch {
+            data,
+            ops: vec![Op::Insert; 2],
+            positions: vec![2, 3],
+            before: None,
+        };
+        let e = dedupe(s, vec![file(FileKind::Load, b)], &["id".into()], None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 3") && e.contains("`id`") && e.contains("NULL"),
+            "{e}"
+        );
+    }
+}
