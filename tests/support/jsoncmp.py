@@ -122,8 +122,11 @@ def _key_of(row: dict, key: list[str] | None, idx: int, types: dict | None = Non
 def _fmt_key(key: list[str] | None, k) -> str:
     if not key:
         return f"row {k[1]}"
-    return ", ".join(f"{n}={json.dumps(v if not isinstance(v, Decimal) else str(v), ensure_ascii=False)}"
-                     for n, v in zip(key, k))
+    def show(v):
+        if isinstance(v, Decimal):
+            return str(int(v)) if v == v.to_integral_value() else str(v)
+        return json.dumps(v, ensure_ascii=False)
+    return ", ".join(f"{n}={show(v)}" for n, v in zip(key, k))
 
 
 def _short(v) -> str:
