@@ -22,6 +22,7 @@ pub mod locate;
 pub mod lookup;
 pub mod ops;
 pub mod read;
+pub mod table;
 pub mod types;
 pub mod write;
 

@@ -1,1 +1,524 @@
+//! lookup: where are the live rows of these keys? The answer becomes position deletes.
+//!
+//! Cost is proportional to the keys and the few files that may hold them, not to the table:
+//! 1. data files whose key bounds (manifest `lower_bounds`/`upper_bounds`) hold none of the keys
+//!    are skipped without being opened;
+//! 2. in the remaining files, row groups whose statistics or bloom filter (we write both, on
+//!    the key) exclude every key are skipped;
+//! 3. only the key columns of what remains are read, and rows already deleted by existing
+//!    position deletes are ignored.
+//!
+//! Manifests and delete files are immutable, so a warm process caches them by path.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Date32Type, Int32Type, Int64Type, TimestampMicrosecondType};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_row::{RowConverter, Rows, SortField};
+use arrow_schema::DataType;
+use futures::{StreamExt, TryStreamExt};
+use iceberg::arrow::ArrowFileReader;
+use iceberg::io::{FileIO, FileMetadata};
+use iceberg::spec::{DataContentType, Datum, Manifest, ManifestContentType, PrimitiveLiteral, Struct, TableMetadata};
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use parquet::arrow::ProjectionMask;
+use parquet::file::statistics::Statistics;
+
+use crate::error::{Error, Result};
+use crate::write::FileDeletes;
+
+/// What a lookup did, for logs and benchmarks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LookupStats {
+    pub live_data_files: usize,
+    pub files_pruned_by_bounds: usize,
+    pub data_files_read: usize,
+    pub row_groups_read: usize,
+    pub row_groups_pruned_by_stats: usize,
+    pub row_groups_pruned_by_bloom: usize,
+    pub delete_files_read: usize,
+}
+
+#[derive(Debug, Default)]
+pub struct Located {
+    /// Positions to delete, per data file path.
+    pub deletes: BTreeMap<String, FileDeletes>,
+    /// Per key (row of the lookup's key batch): a live row was found.
+    pub found: Vec<bool>,
+    pub stats: LookupStats,
+}
+
+/// Caches immutable files by path across lookups of a warm process.
+#[derive(Default)]
+pub struct LookupCache {
+    manifests: Mutex<HashMap<String, Arc<Manifest>>>,
+    deletes: Mutex<HashMap<String, Arc<HashMap<String, Vec<i64>>>>>,
+}
+
+/// Bound on cached entries; past it the cache starts over (entries are cheap to reload).
+const CACHE_ENTRIES: usize = 20_000;
+
+impl LookupCache {
+    async fn manifest(&self, file_io: &FileIO, m: &iceberg::spec::ManifestFile) -> Result<Arc<Manifest>> {
+        if let Some(x) = lock(&self.manifests)?.get(&m.manifest_path) {
+            return Ok(x.clone());
+        }
+        let loaded = Arc::new(m.load_manifest(file_io).await?);
+        let mut c = lock(&self.manifests)?;
+        if c.len() >= CACHE_ENTRIES {
+            c.clear();
+        }
+        c.insert(m.manifest_path.clone(), loaded.clone());
+        Ok(loaded)
+    }
+
+    async fn delete_file(&self, file_io: &FileIO, path: &str, size: u64) -> Result<(Arc<HashMap<String, Vec<i64>>>, bool)> {
+        if let Some(x) = lock(&self.deletes)?.get(path) {
+            return Ok((x.clone(), false));
+        }
+        let batches = read_columns(file_io, path, size, None).await?;
+        let mut map: HashMap<String, Vec<i64>> = HashMap::new();
+        for b in batches {
+            let (paths, pos) = (b.column(0), b.column(1));
+            let paths = arrow_cast::cast(paths, &DataType::Utf8)?;
+            let paths = paths.as_string::<i32>();
+            let pos = arrow_cast::cast(pos, &DataType::Int64)?;
+            let pos = pos.as_primitive::<Int64Type>();
+            for i in 0..b.num_rows() {
+                map.entry(paths.value(i).to_string()).or_default().push(pos.value(i));
+            }
+        }
+        let map = Arc::new(map);
+        let mut c = lock(&self.deletes)?;
+        if c.len() >= CACHE_ENTRIES {
+            c.clear();
+        }
+        c.insert(path.to_string(), map.clone());
+        Ok((map, true))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>> {
+    m.lock().map_err(|_| Error::Other("lookup cache poisoned".into()))
+}
+
+/// The keys being looked up, in the forms each pruning step needs.
+struct Keys {
+    field_ids: Vec<i32>,
+    types: Vec<DataType>,
+    converter: RowConverter,
+    /// Encoded full key → index in the key batch.
+    index: HashMap<Vec<u8>, usize>,
+    /// Per key column: single-column encodings, sorted, and their converter (bounds checks).
+    columns: Vec<(RowConverter, Vec<Vec<u8>>)>,
+    /// First key column as plain values, sorted (row-group statistics and bloom filters).
+    first: FirstColumn,
+}
+
+enum FirstColumn {
+    Ints(Vec<i64>),
+    Strings(Vec<String>),
+    Other,
+}
+
+impl Keys {
+    fn new(keys: &RecordBatch, field_ids: Vec<i32>) -> Result<Keys> {
+        let arrays: Vec<ArrayRef> = keys.columns().to_vec();
+        let types: Vec<DataType> = arrays.iter().map(|a| a.data_type().clone()).collect();
+        let converter = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
+        let rows = converter.convert_columns(&arrays)?;
+        let index = (0..rows.num_rows()).map(|i| (rows.row(i).as_ref().to_vec(), i)).collect();
+        let mut columns = Vec::new();
+        for a in &arrays {
+            let c = RowConverter::new(vec![SortField::new(a.data_type().clone())])?;
+            let r = c.convert_columns(std::slice::from_ref(a))?;
+            let mut v: Vec<Vec<u8>> = (0..r.num_rows()).map(|i| r.row(i).as_ref().to_vec()).collect();
+            v.sort_unstable();
+            v.dedup();
+            columns.push((c, v));
+        }
+        let first = match arrays.first() {
+            Some(a) => first_values(a),
+            None => FirstColumn::Other,
+        };
+        Ok(Keys { field_ids, types, converter, index, columns, first })
+    }
+
+    /// Could a file whose key columns lie within these bounds hold one of the keys?
+    fn may_contain(&self, lower: &HashMap<i32, Datum>, upper: &HashMap<i32, Datum>) -> Result<bool> {
+        for (i, fid) in self.field_ids.iter().enumerate() {
+            let (Some(lo), Some(hi)) = (lower.get(fid), upper.get(fid)) else { continue };
+            let (Some(lo), Some(hi)) = (self.encode_datum(i, lo)?, self.encode_datum(i, hi)?) else { continue };
+            let sorted = &self.columns[i].1;
+            let at = sorted.partition_point(|v| v.as_slice() < lo.as_slice());
+            if at == sorted.len() || sorted[at].as_slice() > hi.as_slice() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn encode_datum(&self, col: usize, d: &Datum) -> Result<Option<Vec<u8>>> {
+        let Some(a) = datum_array(d) else { return Ok(None) };
+        let Ok(a) = arrow_cast::cast(&a, &self.types[col]) else { return Ok(None) };
+        let r = self.columns[col].0.convert_columns(&[a])?;
+        Ok(Some(r.row(0).as_ref().to_vec()))
+    }
+}
+
+fn first_values(a: &ArrayRef) -> FirstColumn {
+    let ints = match a.data_type() {
+        DataType::Int64 => Some(a.as_primitive::<Int64Type>().values().to_vec()),
+        DataType::Int32 => Some(a.as_primitive::<Int32Type>().values().iter().map(|v| *v as i64).collect()),
+        DataType::Date32 => Some(a.as_primitive::<Date32Type>().values().iter().map(|v| *v as i64).collect()),
+        DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, _) => {
+            Some(a.as_primitive::<TimestampMicrosecondType>().values().to_vec())
+        }
+        _ => None,
+    };
+    if let Some(mut v) = ints {
+        v.sort_unstable();
+        v.dedup();
+        return FirstColumn::Ints(v);
+    }
+    if let DataType::Utf8 = a.data_type() {
+        let s = a.as_string::<i32>();
+        let mut v: Vec<String> = (0..s.len()).map(|i| s.value(i).to_string()).collect();
+        v.sort_unstable();
+        v.dedup();
+        return FirstColumn::Strings(v);
+    }
+    FirstColumn::Other
+}
+
+/// A one-element Arrow array holding a bound value.
+fn datum_array(d: &Datum) -> Option<ArrayRef> {
+    use arrow_array::*;
+    use iceberg::spec::PrimitiveType as P;
+    Some(match (d.data_type(), d.literal()) {
+        (P::Int, PrimitiveLiteral::Int(v)) => Arc::new(Int32Array::from(vec![*v])),
+        (P::Long, PrimitiveLiteral::Long(v)) => Arc::new(Int64Array::from(vec![*v])),
+        (P::Date, PrimitiveLiteral::Int(v)) => Arc::new(Date32Array::from(vec![*v])),
+        (P::Timestamp, PrimitiveLiteral::Long(v)) => Arc::new(TimestampMicrosecondArray::from(vec![*v])),
+        (P::Timestamptz, PrimitiveLiteral::Long(v)) => {
+            Arc::new(TimestampMicrosecondArray::from(vec![*v]).with_timezone("+00:00"))
+        }
+        (P::String, PrimitiveLiteral::String(v)) => Arc::new(StringArray::from(vec![v.as_str()])),
+        (P::Decimal { precision, scale }, PrimitiveLiteral::Int128(v)) => Arc::new(
+            Decimal128Array::from(vec![*v])
+                .with_precision_and_scale(*precision as u8, *scale as i8)
+                .ok()?,
+        ),
+        _ => return None,
+    })
+}
+
+/// A live data file that may hold some of the keys.
+struct Candidate {
+    path: String,
+    size: u64,
+    spec_id: i32,
+    partition: Struct,
+}
+
+/// A live position-delete file.
+struct DeleteFile {
+    path: String,
+    size: u64,
+    spec_id: i32,
+    partition: Struct,
+    referenced: Option<String>,
+    bounds: Option<(String, String)>,
+}
+
+/// Finds the live rows of `keys` (one column per key column, in the table's current types,
+/// distinct) in the table's current snapshot.
+pub async fn locate_rows(
+    file_io: &FileIO,
+    metadata: &TableMetadata,
+    keys: &RecordBatch,
+    key_field_ids: Vec<i32>,
+    cache: &LookupCache,
+) -> Result<Located> {
+    let mut out = Located { found: vec![false; keys.num_rows()], ..Default::default() };
+    let Some(snapshot) = metadata.current_snapshot() else { return Ok(out) };
+    if keys.num_rows() == 0 {
+        return Ok(out);
+    }
+    let k = Keys::new(keys, key_field_ids)?;
+    let mut candidates = Vec::new();
+    let mut delete_files = Vec::new();
+    for mf in crate::table::manifest_list(file_io, metadata, snapshot).await? {
+        let manifest = cache.manifest(file_io, &mf).await?;
+        for e in manifest.entries() {
+            if !e.is_alive() {
+                continue;
+            }
+            let f = e.data_file();
+            match (mf.content, f.content_type()) {
+                (ManifestContentType::Data, _) => {
+                    out.stats.live_data_files += 1;
+                    if k.may_contain(f.lower_bounds(), f.upper_bounds())? {
+                        candidates.push(Candidate {
+                            path: f.file_path().to_string(),
+                            size: f.file_size_in_bytes(),
+                            spec_id: mf.partition_spec_id,
+                            partition: f.partition().clone(),
+                        });
+                    } else {
+                        out.stats.files_pruned_by_bounds += 1;
+                    }
+                }
+                (_, DataContentType::PositionDeletes) => {
+                    let bound = |m: &HashMap<i32, Datum>| match m.get(&crate::write::DELETE_FILE_PATH_ID).map(|d| d.literal()) {
+                        Some(PrimitiveLiteral::String(s)) => Some(s.clone()),
+                        _ => None,
+                    };
+                    delete_files.push(DeleteFile {
+                        path: f.file_path().to_string(),
+                        size: f.file_size_in_bytes(),
+                        spec_id: mf.partition_spec_id,
+                        partition: f.partition().clone(),
+                        referenced: f.referenced_data_file(),
+                        bounds: bound(f.lower_bounds()).zip(bound(f.upper_bounds())),
+                    });
+                }
+                (_, DataContentType::EqualityDeletes) => {
+                    return Err(Error::Other(format!(
+                        "table has equality delete files ({}); dms2iceberg writes position deletes only: \
+                         rewrite the table's data files with an engine that applies them (e.g. Spark \
+                         rewrite_data_files) before ingesting",
+                        f.file_path()
+                    )));
+                }
+                (_, DataContentType::Data) => {}
+            }
+        }
+    }
+
+    // Rows already deleted in each candidate file.
+    let mut dead: HashMap<String, HashSet<i64>> = HashMap::new();
+    for c in &candidates {
+        for d in &delete_files {
+            let applies = d.spec_id == c.spec_id
+                && d.partition == c.partition
+                && match (&d.referenced, &d.bounds) {
+                    (Some(r), _) => *r == c.path,
+                    (None, Some((lo, hi))) => lo.as_str() <= c.path.as_str() && c.path.as_str() <= hi.as_str(),
+                    (None, None) => true,
+                };
+            if !applies {
+                continue;
+            }
+            let (content, read) = cache.delete_file(file_io, &d.path, d.size).await?;
+            out.stats.delete_files_read += read as usize;
+            if let Some(p) = content.get(&c.path) {
+                dead.entry(c.path.clone()).or_default().extend(p.iter().copied());
+            }
+        }
+    }
+
+    let k = &k;
+    let results: Vec<(usize, FileScan)> = futures::stream::iter(candidates.iter().enumerate())
+        .map(|(i, c)| async move { scan_file(file_io, c, k).await.map(|r| (i, r)) })
+        .buffer_unordered(8)
+        .try_collect()
+        .await?;
+    for (i, scan) in results {
+        let c = &candidates[i];
+        out.stats.data_files_read += scan.opened as usize;
+        out.stats.row_groups_read += scan.row_groups_read;
+        out.stats.row_groups_pruned_by_stats += scan.pruned_by_stats;
+        out.stats.row_groups_pruned_by_bloom += scan.pruned_by_bloom;
+        let dead = dead.get(&c.path);
+        let positions: Vec<i64> = scan
+            .hits
+            .into_iter()
+            .filter(|(pos, _)| dead.is_none_or(|d| !d.contains(pos)))
+            .map(|(pos, key)| {
+                out.found[key] = true;
+                pos
+            })
+            .collect();
+        if !positions.is_empty() {
+            out.deletes.insert(
+                c.path.clone(),
+                FileDeletes { spec_id: c.spec_id, partition: c.partition.clone(), positions },
+            );
+        }
+    }
+    Ok(out)
+}
+
+struct FileScan {
+    opened: bool,
+    row_groups_read: usize,
+    pruned_by_stats: usize,
+    pruned_by_bloom: usize,
+    /// (position, key index)
+    hits: Vec<(i64, usize)>,
+}
+
+/// Reads the key columns of one data file, skipping row groups that cannot hold a key.
+async fn scan_file(file_io: &FileIO, c: &Candidate, k: &Keys) -> Result<FileScan> {
+    let input = file_io.new_input(&c.path)?;
+    let reader = ArrowFileReader::new(FileMetadata { size: c.size }, input.reader().await?);
+    let mut builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
+    let md = builder.metadata().clone();
+    let descr = md.file_metadata().schema_descr_ptr();
+    // Parquet leaf index of each key column, by field id.
+    let mut leaves = Vec::with_capacity(k.field_ids.len());
+    for fid in &k.field_ids {
+        let idx = (0..descr.num_columns()).find(|&i| {
+            let t = descr.column(i).self_type_ptr();
+            t.get_basic_info().has_id() && t.get_basic_info().id() == *fid
+        });
+        leaves.push(idx.ok_or_else(|| Error::Other(format!("{}: no column with field id {fid}", c.path)))?);
+    }
+    let mut scan = FileScan { opened: true, row_groups_read: 0, pruned_by_stats: 0, pruned_by_bloom: 0, hits: Vec::new() };
+    let mut selected = Vec::new();
+    let mut starts = Vec::with_capacity(md.num_row_groups());
+    let mut start = 0i64;
+    for rg in 0..md.num_row_groups() {
+        starts.push(start);
+        start += md.row_group(rg).num_rows();
+        let stats = md.row_group(rg).column(leaves[0]).statistics();
+        let in_range: Option<Vec<Probe>> = candidates_in_range(&k.first, stats);
+        match in_range {
+            Some(v) if v.is_empty() => {
+                scan.pruned_by_stats += 1;
+                continue;
+            }
+            Some(v) => {
+                if let Some(bloom) = builder.get_row_group_column_bloom_filter(rg, leaves[0]).await? {
+                    let physical = descr.column(leaves[0]).physical_type();
+                    if !v.iter().any(|p| p.check(&bloom, physical)) {
+                        scan.pruned_by_bloom += 1;
+                        continue;
+                    }
+                }
+            }
+            None => {}
+        }
+        selected.push(rg);
+    }
+    if selected.is_empty() {
+        return Ok(scan);
+    }
+    scan.row_groups_read = selected.len();
+    let mut leaf_sorted = leaves.clone();
+    leaf_sorted.sort_unstable();
+    leaf_sorted.dedup();
+    let stream = builder
+        .with_projection(ProjectionMask::leaves(&descr, leaf_sorted.iter().copied()))
+        .with_row_groups(selected.clone())
+        .with_batch_size(64 * 1024)
+        .build()?;
+    let batches: Vec<RecordBatch> = stream.try_collect().await?;
+    // Row positions: the selected row groups in order, rows consumed sequentially.
+    let mut rg_iter = selected.iter().map(|&rg| (starts[rg], md.row_group(rg).num_rows()));
+    let (mut rg_start, mut rg_left) = rg_iter.next().unwrap_or((0, 0));
+    let mut offset = 0i64;
+    for b in batches {
+        let cols = key_columns_of(&b, k)?;
+        let rows: Rows = k.converter.convert_columns(&cols)?;
+        for i in 0..b.num_rows() {
+            while rg_left == 0 {
+                match rg_iter.next() {
+                    Some((s, n)) => {
+                        rg_start = s;
+                        rg_left = n;
+                        offset = 0;
+                    }
+                    None => return Err(Error::Other(format!("{}: more rows than row groups hold", c.path))),
+                }
+            }
+            if let Some(&key) = k.index.get(rows.row(i).as_ref()) {
+                scan.hits.push((rg_start + offset, key));
+            }
+            offset += 1;
+            rg_left -= 1;
+        }
+    }
+    Ok(scan)
+}
+
+/// The key columns of a projected batch in key order, cast to the current key types (a file
+/// written before a promotion holds the narrower type).
+fn key_columns_of(b: &RecordBatch, k: &Keys) -> Result<Vec<ArrayRef>> {
+    let schema = b.schema();
+    k.field_ids
+        .iter()
+        .zip(&k.types)
+        .map(|(fid, t)| {
+            let i = schema
+                .fields()
+                .iter()
+                .position(|f| {
+                    f.metadata()
+                        .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+                        .and_then(|v| v.parse::<i32>().ok())
+                        == Some(*fid)
+                })
+                .ok_or_else(|| Error::Other(format!("key field {fid} missing from projection")))?;
+            Ok(arrow_cast::cast(b.column(i), t)?)
+        })
+        .collect()
+}
+
+/// A key value to test against a bloom filter.
+enum Probe<'a> {
+    Int(i64),
+    Str(&'a str),
+}
+
+impl Probe<'_> {
+    fn check(&self, bloom: &parquet::bloom_filter::Sbbf, physical: parquet::basic::Type) -> bool {
+        use parquet::basic::Type as T;
+        match (self, physical) {
+            (Probe::Int(v), T::INT64) => bloom.check(v),
+            (Probe::Int(v), T::INT32) => i32::try_from(*v).is_ok_and(|v| bloom.check(&v)),
+            (Probe::Str(s), T::BYTE_ARRAY) => bloom.check(*s),
+            _ => true,
+        }
+    }
+}
+
+/// Keys (first column) inside a row group's min/max; `None` when statistics cannot tell.
+fn candidates_in_range<'a>(first: &'a FirstColumn, stats: Option<&Statistics>) -> Option<Vec<Probe<'a>>> {
+    let stats = stats?;
+    match (first, stats) {
+        (FirstColumn::Ints(v), Statistics::Int64(s)) => {
+            let (lo, hi) = (*s.min_opt()?, *s.max_opt()?);
+            Some(range(v, &lo, &hi).iter().map(|x| Probe::Int(*x)).collect())
+        }
+        (FirstColumn::Ints(v), Statistics::Int32(s)) => {
+            let (lo, hi) = (*s.min_opt()? as i64, *s.max_opt()? as i64);
+            Some(range(v, &lo, &hi).iter().map(|x| Probe::Int(*x)).collect())
+        }
+        (FirstColumn::Strings(v), Statistics::ByteArray(s)) if s.min_is_exact() && s.max_is_exact() => {
+            let lo = std::str::from_utf8(s.min_opt()?.data()).ok()?;
+            let hi = std::str::from_utf8(s.max_opt()?.data()).ok()?;
+            let at = v.partition_point(|x| x.as_str() < lo);
+            let end = v.partition_point(|x| x.as_str() <= hi);
+            Some(v[at..end.max(at)].iter().map(|x| Probe::Str(x.as_str())).collect())
+        }
+        _ => None,
+    }
+}
+
+fn range<'a, T: Ord>(v: &'a [T], lo: &T, hi: &T) -> &'a [T] {
+    let at = v.partition_point(|x| x < lo);
+    let end = v.partition_point(|x| x <= hi);
+    &v[at..end.max(at)]
+}
+
+/// Reads whole columns of a (small) Parquet file; `None` = all columns.
+async fn read_columns(file_io: &FileIO, path: &str, size: u64, _cols: Option<&[usize]>) -> Result<Vec<RecordBatch>> {
+    let input = file_io.new_input(path)?;
+    let reader = ArrowFileReader::new(FileMetadata { size }, input.reader().await?);
+    let stream = ParquetRecordBatchStreamBuilder::new(reader).await?.build()?;
+    Ok(stream.try_collect().await?)
+}

@@ -1,1 +1,180 @@
+//! write: Parquet data files for the rows a commit upserts, and position-delete files for the
+//! rows it replaces or removes.
+//!
+//! Data files are sorted by key (rows arrive sorted from dedupe), carry column statistics and a
+//! bloom filter on each key column, and roll over at the target size; a partitioned table gets
+//! one set of files per partition. Those are what make [`crate::lookup`] cheap later: sorted
+//! files have narrow key bounds, and row groups can be skipped by statistics and bloom filters.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
+use iceberg::io::FileIO;
+use iceberg::spec::{
+    DataContentType, DataFile, DataFileFormat, NestedField, PartitionKey, PrimitiveType, Schema,
+    Struct, TableMetadata, Type,
+};
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{DefaultFileNameGenerator, DefaultLocationGenerator};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
+
+use crate::error::{Error, Result};
+
+/// Rows per Parquet row group: the unit that statistics and bloom filters let a lookup skip.
+pub const ROW_GROUP_ROWS: usize = 128 * 1024;
+
+/// Field ids Iceberg reserves for position-delete files.
+pub const DELETE_FILE_PATH_ID: i32 = 2147483546;
+pub const DELETE_POS_ID: i32 = 2147483545;
+
+fn base_properties() -> parquet::file::properties::WriterPropertiesBuilder {
+    WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .set_created_by(format!("dms2iceberg {}", env!("CARGO_PKG_VERSION")))
+}
+
+/// Writes `rows` (already in the table's current schema, column for column, sorted by key) as
+/// data files of the table's default partition spec. Returns `(spec id, file)` pairs.
+pub async fn write_data_files(
+    file_io: &FileIO,
+    metadata: &TableMetadata,
+    rows: &RecordBatch,
+    key: &[String],
+    target_file_size: u64,
+) -> Result<Vec<(i32, DataFile)>> {
+    if rows.num_rows() == 0 {
+        return Ok(Vec::new());
+    }
+    let schema = metadata.current_schema().clone();
+    let arrow_schema = Arc::new(schema_to_arrow_schema(&schema)?);
+    let batch = RecordBatch::try_new(arrow_schema, rows.columns().to_vec())?;
+    let ndv = (rows.num_rows().min(ROW_GROUP_ROWS)) as u64;
+    let mut props = base_properties();
+    for k in key {
+        let path = ColumnPath::from(k.as_str());
+        props = props
+            .set_column_bloom_filter_enabled(path.clone(), true)
+            .set_column_bloom_filter_ndv(path.clone(), ndv.max(16))
+            .set_column_bloom_filter_fpp(path, 0.01);
+    }
+    let spec = metadata.default_partition_spec().clone();
+    let sort_order_id = metadata.default_sort_order_id();
+    let parts: Vec<(Option<PartitionKey>, RecordBatch)> = if spec.is_unpartitioned() {
+        vec![(None, batch)]
+    } else {
+        RecordBatchPartitionSplitter::try_new_with_computed_values(schema.clone(), spec.clone())?
+            .split(&batch)?
+            .into_iter()
+            .map(|(k, b)| (Some(k), b))
+            .collect()
+    };
+    let writer_builder = RollingFileWriterBuilder::new(
+        ParquetWriterBuilder::new(props.build(), schema.clone()),
+        target_file_size as usize,
+        file_io.clone(),
+        DefaultLocationGenerator::new(metadata)?,
+        DefaultFileNameGenerator::new(uuid::Uuid::new_v4().to_string(), None, DataFileFormat::Parquet),
+    );
+    let mut out = Vec::new();
+    for (pk, part) in parts {
+        let mut w = writer_builder.build();
+        w.write(&pk, &part).await?;
+        for mut b in w.close().await? {
+            b.content(DataContentType::Data)
+                .partition(pk.as_ref().map(|k| k.data().clone()).unwrap_or_else(Struct::empty))
+                .partition_spec_id(spec.spec_id())
+                .sort_order_id(sort_order_id as i32);
+            out.push((spec.spec_id(), b.build().map_err(|e| Error::Other(format!("data file: {e}")))?));
+        }
+    }
+    Ok(out)
+}
+
+/// The rows of one data file to delete, and where that file lives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileDeletes {
+    pub spec_id: i32,
+    pub partition: Struct,
+    pub positions: Vec<i64>,
+}
+
+/// Writes position-delete files: one per partition, rows sorted by (file path, position) as the
+/// spec requires. `deletes` is keyed by data file path.
+pub async fn write_position_deletes(
+    file_io: &FileIO,
+    metadata: &TableMetadata,
+    deletes: &BTreeMap<String, FileDeletes>,
+) -> Result<Vec<(i32, DataFile)>> {
+    let delete_schema = Arc::new(
+        Schema::builder()
+            .with_fields(vec![
+                Arc::new(NestedField::required(DELETE_FILE_PATH_ID, "file_path", Type::Primitive(PrimitiveType::String))),
+                Arc::new(NestedField::required(DELETE_POS_ID, "pos", Type::Primitive(PrimitiveType::Long))),
+            ])
+            .build()?,
+    );
+    let arrow_schema = Arc::new(schema_to_arrow_schema(&delete_schema)?);
+    // Group by partition; BTreeMap keeps paths sorted inside each group.
+    let mut groups: Vec<((i32, Struct), Vec<(&String, &FileDeletes)>)> = Vec::new();
+    for (path, d) in deletes {
+        let k = (d.spec_id, d.partition.clone());
+        match groups.iter_mut().find(|(g, _)| *g == k) {
+            Some((_, v)) => v.push((path, d)),
+            None => groups.push((k, vec![(path, d)])),
+        }
+    }
+    // Full paths as statistics so readers can prune delete files by `file_path` bounds.
+    let props = base_properties().set_statistics_truncate_length(None).build();
+    let mut out = Vec::new();
+    for ((spec_id, partition), files) in groups {
+        let spec = metadata
+            .partition_spec_by_id(spec_id)
+            .ok_or_else(|| Error::Other(format!("partition spec {spec_id} not in table metadata")))?;
+        let pk = (!spec.is_unpartitioned()).then(|| {
+            PartitionKey::new(spec.as_ref().clone(), metadata.current_schema().clone(), partition.clone())
+        });
+        let mut paths: Vec<&str> = Vec::new();
+        let mut positions: Vec<i64> = Vec::new();
+        for (path, d) in &files {
+            let mut p = d.positions.clone();
+            p.sort_unstable();
+            p.dedup();
+            paths.extend(std::iter::repeat_n(path.as_str(), p.len()));
+            positions.extend(p);
+        }
+        let count = positions.len() as u64;
+        let batch = RecordBatch::try_new(
+            arrow_schema.clone(),
+            vec![
+                Arc::new(StringArray::from(paths)) as ArrayRef,
+                Arc::new(Int64Array::from(positions)) as ArrayRef,
+            ],
+        )?;
+        let mut w = RollingFileWriterBuilder::new(
+            ParquetWriterBuilder::new(props.clone(), delete_schema.clone()),
+            usize::MAX,
+            file_io.clone(),
+            DefaultLocationGenerator::new(metadata)?,
+            DefaultFileNameGenerator::new(format!("{}-deletes", uuid::Uuid::new_v4()), None, DataFileFormat::Parquet),
+        )
+        .build();
+        w.write(&pk, &batch).await?;
+        for mut b in w.close().await? {
+            b.content(DataContentType::PositionDeletes)
+                .partition(partition.clone())
+                .partition_spec_id(spec_id)
+                .record_count(count);
+            if files.len() == 1 {
+                b.referenced_data_file(Some(files[0].0.clone()));
+            }
+            out.push((spec_id, b.build().map_err(|e| Error::Other(format!("delete file: {e}")))?));
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,210 @@
+//! Embedded catalog: a SQLite file in the JDBC/PyIceberg `SqlCatalog` schema.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use iceberg::io::FileIO;
+use iceberg::spec::TableMetadata;
+use iceberg::{NamespaceIdent, TableIdent};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{Catalog, Pointer, SwapError};
+use crate::error::{Error, Result};
+
+/// Catalog name PyIceberg's `SqlCatalog("default", ...)` and Java's JdbcCatalog use.
+pub const CATALOG_NAME: &str = "default";
+
+pub struct SqliteCatalog {
+    conn: Mutex<Connection>,
+    warehouse_uri: String,
+    file_io: FileIO,
+    path: PathBuf,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS iceberg_tables (
+    catalog_name VARCHAR(255) NOT NULL,
+    table_namespace VARCHAR(255) NOT NULL,
+    table_name VARCHAR(255) NOT NULL,
+    metadata_location VARCHAR(1000),
+    previous_metadata_location VARCHAR(1000),
+    iceberg_type VARCHAR(5),
+    PRIMARY KEY (catalog_name, table_namespace, table_name)
+);
+CREATE TABLE IF NOT EXISTS iceberg_namespace_properties (
+    catalog_name VARCHAR(255) NOT NULL,
+    namespace VARCHAR(255) NOT NULL,
+    property_key VARCHAR(255) NOT NULL,
+    property_value VARCHAR(1000),
+    PRIMARY KEY (catalog_name, namespace, property_key)
+);";
+
+impl SqliteCatalog {
+    /// Opens (creating if needed) `<warehouse>/catalog.db`; table files go under `warehouse`.
+    pub fn open(warehouse: &Path) -> Result<SqliteCatalog> {
+        std::fs::create_dir_all(warehouse).map_err(|e| Error::io(warehouse.display().to_string(), e))?;
+        let warehouse = warehouse
+            .canonicalize()
+            .map_err(|e| Error::io(warehouse.display().to_string(), e))?;
+        let path = warehouse.join("catalog.db");
+        let conn = Connection::open(&path)?;
+        // Several processes may commit to one warehouse: wait for the lock rather than fail.
+        conn.busy_timeout(Duration::from_secs(60))?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(SqliteCatalog {
+            conn: Mutex::new(conn),
+            warehouse_uri: format!("file://{}", warehouse.display()),
+            file_io: FileIO::new_with_fs(),
+            path,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>> {
+        self.conn
+            .lock()
+            .map_err(|_| Error::Catalog("catalog connection poisoned".into()))
+    }
+}
+
+fn ns_string(ns: &NamespaceIdent) -> String {
+    ns.clone().inner().join(".")
+}
+
+#[async_trait]
+impl Catalog for SqliteCatalog {
+    fn file_io(&self) -> &FileIO {
+        &self.file_io
+    }
+
+    fn default_location(&self, ident: &TableIdent) -> String {
+        format!(
+            "{}/{}.db/{}",
+            self.warehouse_uri,
+            ns_string(ident.namespace()),
+            ident.name()
+        )
+    }
+
+    async fn load(&self, ident: &TableIdent) -> Result<Option<Pointer>> {
+        let conn = self.conn()?;
+        let loc: Option<Option<String>> = conn
+            .query_row(
+                "SELECT metadata_location FROM iceberg_tables
+                 WHERE catalog_name = ?1 AND table_namespace = ?2 AND table_name = ?3",
+                params![CATALOG_NAME, ns_string(ident.namespace()), ident.name()],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(loc.flatten().map(|metadata_location| Pointer {
+            metadata_location,
+            version: None,
+        }))
+    }
+
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        base: Option<&Pointer>,
+        new_location: &str,
+        _metadata: &TableMetadata,
+    ) -> std::result::Result<(), SwapError> {
+        let conn = self.conn()?;
+        let ns = ns_string(ident.namespace());
+        let changed = match base {
+            Some(b) => conn
+                .execute(
+                    "UPDATE iceberg_tables
+                     SET metadata_location = ?1, previous_metadata_location = ?2
+                     WHERE catalog_name = ?3 AND table_namespace = ?4 AND table_name = ?5
+                       AND metadata_location = ?2",
+                    params![new_location, b.metadata_location, CATALOG_NAME, ns, ident.name()],
+                )
+                .map_err(Error::from)?,
+            None => {
+                conn.execute(
+                    "INSERT OR IGNORE INTO iceberg_namespace_properties
+                     (catalog_name, namespace, property_key, property_value) VALUES (?1, ?2, 'exists', 'true')",
+                    params![CATALOG_NAME, ns],
+                )
+                .map_err(Error::from)?;
+                conn.execute(
+                    "INSERT OR IGNORE INTO iceberg_tables
+                     (catalog_name, table_namespace, table_name, metadata_location, previous_metadata_location, iceberg_type)
+                     VALUES (?1, ?2, ?3, ?4, NULL, 'TABLE')",
+                    params![CATALOG_NAME, ns, ident.name(), new_location],
+                )
+                .map_err(Error::from)?
+            }
+        };
+        if changed == 1 { Ok(()) } else { Err(SwapError::Conflict) }
+    }
+
+    async fn list_tables(&self) -> Result<Vec<TableIdent>> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare(
+            "SELECT table_namespace, table_name FROM iceberg_tables
+             WHERE catalog_name = ?1 AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)
+             ORDER BY table_namespace, table_name",
+        )?;
+        let rows = stmt.query_map(params![CATALOG_NAME], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })?;
+        let mut out = Vec::new();
+        for r in rows {
+            let (ns, t) = r?;
+            let ns = NamespaceIdent::from_vec(ns.split('.').map(str::to_string).collect())?;
+            out.push(TableIdent::new(ns, t));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn swap_is_compare_and_swap() {
+        let dir = std::env::temp_dir().join(format!("d2i-cat-{}", uuid::Uuid::new_v4()));
+        let cat = SqliteCatalog::open(&dir).unwrap();
+        let id = TableIdent::from_strs(["sales", "product"]).unwrap();
+        let md = test_metadata();
+        assert!(cat.load(&id).await.unwrap().is_none());
+        cat.swap(&id, None, "loc1", &md).await.unwrap();
+        assert!(matches!(cat.swap(&id, None, "locX", &md).await, Err(SwapError::Conflict)));
+        let p1 = cat.load(&id).await.unwrap().unwrap();
+        assert_eq!(p1.metadata_location, "loc1");
+        cat.swap(&id, Some(&p1), "loc2", &md).await.unwrap();
+        // A writer still holding loc1 loses.
+        assert!(matches!(cat.swap(&id, Some(&p1), "loc3", &md).await, Err(SwapError::Conflict)));
+        assert_eq!(cat.load(&id).await.unwrap().unwrap().metadata_location, "loc2");
+        assert_eq!(cat.list_tables().await.unwrap(), vec![id]);
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    fn test_metadata() -> TableMetadata {
+        use iceberg::spec::*;
+        let schema = Schema::builder()
+            .with_fields(vec![NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into()])
+            .build()
+            .unwrap();
+        TableMetadataBuilder::new(
+            schema,
+            UnboundPartitionSpec::builder().build(),
+            SortOrder::unsorted_order(),
+            "file:///tmp/x".into(),
+            FormatVersion::V2,
+            Default::default(),
+        )
+        .unwrap()
+        .build()
+        .unwrap()
+        .metadata
+    }
+}

@@ -1,0 +1,131 @@
+//! A table as loaded from the catalog, and the ingest state it carries in snapshot summaries.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use iceberg::TableIdent;
+use iceberg::io::FileIO;
+use iceberg::spec::{Snapshot, TableMetadata};
+use iceberg::table::Table;
+
+use crate::catalog::{Catalog, Pointer};
+use crate::error::Result;
+use crate::locate::OrderKey;
+
+/// Snapshot summary keys we write. Every snapshot we commit carries the watermark forward,
+/// so the current snapshot alone tells what has been applied.
+pub mod keys {
+    /// JSON array of the DMS object keys this snapshot applied.
+    pub const SOURCE_FILES: &str = "dms2iceberg.source-files";
+    /// DMS order key of the last file applied to the table (cumulative).
+    pub const WATERMARK: &str = "dms2iceberg.watermark";
+    /// Greatest change sequence applied to the table (cumulative), when configured.
+    pub const CHANGE_SEQ: &str = "dms2iceberg.change-seq";
+    pub const ROWS_INSERTED: &str = "dms2iceberg.rows-inserted";
+    pub const ROWS_UPDATED: &str = "dms2iceberg.rows-updated";
+    pub const ROWS_DELETED: &str = "dms2iceberg.rows-deleted";
+    pub const VERSION: &str = "dms2iceberg.version";
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadedTable {
+    pub ident: TableIdent,
+    pub pointer: Pointer,
+    pub metadata: Arc<TableMetadata>,
+}
+
+/// What has been applied to a table, from its snapshot summaries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Watermark {
+    pub file: Option<OrderKey>,
+    pub change_seq: Option<String>,
+}
+
+impl LoadedTable {
+    pub async fn load(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Option<LoadedTable>> {
+        let Some(pointer) = catalog.load(ident).await? else {
+            return Ok(None);
+        };
+        let metadata = TableMetadata::read_from(catalog.file_io(), &pointer.metadata_location).await?;
+        Ok(Some(LoadedTable {
+            ident: ident.clone(),
+            pointer,
+            metadata: Arc::new(metadata),
+        }))
+    }
+
+    pub fn watermark(&self) -> Watermark {
+        watermark(&self.metadata)
+    }
+
+    /// An iceberg-rust `Table` for reading (scans, manifests).
+    pub fn table(&self, file_io: &FileIO) -> Result<Table> {
+        Ok(Table::builder()
+            .identifier(self.ident.clone())
+            .metadata(self.metadata.clone())
+            .metadata_location(self.pointer.metadata_location.clone())
+            .file_io(file_io.clone())
+            .readonly(true)
+            .build()?)
+    }
+}
+
+/// Snapshots from the current one back to the first, following parents (the `snapshots` list
+/// in metadata is unordered).
+pub fn ancestry(metadata: &TableMetadata) -> Vec<&Arc<Snapshot>> {
+    let mut out = Vec::new();
+    let mut next = metadata.current_snapshot_id();
+    while let Some(id) = next {
+        let Some(s) = metadata.snapshot_by_id(id) else { break };
+        out.push(s);
+        next = s.parent_snapshot_id();
+    }
+    out
+}
+
+/// The newest ingest state in the current snapshot's ancestry (snapshots by other writers
+/// carry none and are skipped).
+pub fn watermark(metadata: &TableMetadata) -> Watermark {
+    for s in ancestry(metadata) {
+        let p = &s.summary().additional_properties;
+        if let Some(w) = p.get(keys::WATERMARK) {
+            return Watermark {
+                file: OrderKey::parse(w),
+                change_seq: p.get(keys::CHANGE_SEQ).cloned(),
+            };
+        }
+    }
+    Watermark::default()
+}
+
+/// Our summary properties of a snapshot, for `history`.
+pub fn source_files(props: &std::collections::HashMap<String, String>) -> Vec<String> {
+    props
+        .get(keys::SOURCE_FILES)
+        .and_then(|s| serde_json::from_str::<Vec<String>>(s).ok())
+        .unwrap_or_default()
+}
+
+/// Properties carried forward by a snapshot that applies no input (e.g. compaction).
+pub fn carried_state(metadata: &TableMetadata) -> BTreeMap<String, String> {
+    let w = watermark(metadata);
+    let mut m = BTreeMap::new();
+    if let Some(f) = w.file {
+        m.insert(keys::WATERMARK.to_string(), f.to_string());
+    }
+    if let Some(s) = w.change_seq {
+        m.insert(keys::CHANGE_SEQ.to_string(), s);
+    }
+    m
+}
+
+/// The manifests of `snapshot` (unencrypted tables; we never write encrypted ones).
+pub async fn manifest_list(
+    file_io: &FileIO,
+    metadata: &TableMetadata,
+    snapshot: &Snapshot,
+) -> Result<Vec<iceberg::spec::ManifestFile>> {
+    let bytes = file_io.new_input(snapshot.manifest_list())?.read().await?;
+    let list = iceberg::spec::ManifestList::parse_with_version(&bytes, metadata.format_version())?;
+    Ok(list.consume_entries().into_iter().collect())
+}
