@@ -1,1 +1,337 @@
-fn main() {}
+//! `dms2iceberg`: apply AWS DMS output to Iceberg tables in a local warehouse (embedded SQLite
+//! catalog). `main` only parses arguments, wires the catalog and calls the library.
+
+mod output;
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use dms2iceberg::catalog::{Catalog, SqliteCatalog};
+use dms2iceberg::config::Config;
+use dms2iceberg::ops::discover::discover;
+use dms2iceberg::ops::ingest::{Ingest, local_inputs};
+use dms2iceberg::ops::{history::history, parse_ident, scan::Scan};
+
+#[derive(Parser)]
+#[command(
+    name = "dms2iceberg",
+    version,
+    about = "Apply AWS DMS full-load and change files to Apache Iceberg tables"
+)]
+struct Cli {
+    /// Log more (repeat for debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Apply DMS files (files or folders) to their tables, in DMS order, exactly once.
+    Ingest {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        #[arg(long, default_value = "warehouse")]
+        warehouse: PathBuf,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// DMS files per snapshot (1 = one snapshot per file).
+        #[arg(long, default_value_t = 1)]
+        files_per_commit: usize,
+        /// Print the per-commit reports as JSON lines instead of the summary.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a table's rows, sorted by primary key.
+    Scan {
+        table: String,
+        #[arg(long, default_value = "warehouse")]
+        warehouse: PathBuf,
+        /// The table as it was at this time: RFC 3339, "YYYY-MM-DD HH:MM:SS[.fff]" (UTC) or epoch milliseconds.
+        #[arg(long, conflicts_with = "snapshot")]
+        as_of: Option<String>,
+        #[arg(long)]
+        snapshot: Option<i64>,
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: output::Format,
+    },
+    /// List a table's snapshots, oldest first, with the DMS files each applied.
+    History {
+        table: String,
+        #[arg(long, default_value = "warehouse")]
+        warehouse: PathBuf,
+        #[arg(long, value_enum, default_value = "table")]
+        format: output::Format,
+    },
+    /// List the tables in the warehouse.
+    Tables {
+        #[arg(long, default_value = "warehouse")]
+        warehouse: PathBuf,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::exit(2);
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(true) => {}
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            // `dms2iceberg scan ... | head` closes the pipe early: not an error.
+            let broken_pipe = e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            });
+            if !broken_pipe {
+                eprintln!("error: {e:#}");
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
+/// Ok(false): ran, but some table failed.
+async fn run(command: Command) -> Result<bool> {
+    match command {
+        Command::Ingest {
+            paths,
+            warehouse,
+            config,
+            files_per_commit,
+            json,
+        } => {
+            let config = match &config {
+                Some(p) => Config::load(p)?,
+                None => Config::default(),
+            };
+            let catalog = SqliteCatalog::open(&warehouse)
+                .with_context(|| format!("opening warehouse {}", warehouse.display()))?;
+            ingest(&catalog, &config, &paths, files_per_commit, json).await
+        }
+        Command::Scan {
+            table,
+            warehouse,
+            as_of,
+            snapshot,
+            limit,
+            format,
+        } => {
+            let catalog = open_existing(&warehouse)?;
+            let as_of_ms = as_of.as_deref().map(parse_time).transpose()?;
+            let r = Scan::new(&catalog, parse_ident(&table)?)
+                .snapshot_id(snapshot)
+                .as_of_ms(as_of_ms)
+                .limit(limit)
+                .execute()
+                .await?;
+            let mut out = std::io::stdout().lock();
+            output::write(&mut out, &r.batch, format)?;
+            Ok(true)
+        }
+        Command::History {
+            table,
+            warehouse,
+            format,
+        } => {
+            let catalog = open_existing(&warehouse)?;
+            let snaps = history(&catalog, &parse_ident(&table)?).await?;
+            let mut out = std::io::stdout().lock();
+            match format {
+                output::Format::Json => {
+                    for s in &snaps {
+                        writeln!(out, "{}", serde_json::to_string(s)?)?;
+                    }
+                }
+                _ => {
+                    writeln!(
+                        out,
+                        "{:<20} {:<24} {:<10} {:>9} {:>9} {:>9} {:>10}  files",
+                        "snapshot",
+                        "committed (UTC)",
+                        "operation",
+                        "inserted",
+                        "updated",
+                        "deleted",
+                        "records"
+                    )?;
+                    for s in &snaps {
+                        let when = chrono::DateTime::from_timestamp_millis(s.timestamp_ms)
+                            .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())
+                            .unwrap_or_default();
+                        let n =
+                            |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+                        let files: Vec<&str> = s
+                            .source_files
+                            .iter()
+                            .map(|f| f.rsplit('/').next().unwrap_or(f))
+                            .collect();
+                        writeln!(
+                            out,
+                            "{:<20} {:<24} {:<10} {:>9} {:>9} {:>9} {:>10}  {}",
+                            s.snapshot_id,
+                            when,
+                            s.operation,
+                            n(s.rows_inserted),
+                            n(s.rows_updated),
+                            n(s.rows_deleted),
+                            n(s.total_records),
+                            files.join(", ")
+                        )?;
+                    }
+                }
+            }
+            Ok(true)
+        }
+        Command::Tables { warehouse } => {
+            let catalog = open_existing(&warehouse)?;
+            for t in catalog.list_tables().await? {
+                println!("{t}");
+            }
+            Ok(true)
+        }
+    }
+}
+
+fn open_existing(warehouse: &std::path::Path) -> Result<SqliteCatalog> {
+    if !warehouse.join("catalog.db").exists() {
+        bail!(
+            "no warehouse at {} (run `dms2iceberg ingest` first, or pass --warehouse)",
+            warehouse.display()
+        );
+    }
+    Ok(SqliteCatalog::open(warehouse)?)
+}
+
+async fn ingest(
+    catalog: &SqliteCatalog,
+    config: &Config,
+    paths: &[PathBuf],
+    files_per_commit: usize,
+    json: bool,
+) -> Result<bool> {
+    let tables = discover(paths, &config.source)?;
+    if tables.is_empty() {
+        bail!(
+            "no DMS files (LOAD*.csv|parquet or YYYYMMDD-HHMMSS*.csv|parquet under <schema>/<table>/) found under the given paths"
+        );
+    }
+    let total: usize = tables.iter().map(|t| t.files.len()).sum();
+    let progress = std::io::stderr().is_terminal() && !json;
+    let ingest = Ingest::new(catalog, config).files_per_commit(files_per_commit);
+    let mut done = 0usize;
+    let mut all_ok = true;
+    let mut out = std::io::stdout();
+    for t in tables {
+        let started = Instant::now();
+        let report = ingest
+            .execute(&t.schema, &t.table, local_inputs(t.files), |c| {
+                done += c.files.len();
+                if json {
+                    if let Ok(line) = serde_json::to_string(c) {
+                        println!("{line}");
+                    }
+                } else if progress {
+                    let width = 30;
+                    let filled = done * width / total.max(1);
+                    eprint!(
+                        "\r[{}{}] {done}/{total} files",
+                        "#".repeat(filled),
+                        " ".repeat(width - filled)
+                    );
+                    let _ = std::io::stderr().flush();
+                }
+            })
+            .await;
+        if progress {
+            eprint!("\r{}\r", " ".repeat(60));
+        }
+        let sum = |f: fn(&dms2iceberg::ops::ingest::CommitReport) -> usize| -> usize {
+            report.commits.iter().map(f).sum()
+        };
+        let last_snapshot = report.commits.iter().rev().find_map(|c| c.snapshot_id);
+        if !json {
+            writeln!(
+                out,
+                "{} -> {}: {} files applied, {} skipped (already applied); rows {} inserted, {} updated, {} deleted; snapshot {}; {:.2}s",
+                report.source,
+                report.table,
+                report.applied_files(),
+                report.skipped_files(),
+                sum(|c| c.inserted),
+                sum(|c| c.updated),
+                sum(|c| c.deleted),
+                last_snapshot
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "unchanged".into()),
+                started.elapsed().as_secs_f64()
+            )?;
+        }
+        if let Some(e) = &report.error {
+            all_ok = false;
+            eprintln!("error: {}: {e}", report.source);
+            if report.files_waiting > 0 {
+                eprintln!(
+                    "       {} later file(s) of {} were not applied (DMS order is kept)",
+                    report.files_waiting, report.source
+                );
+            }
+        }
+    }
+    Ok(all_ok)
+}
+
+/// RFC 3339, `YYYY-MM-DD HH:MM:SS[.fff]` (UTC), or epoch milliseconds.
+fn parse_time(s: &str) -> Result<i64> {
+    if let Ok(ms) = s.parse::<i64>() {
+        return Ok(ms);
+    }
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Ok(t.timestamp_millis());
+    }
+    for f in [
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%d",
+    ] {
+        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, f) {
+            return Ok(t.and_utc().timestamp_millis());
+        }
+        if let Ok(d) = chrono::NaiveDate::parse_from_str(s, f) {
+            return Ok(d
+                .and_hms_opt(0, 0, 0)
+                .map(|t| t.and_utc().timestamp_millis())
+                .unwrap_or_default());
+        }
+    }
+    bail!(
+        "cannot read `{s}` as a time: use RFC 3339, \"YYYY-MM-DD HH:MM:SS\" (UTC) or epoch milliseconds"
+    )
+}

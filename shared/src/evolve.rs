@@ -216,3 +216,98 @@ mod tests {
         assert!(evolve(&s, 2, &cols(&[("a", Int), ("id", Double)]), "t", "f").is_err());
     }
 }
+
+/// Parses the config's `partition_by` (`category`, `bucket(16, id)`, `truncate(4, name)`,
+/// `day(ts)`, `month(ts)`, `year(ts)`, `hour(ts)`, `identity(x)`) against `schema`.
+pub fn partition_spec(
+    partition_by: &[String],
+    schema: &Schema,
+    table: &str,
+) -> Result<iceberg::spec::UnboundPartitionSpec> {
+    use iceberg::spec::{Transform, UnboundPartitionSpec};
+    let bad = |reason: String| Error::Schema {
+        table: table.to_string(),
+        reason: format!("partition_by: {reason}"),
+    };
+    let mut b = UnboundPartitionSpec::builder();
+    for expr in partition_by {
+        let e = expr.trim();
+        let (transform, column) = match e.split_once('(') {
+            None => (Transform::Identity, e.to_string()),
+            Some((name, rest)) => {
+                let args: Vec<&str> = rest
+                    .strip_suffix(')')
+                    .ok_or_else(|| bad(format!("`{e}`: missing `)`")))?
+                    .split(',')
+                    .map(str::trim)
+                    .collect();
+                let num = |s: &str| {
+                    s.parse::<u32>()
+                        .map_err(|_| bad(format!("`{e}`: `{s}` is not a number")))
+                };
+                match (name.trim().to_ascii_lowercase().as_str(), args.as_slice()) {
+                    ("bucket", [n, c]) => (Transform::Bucket(num(n)?), c.to_string()),
+                    ("truncate", [w, c]) => (Transform::Truncate(num(w)?), c.to_string()),
+                    ("year" | "years", [c]) => (Transform::Year, c.to_string()),
+                    ("month" | "months", [c]) => (Transform::Month, c.to_string()),
+                    ("day" | "days", [c]) => (Transform::Day, c.to_string()),
+                    ("hour" | "hours", [c]) => (Transform::Hour, c.to_string()),
+                    ("identity", [c]) => (Transform::Identity, c.to_string()),
+                    _ => return Err(bad(format!("`{e}` is not a known transform"))),
+                }
+            }
+        };
+        let column = column.to_lowercase();
+        let field = schema
+            .field_by_name(&column)
+            .or_else(|| schema.field_by_name_case_insensitive(&column))
+            .ok_or_else(|| bad(format!("`{e}`: no column `{column}`")))?;
+        if transform.result_type(&field.field_type).is_err() {
+            return Err(bad(format!(
+                "`{e}`: {transform} does not apply to {}",
+                field.field_type
+            )));
+        }
+        let name = match transform {
+            Transform::Identity => field.name.clone(),
+            Transform::Bucket(_) => format!("{}_bucket", field.name),
+            Transform::Truncate(_) => format!("{}_trunc", field.name),
+            t => format!("{}_{t}", field.name),
+        };
+        b = b
+            .add_partition_field(field.id, name, transform)
+            .map_err(|err| bad(format!("`{e}`: {err}")))?;
+    }
+    Ok(b.build())
+}
+
+/// Whether `spec` partitions the same way as `current` (same sources and transforms).
+pub fn same_partitioning(
+    spec: &iceberg::spec::UnboundPartitionSpec,
+    current: &iceberg::spec::PartitionSpec,
+) -> bool {
+    spec.fields().len() == current.fields().len()
+        && spec
+            .fields()
+            .iter()
+            .zip(current.fields())
+            .all(|(a, b)| a.source_id == b.source_id && a.transform == b.transform)
+}
+
+/// Sort order of our data files: the key, ascending.
+pub fn key_sort_order(schema: &Schema) -> Result<iceberg::spec::SortOrder> {
+    use iceberg::spec::{NullOrder, SortDirection, SortField, SortOrder, Transform};
+    let mut b = SortOrder::builder();
+    b.with_order_id(1);
+    for id in schema.identifier_field_ids() {
+        b.with_sort_field(
+            SortField::builder()
+                .source_id(id)
+                .transform(Transform::Identity)
+                .direction(SortDirection::Ascending)
+                .null_order(NullOrder::First)
+                .build(),
+        );
+    }
+    Ok(b.build(schema)?)
+}

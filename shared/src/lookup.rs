@@ -21,16 +21,18 @@ use arrow_schema::DataType;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::ArrowFileReader;
 use iceberg::io::{FileIO, FileMetadata};
-use iceberg::spec::{DataContentType, Datum, Manifest, ManifestContentType, PrimitiveLiteral, Struct, TableMetadata};
-use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use iceberg::spec::{
+    DataContentType, Datum, Manifest, ManifestContentType, PrimitiveLiteral, Struct, TableMetadata,
+};
 use parquet::arrow::ProjectionMask;
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::file::statistics::Statistics;
 
 use crate::error::{Error, Result};
 use crate::write::FileDeletes;
 
 /// What a lookup did, for logs and benchmarks.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LookupStats {
     pub live_data_files: usize,
     pub files_pruned_by_bounds: usize,
@@ -61,7 +63,11 @@ pub struct LookupCache {
 const CACHE_ENTRIES: usize = 20_000;
 
 impl LookupCache {
-    async fn manifest(&self, file_io: &FileIO, m: &iceberg::spec::ManifestFile) -> Result<Arc<Manifest>> {
+    async fn manifest(
+        &self,
+        file_io: &FileIO,
+        m: &iceberg::spec::ManifestFile,
+    ) -> Result<Arc<Manifest>> {
         if let Some(x) = lock(&self.manifests)?.get(&m.manifest_path) {
             return Ok(x.clone());
         }
@@ -74,7 +80,12 @@ impl LookupCache {
         Ok(loaded)
     }
 
-    async fn delete_file(&self, file_io: &FileIO, path: &str, size: u64) -> Result<(Arc<HashMap<String, Vec<i64>>>, bool)> {
+    async fn delete_file(
+        &self,
+        file_io: &FileIO,
+        path: &str,
+        size: u64,
+    ) -> Result<(Arc<HashMap<String, Vec<i64>>>, bool)> {
         if let Some(x) = lock(&self.deletes)?.get(path) {
             return Ok((x.clone(), false));
         }
@@ -87,7 +98,9 @@ impl LookupCache {
             let pos = arrow_cast::cast(pos, &DataType::Int64)?;
             let pos = pos.as_primitive::<Int64Type>();
             for i in 0..b.num_rows() {
-                map.entry(paths.value(i).to_string()).or_default().push(pos.value(i));
+                map.entry(paths.value(i).to_string())
+                    .or_default()
+                    .push(pos.value(i));
             }
         }
         let map = Arc::new(map);
@@ -101,7 +114,8 @@ impl LookupCache {
 }
 
 fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>> {
-    m.lock().map_err(|_| Error::Other("lookup cache poisoned".into()))
+    m.lock()
+        .map_err(|_| Error::Other("lookup cache poisoned".into()))
 }
 
 /// The keys being looked up, in the forms each pruning step needs.
@@ -127,14 +141,19 @@ impl Keys {
     fn new(keys: &RecordBatch, field_ids: Vec<i32>) -> Result<Keys> {
         let arrays: Vec<ArrayRef> = keys.columns().to_vec();
         let types: Vec<DataType> = arrays.iter().map(|a| a.data_type().clone()).collect();
-        let converter = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
+        let converter =
+            RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
         let rows = converter.convert_columns(&arrays)?;
-        let index = (0..rows.num_rows()).map(|i| (rows.row(i).as_ref().to_vec(), i)).collect();
+        let index = (0..rows.num_rows())
+            .map(|i| (rows.row(i).as_ref().to_vec(), i))
+            .collect();
         let mut columns = Vec::new();
         for a in &arrays {
             let c = RowConverter::new(vec![SortField::new(a.data_type().clone())])?;
             let r = c.convert_columns(std::slice::from_ref(a))?;
-            let mut v: Vec<Vec<u8>> = (0..r.num_rows()).map(|i| r.row(i).as_ref().to_vec()).collect();
+            let mut v: Vec<Vec<u8>> = (0..r.num_rows())
+                .map(|i| r.row(i).as_ref().to_vec())
+                .collect();
             v.sort_unstable();
             v.dedup();
             columns.push((c, v));
@@ -143,14 +162,30 @@ impl Keys {
             Some(a) => first_values(a),
             None => FirstColumn::Other,
         };
-        Ok(Keys { field_ids, types, converter, index, columns, first })
+        Ok(Keys {
+            field_ids,
+            types,
+            converter,
+            index,
+            columns,
+            first,
+        })
     }
 
     /// Could a file whose key columns lie within these bounds hold one of the keys?
-    fn may_contain(&self, lower: &HashMap<i32, Datum>, upper: &HashMap<i32, Datum>) -> Result<bool> {
+    fn may_contain(
+        &self,
+        lower: &HashMap<i32, Datum>,
+        upper: &HashMap<i32, Datum>,
+    ) -> Result<bool> {
         for (i, fid) in self.field_ids.iter().enumerate() {
-            let (Some(lo), Some(hi)) = (lower.get(fid), upper.get(fid)) else { continue };
-            let (Some(lo), Some(hi)) = (self.encode_datum(i, lo)?, self.encode_datum(i, hi)?) else { continue };
+            let (Some(lo), Some(hi)) = (lower.get(fid), upper.get(fid)) else {
+                continue;
+            };
+            let (Some(lo), Some(hi)) = (self.encode_datum(i, lo)?, self.encode_datum(i, hi)?)
+            else {
+                continue;
+            };
             let sorted = &self.columns[i].1;
             let at = sorted.partition_point(|v| v.as_slice() < lo.as_slice());
             if at == sorted.len() || sorted[at].as_slice() > hi.as_slice() {
@@ -161,8 +196,12 @@ impl Keys {
     }
 
     fn encode_datum(&self, col: usize, d: &Datum) -> Result<Option<Vec<u8>>> {
-        let Some(a) = datum_array(d) else { return Ok(None) };
-        let Ok(a) = arrow_cast::cast(&a, &self.types[col]) else { return Ok(None) };
+        let Some(a) = datum_array(d) else {
+            return Ok(None);
+        };
+        let Ok(a) = arrow_cast::cast(&a, &self.types[col]) else {
+            return Ok(None);
+        };
         let r = self.columns[col].0.convert_columns(&[a])?;
         Ok(Some(r.row(0).as_ref().to_vec()))
     }
@@ -171,11 +210,25 @@ impl Keys {
 fn first_values(a: &ArrayRef) -> FirstColumn {
     let ints = match a.data_type() {
         DataType::Int64 => Some(a.as_primitive::<Int64Type>().values().to_vec()),
-        DataType::Int32 => Some(a.as_primitive::<Int32Type>().values().iter().map(|v| *v as i64).collect()),
-        DataType::Date32 => Some(a.as_primitive::<Date32Type>().values().iter().map(|v| *v as i64).collect()),
-        DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, _) => {
-            Some(a.as_primitive::<TimestampMicrosecondType>().values().to_vec())
-        }
+        DataType::Int32 => Some(
+            a.as_primitive::<Int32Type>()
+                .values()
+                .iter()
+                .map(|v| *v as i64)
+                .collect(),
+        ),
+        DataType::Date32 => Some(
+            a.as_primitive::<Date32Type>()
+                .values()
+                .iter()
+                .map(|v| *v as i64)
+                .collect(),
+        ),
+        DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, _) => Some(
+            a.as_primitive::<TimestampMicrosecondType>()
+                .values()
+                .to_vec(),
+        ),
         _ => None,
     };
     if let Some(mut v) = ints {
@@ -201,7 +254,9 @@ fn datum_array(d: &Datum) -> Option<ArrayRef> {
         (P::Int, PrimitiveLiteral::Int(v)) => Arc::new(Int32Array::from(vec![*v])),
         (P::Long, PrimitiveLiteral::Long(v)) => Arc::new(Int64Array::from(vec![*v])),
         (P::Date, PrimitiveLiteral::Int(v)) => Arc::new(Date32Array::from(vec![*v])),
-        (P::Timestamp, PrimitiveLiteral::Long(v)) => Arc::new(TimestampMicrosecondArray::from(vec![*v])),
+        (P::Timestamp, PrimitiveLiteral::Long(v)) => {
+            Arc::new(TimestampMicrosecondArray::from(vec![*v]))
+        }
         (P::Timestamptz, PrimitiveLiteral::Long(v)) => {
             Arc::new(TimestampMicrosecondArray::from(vec![*v]).with_timezone("+00:00"))
         }
@@ -242,8 +297,13 @@ pub async fn locate_rows(
     key_field_ids: Vec<i32>,
     cache: &LookupCache,
 ) -> Result<Located> {
-    let mut out = Located { found: vec![false; keys.num_rows()], ..Default::default() };
-    let Some(snapshot) = metadata.current_snapshot() else { return Ok(out) };
+    let mut out = Located {
+        found: vec![false; keys.num_rows()],
+        ..Default::default()
+    };
+    let Some(snapshot) = metadata.current_snapshot() else {
+        return Ok(out);
+    };
     if keys.num_rows() == 0 {
         return Ok(out);
     }
@@ -272,7 +332,10 @@ pub async fn locate_rows(
                     }
                 }
                 (_, DataContentType::PositionDeletes) => {
-                    let bound = |m: &HashMap<i32, Datum>| match m.get(&crate::write::DELETE_FILE_PATH_ID).map(|d| d.literal()) {
+                    let bound = |m: &HashMap<i32, Datum>| match m
+                        .get(&crate::write::DELETE_FILE_PATH_ID)
+                        .map(|d| d.literal())
+                    {
                         Some(PrimitiveLiteral::String(s)) => Some(s.clone()),
                         _ => None,
                     };
@@ -306,7 +369,9 @@ pub async fn locate_rows(
                 && d.partition == c.partition
                 && match (&d.referenced, &d.bounds) {
                     (Some(r), _) => *r == c.path,
-                    (None, Some((lo, hi))) => lo.as_str() <= c.path.as_str() && c.path.as_str() <= hi.as_str(),
+                    (None, Some((lo, hi))) => {
+                        lo.as_str() <= c.path.as_str() && c.path.as_str() <= hi.as_str()
+                    }
                     (None, None) => true,
                 };
             if !applies {
@@ -315,7 +380,9 @@ pub async fn locate_rows(
             let (content, read) = cache.delete_file(file_io, &d.path, d.size).await?;
             out.stats.delete_files_read += read as usize;
             if let Some(p) = content.get(&c.path) {
-                dead.entry(c.path.clone()).or_default().extend(p.iter().copied());
+                dead.entry(c.path.clone())
+                    .or_default()
+                    .extend(p.iter().copied());
             }
         }
     }
@@ -345,7 +412,11 @@ pub async fn locate_rows(
         if !positions.is_empty() {
             out.deletes.insert(
                 c.path.clone(),
-                FileDeletes { spec_id: c.spec_id, partition: c.partition.clone(), positions },
+                FileDeletes {
+                    spec_id: c.spec_id,
+                    partition: c.partition.clone(),
+                    positions,
+                },
             );
         }
     }
@@ -375,9 +446,17 @@ async fn scan_file(file_io: &FileIO, c: &Candidate, k: &Keys) -> Result<FileScan
             let t = descr.column(i).self_type_ptr();
             t.get_basic_info().has_id() && t.get_basic_info().id() == *fid
         });
-        leaves.push(idx.ok_or_else(|| Error::Other(format!("{}: no column with field id {fid}", c.path)))?);
+        leaves.push(
+            idx.ok_or_else(|| Error::Other(format!("{}: no column with field id {fid}", c.path)))?,
+        );
     }
-    let mut scan = FileScan { opened: true, row_groups_read: 0, pruned_by_stats: 0, pruned_by_bloom: 0, hits: Vec::new() };
+    let mut scan = FileScan {
+        opened: true,
+        row_groups_read: 0,
+        pruned_by_stats: 0,
+        pruned_by_bloom: 0,
+        hits: Vec::new(),
+    };
     let mut selected = Vec::new();
     let mut starts = Vec::with_capacity(md.num_row_groups());
     let mut start = 0i64;
@@ -392,7 +471,10 @@ async fn scan_file(file_io: &FileIO, c: &Candidate, k: &Keys) -> Result<FileScan
                 continue;
             }
             Some(v) => {
-                if let Some(bloom) = builder.get_row_group_column_bloom_filter(rg, leaves[0]).await? {
+                if let Some(bloom) = builder
+                    .get_row_group_column_bloom_filter(rg, leaves[0])
+                    .await?
+                {
                     let physical = descr.column(leaves[0]).physical_type();
                     if !v.iter().any(|p| p.check(&bloom, physical)) {
                         scan.pruned_by_bloom += 1;
@@ -418,7 +500,9 @@ async fn scan_file(file_io: &FileIO, c: &Candidate, k: &Keys) -> Result<FileScan
         .build()?;
     let batches: Vec<RecordBatch> = stream.try_collect().await?;
     // Row positions: the selected row groups in order, rows consumed sequentially.
-    let mut rg_iter = selected.iter().map(|&rg| (starts[rg], md.row_group(rg).num_rows()));
+    let mut rg_iter = selected
+        .iter()
+        .map(|&rg| (starts[rg], md.row_group(rg).num_rows()));
     let (mut rg_start, mut rg_left) = rg_iter.next().unwrap_or((0, 0));
     let mut offset = 0i64;
     for b in batches {
@@ -432,7 +516,12 @@ async fn scan_file(file_io: &FileIO, c: &Candidate, k: &Keys) -> Result<FileScan
                         rg_left = n;
                         offset = 0;
                     }
-                    None => return Err(Error::Other(format!("{}: more rows than row groups hold", c.path))),
+                    None => {
+                        return Err(Error::Other(format!(
+                            "{}: more rows than row groups hold",
+                            c.path
+                        )));
+                    }
                 }
             }
             if let Some(&key) = k.index.get(rows.row(i).as_ref()) {
@@ -487,7 +576,10 @@ impl Probe<'_> {
 }
 
 /// Keys (first column) inside a row group's min/max; `None` when statistics cannot tell.
-fn candidates_in_range<'a>(first: &'a FirstColumn, stats: Option<&Statistics>) -> Option<Vec<Probe<'a>>> {
+fn candidates_in_range<'a>(
+    first: &'a FirstColumn,
+    stats: Option<&Statistics>,
+) -> Option<Vec<Probe<'a>>> {
     let stats = stats?;
     match (first, stats) {
         (FirstColumn::Ints(v), Statistics::Int64(s)) => {
@@ -498,12 +590,19 @@ fn candidates_in_range<'a>(first: &'a FirstColumn, stats: Option<&Statistics>) -
             let (lo, hi) = (*s.min_opt()? as i64, *s.max_opt()? as i64);
             Some(range(v, &lo, &hi).iter().map(|x| Probe::Int(*x)).collect())
         }
-        (FirstColumn::Strings(v), Statistics::ByteArray(s)) if s.min_is_exact() && s.max_is_exact() => {
+        (FirstColumn::Strings(v), Statistics::ByteArray(s))
+            if s.min_is_exact() && s.max_is_exact() =>
+        {
             let lo = std::str::from_utf8(s.min_opt()?.data()).ok()?;
             let hi = std::str::from_utf8(s.max_opt()?.data()).ok()?;
             let at = v.partition_point(|x| x.as_str() < lo);
             let end = v.partition_point(|x| x.as_str() <= hi);
-            Some(v[at..end.max(at)].iter().map(|x| Probe::Str(x.as_str())).collect())
+            Some(
+                v[at..end.max(at)]
+                    .iter()
+                    .map(|x| Probe::Str(x.as_str()))
+                    .collect(),
+            )
         }
         _ => None,
     }
@@ -516,9 +615,16 @@ fn range<'a, T: Ord>(v: &'a [T], lo: &T, hi: &T) -> &'a [T] {
 }
 
 /// Reads whole columns of a (small) Parquet file; `None` = all columns.
-async fn read_columns(file_io: &FileIO, path: &str, size: u64, _cols: Option<&[usize]>) -> Result<Vec<RecordBatch>> {
+async fn read_columns(
+    file_io: &FileIO,
+    path: &str,
+    size: u64,
+    _cols: Option<&[usize]>,
+) -> Result<Vec<RecordBatch>> {
     let input = file_io.new_input(path)?;
     let reader = ArrowFileReader::new(FileMetadata { size }, input.reader().await?);
-    let stream = ParquetRecordBatchStreamBuilder::new(reader).await?.build()?;
+    let stream = ParquetRecordBatchStreamBuilder::new(reader)
+        .await?
+        .build()?;
     Ok(stream.try_collect().await?)
 }

@@ -46,7 +46,8 @@ impl LoadedTable {
         let Some(pointer) = catalog.load(ident).await? else {
             return Ok(None);
         };
-        let metadata = TableMetadata::read_from(catalog.file_io(), &pointer.metadata_location).await?;
+        let metadata =
+            TableMetadata::read_from(catalog.file_io(), &pointer.metadata_location).await?;
         Ok(Some(LoadedTable {
             ident: ident.clone(),
             pointer,
@@ -66,6 +67,7 @@ impl LoadedTable {
             .metadata_location(self.pointer.metadata_location.clone())
             .file_io(file_io.clone())
             .readonly(true)
+            .runtime(iceberg::Runtime::try_current()?)
             .build()?)
     }
 }
@@ -76,7 +78,9 @@ pub fn ancestry(metadata: &TableMetadata) -> Vec<&Arc<Snapshot>> {
     let mut out = Vec::new();
     let mut next = metadata.current_snapshot_id();
     while let Some(id) = next {
-        let Some(s) = metadata.snapshot_by_id(id) else { break };
+        let Some(s) = metadata.snapshot_by_id(id) else {
+            break;
+        };
         out.push(s);
         next = s.parent_snapshot_id();
     }

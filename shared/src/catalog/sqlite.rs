@@ -44,7 +44,8 @@ CREATE TABLE IF NOT EXISTS iceberg_namespace_properties (
 impl SqliteCatalog {
     /// Opens (creating if needed) `<warehouse>/catalog.db`; table files go under `warehouse`.
     pub fn open(warehouse: &Path) -> Result<SqliteCatalog> {
-        std::fs::create_dir_all(warehouse).map_err(|e| Error::io(warehouse.display().to_string(), e))?;
+        std::fs::create_dir_all(warehouse)
+            .map_err(|e| Error::io(warehouse.display().to_string(), e))?;
         let warehouse = warehouse
             .canonicalize()
             .map_err(|e| Error::io(warehouse.display().to_string(), e))?;
@@ -123,7 +124,13 @@ impl Catalog for SqliteCatalog {
                      SET metadata_location = ?1, previous_metadata_location = ?2
                      WHERE catalog_name = ?3 AND table_namespace = ?4 AND table_name = ?5
                        AND metadata_location = ?2",
-                    params![new_location, b.metadata_location, CATALOG_NAME, ns, ident.name()],
+                    params![
+                        new_location,
+                        b.metadata_location,
+                        CATALOG_NAME,
+                        ns,
+                        ident.name()
+                    ],
                 )
                 .map_err(Error::from)?,
             None => {
@@ -142,7 +149,11 @@ impl Catalog for SqliteCatalog {
                 .map_err(Error::from)?
             }
         };
-        if changed == 1 { Ok(()) } else { Err(SwapError::Conflict) }
+        if changed == 1 {
+            Ok(())
+        } else {
+            Err(SwapError::Conflict)
+        }
     }
 
     async fn list_tables(&self) -> Result<Vec<TableIdent>> {
@@ -177,13 +188,22 @@ mod tests {
         let md = test_metadata();
         assert!(cat.load(&id).await.unwrap().is_none());
         cat.swap(&id, None, "loc1", &md).await.unwrap();
-        assert!(matches!(cat.swap(&id, None, "locX", &md).await, Err(SwapError::Conflict)));
+        assert!(matches!(
+            cat.swap(&id, None, "locX", &md).await,
+            Err(SwapError::Conflict)
+        ));
         let p1 = cat.load(&id).await.unwrap().unwrap();
         assert_eq!(p1.metadata_location, "loc1");
         cat.swap(&id, Some(&p1), "loc2", &md).await.unwrap();
         // A writer still holding loc1 loses.
-        assert!(matches!(cat.swap(&id, Some(&p1), "loc3", &md).await, Err(SwapError::Conflict)));
-        assert_eq!(cat.load(&id).await.unwrap().unwrap().metadata_location, "loc2");
+        assert!(matches!(
+            cat.swap(&id, Some(&p1), "loc3", &md).await,
+            Err(SwapError::Conflict)
+        ));
+        assert_eq!(
+            cat.load(&id).await.unwrap().unwrap().metadata_location,
+            "loc2"
+        );
         assert_eq!(cat.list_tables().await.unwrap(), vec![id]);
         std::fs::remove_dir_all(dir).ok();
     }
@@ -191,7 +211,9 @@ mod tests {
     fn test_metadata() -> TableMetadata {
         use iceberg::spec::*;
         let schema = Schema::builder()
-            .with_fields(vec![NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into()])
+            .with_fields(vec![
+                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+            ])
             .build()
             .unwrap();
         TableMetadataBuilder::new(

@@ -31,6 +31,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use iceberg::MetadataLocation;
 use iceberg::TableIdent;
 use iceberg::io::FileIO;
 use iceberg::spec::{
@@ -38,7 +39,6 @@ use iceberg::spec::{
     Operation, PartitionSpecRef, Schema, SchemaRef, Snapshot, SortOrder, Summary, TableMetadata,
     TableMetadataBuilder, UnboundPartitionSpec,
 };
-use iceberg::MetadataLocation;
 use tracing::{debug, info, warn};
 
 pub use summary::Added;
@@ -84,7 +84,10 @@ impl MetadataChanges {
         if self.is_empty() {
             return Ok(base.clone());
         }
-        Ok(self.apply_to(base.clone().into_builder(None))?.build()?.metadata)
+        Ok(self
+            .apply_to(base.clone().into_builder(None))?
+            .build()?
+            .metadata)
     }
 
     fn apply_to(&self, mut b: TableMetadataBuilder) -> Result<TableMetadataBuilder> {
@@ -141,6 +144,10 @@ pub enum CommitError {
     /// The table changed in a way our prepared files cannot follow: redo the input.
     #[error("replan needed: {0}")]
     Replan(String),
+    /// The swap may have landed: prepared files must be kept (they may be live). Running the
+    /// input again is safe: it finds the table's watermark and skips.
+    #[error("commit outcome unknown: {0}")]
+    Unknown(String),
     #[error(transparent)]
     Failed(#[from] Error),
 }
@@ -207,9 +214,12 @@ pub async fn write_manifests(
             by_spec.entry(*spec).or_default().push(f.clone());
         }
         for (spec_id, files) in by_spec {
-            let spec: &PartitionSpecRef = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
-                Error::Other(format!("partition spec {spec_id} is not in the table metadata"))
-            })?;
+            let spec: &PartitionSpecRef =
+                metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
+                    Error::Other(format!(
+                        "partition spec {spec_id} is not in the table metadata"
+                    ))
+                })?;
             let path = format!(
                 "{}/metadata/{}-m{}.avro",
                 metadata.location(),
@@ -217,8 +227,17 @@ pub async fn write_manifests(
                 out.len()
             );
             let output = file_io.new_output(&path)?;
-            let builder = ManifestWriterBuilder::new(output, Some(snapshot_id), schema.clone(), spec.as_ref().clone());
-            let mut w = if content { builder.build_v2_deletes() } else { builder.build_v2_data() };
+            let builder = ManifestWriterBuilder::new(
+                output,
+                Some(snapshot_id),
+                schema.clone(),
+                spec.as_ref().clone(),
+            );
+            let mut w = if content {
+                builder.build_v2_deletes()
+            } else {
+                builder.build_v2_data()
+            };
             for f in files {
                 w.add_file(f, iceberg::spec::UNASSIGNED_SEQUENCE_NUMBER)?;
             }
@@ -240,7 +259,10 @@ impl Staged {
 }
 
 /// Runs the protocol until the snapshot is committed, found already applied, or needs a replan.
-pub async fn commit(catalog: &dyn Catalog, staged: &Staged) -> std::result::Result<Outcome, CommitError> {
+pub async fn commit(
+    catalog: &dyn Catalog,
+    staged: &Staged,
+) -> std::result::Result<Outcome, CommitError> {
     let file_io = catalog.file_io();
     let policy = RetryPolicy::from_properties(staged.base.metadata().properties());
     let started = std::time::Instant::now();
@@ -251,17 +273,25 @@ pub async fn commit(catalog: &dyn Catalog, staged: &Staged) -> std::result::Resu
         match validate::check(staged, current.as_ref(), file_io).await? {
             validate::Verdict::Proceed => {}
             validate::Verdict::AlreadyCommitted => {
-                let t = current.as_ref().ok_or_else(|| Error::Other("table vanished".into()))?;
+                let t = current
+                    .as_ref()
+                    .ok_or_else(|| Error::Other("table vanished".into()))?;
                 return Ok(committed(staged, t, attempt));
             }
-            validate::Verdict::AlreadyApplied => return Ok(Outcome::AlreadyApplied { attempts: attempt }),
+            validate::Verdict::AlreadyApplied => {
+                return Ok(Outcome::AlreadyApplied { attempts: attempt });
+            }
         }
-        let (new_metadata, location, list_path) = build_attempt(staged, current.as_ref(), file_io, attempt).await?;
+        let (new_metadata, location, list_path) =
+            build_attempt(staged, current.as_ref(), file_io, attempt).await?;
         failpoint("after-metadata")?;
         let base_pointer = current.as_ref().map(|t| &t.pointer);
-        match catalog.swap(&staged.ident, base_pointer, &location, &new_metadata).await {
+        match catalog
+            .swap(&staged.ident, base_pointer, &location, &new_metadata)
+            .await
+        {
             Ok(()) => {
-                failpoint("after-swap")?;
+                failpoint("after-swap").map_err(|e| CommitError::Unknown(e.to_string()))?;
                 info!(table = %staged.ident, snapshot_id = staged.snapshot_id, attempts = attempt, "committed");
                 cleanup_expired(file_io, current.as_ref(), &new_metadata).await;
                 return Ok(Outcome::Committed {
@@ -289,7 +319,8 @@ pub async fn commit(catalog: &dyn Catalog, staged: &Staged) -> std::result::Resu
             return Err(Error::CommitFailed {
                 table: staged.ident.to_string(),
                 attempts: attempt,
-                reason: "too many concurrent commits; the input was not applied and can be retried".into(),
+                reason: "too many concurrent commits; the input was not applied and can be retried"
+                    .into(),
             }
             .into());
         }
@@ -319,7 +350,10 @@ async fn build_attempt(
     attempt: u32,
 ) -> Result<(TableMetadata, String, String)> {
     let (base_md, base_location) = match (current, &staged.base) {
-        (Some(t), _) => (t.metadata.as_ref().clone(), Some(t.pointer.metadata_location.clone())),
+        (Some(t), _) => (
+            t.metadata.as_ref().clone(),
+            Some(t.pointer.metadata_location.clone()),
+        ),
         (None, Base::Create(m)) => (m.as_ref().clone(), None),
         (None, Base::Existing(_)) => return Err(Error::Other("table vanished".into())),
     };
@@ -346,16 +380,23 @@ async fn build_attempt(
     writer.close().await?;
     failpoint("after-manifest-list")?;
 
-    let mut props: HashMap<String, String> = summary::summarize(
-        parent.as_ref().map(|p| p.summary()),
-        &staged.added,
+    let mut props: HashMap<String, String> =
+        summary::summarize(parent.as_ref().map(|p| p.summary()), &staged.added);
+    props.extend(
+        staged
+            .properties
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone())),
     );
-    props.extend(staged.properties.iter().map(|(k, v)| (k.clone(), v.clone())));
     let snapshot = Snapshot::builder()
         .with_snapshot_id(staged.snapshot_id)
         .with_parent_snapshot_id(parent.as_ref().map(|p| p.snapshot_id()))
         .with_sequence_number(sequence_number)
-        .with_timestamp_ms(chrono::Utc::now().timestamp_millis().max(base_md.last_updated_ms()))
+        .with_timestamp_ms(
+            chrono::Utc::now()
+                .timestamp_millis()
+                .max(base_md.last_updated_ms()),
+        )
         .with_manifest_list(list_path.clone())
         .with_schema_id(staged.schema_id)
         .with_summary(Summary {
@@ -369,11 +410,15 @@ async fn build_attempt(
         .set_branch_snapshot(snapshot, MAIN_BRANCH)?;
     let new_md = builder.build()?.metadata;
     let location = match &base_location {
-        Some(l) => MetadataLocation::from_str(l)?.with_next_version().with_new_metadata(&new_md),
+        Some(l) => MetadataLocation::from_str(l)?
+            .with_next_version()
+            .with_new_metadata(&new_md),
         None => MetadataLocation::new_with_metadata(new_md.location(), &new_md),
     };
     let location = location.to_string();
-    new_md.write_to(file_io, &MetadataLocation::from_str(&location)?).await?;
+    new_md
+        .write_to(file_io, &MetadataLocation::from_str(&location)?)
+        .await?;
     Ok((new_md, location, list_path))
 }
 
@@ -384,8 +429,14 @@ async fn cleanup_expired(file_io: &FileIO, base: Option<&LoadedTable>, new: &Tab
         .properties()
         .get("write.metadata.delete-after-commit.enabled")
         .is_some_and(|v| v == "true");
-    let Some(base) = base.filter(|_| enabled) else { return };
-    let kept: BTreeSet<&str> = new.metadata_log().iter().map(|l| l.metadata_file.as_str()).collect();
+    let Some(base) = base.filter(|_| enabled) else {
+        return;
+    };
+    let kept: BTreeSet<&str> = new
+        .metadata_log()
+        .iter()
+        .map(|l| l.metadata_file.as_str())
+        .collect();
     for old in base.metadata.metadata_log() {
         if !kept.contains(old.metadata_file.as_str()) {
             let _ = file_io.delete(&old.metadata_file).await;

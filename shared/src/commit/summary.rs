@@ -39,11 +39,17 @@ pub fn summarize(parent: Option<&Summary>, a: &Added) -> HashMap<String, String>
     put("added-position-deletes", a.position_deletes);
     put("deleted-data-files", a.removed_data_files);
     put("deleted-records", a.removed_records);
-    put("removed-files-size", a.removed_data_files_size + a.removed_delete_files_size);
+    put(
+        "removed-files-size",
+        a.removed_data_files_size + a.removed_delete_files_size,
+    );
     put("removed-delete-files", a.removed_delete_files);
     put("removed-position-delete-files", a.removed_delete_files);
     put("removed-position-deletes", a.removed_position_deletes);
-    m.insert("changed-partition-count".into(), a.changed_partitions.to_string());
+    m.insert(
+        "changed-partition-count".into(),
+        a.changed_partitions.to_string(),
+    );
 
     let total = |key: &str, add: u64, remove: u64| -> Option<u64> {
         match parent {
@@ -64,7 +70,11 @@ pub fn summarize(parent: Option<&Summary>, a: &Added) -> HashMap<String, String>
             a.removed_data_files_size + a.removed_delete_files_size,
         ),
         ("total-delete-files", a.delete_files, a.removed_delete_files),
-        ("total-position-deletes", a.position_deletes, a.removed_position_deletes),
+        (
+            "total-position-deletes",
+            a.position_deletes,
+            a.removed_position_deletes,
+        ),
         ("total-equality-deletes", 0, 0),
     ] {
         if let Some(t) = total(key, add, remove) {
@@ -81,20 +91,42 @@ mod tests {
 
     #[test]
     fn totals_follow_the_parent() {
-        let first = summarize(None, &Added { data_files: 1, records: 6, data_files_size: 100, ..Default::default() });
+        let first = summarize(
+            None,
+            &Added {
+                data_files: 1,
+                records: 6,
+                data_files_size: 100,
+                ..Default::default()
+            },
+        );
         assert_eq!(first["total-records"], "6");
         assert_eq!(first["total-delete-files"], "0");
-        let parent = Summary { operation: Operation::Append, additional_properties: first };
+        let parent = Summary {
+            operation: Operation::Append,
+            additional_properties: first,
+        };
         let second = summarize(
             Some(&parent),
-            &Added { data_files: 1, records: 2, data_files_size: 50, delete_files: 1, position_deletes: 1, delete_files_size: 10, ..Default::default() },
+            &Added {
+                data_files: 1,
+                records: 2,
+                data_files_size: 50,
+                delete_files: 1,
+                position_deletes: 1,
+                delete_files_size: 10,
+                ..Default::default()
+            },
         );
         assert_eq!(second["total-records"], "8");
         assert_eq!(second["total-data-files"], "2");
         assert_eq!(second["total-files-size"], "160");
         assert_eq!(second["total-position-deletes"], "1");
         assert_eq!(second["added-files-size"], "60");
-        let foreign = Summary { operation: Operation::Append, additional_properties: HashMap::new() };
+        let foreign = Summary {
+            operation: Operation::Append,
+            additional_properties: HashMap::new(),
+        };
         assert!(!summarize(Some(&foreign), &Added::default()).contains_key("total-records"));
     }
 }

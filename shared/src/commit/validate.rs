@@ -66,9 +66,9 @@ fn already_committed(staged: &Staged, now: &TableMetadata) -> Check {
 fn table_is_the_planned_one(staged: &Staged, now: &TableMetadata) -> Check {
     match &staged.base {
         Base::Create(_) => Err(replan("the table was created concurrently; re-reading it")),
-        Base::Existing(b) if b.metadata.uuid() != now.uuid() => {
-            Err(replan("the table was dropped and re-created since it was read"))
-        }
+        Base::Existing(b) if b.metadata.uuid() != now.uuid() => Err(replan(
+            "the table was dropped and re-created since it was read",
+        )),
         Base::Existing(_) => Ok(None),
     }
 }
@@ -128,22 +128,35 @@ async fn intervening_commits_are_compatible(
         }
     }
     if !found_base {
-        return Err(replan("the table's history was rolled back or rewritten since it was read"));
+        return Err(replan(
+            "the table's history was rolled back or rewritten since it was read",
+        ));
     }
     if staged.referenced_data_files.is_empty() {
         return Ok(None);
     }
     let live = live_data_files(now, file_io).await?;
-    if let Some(gone) = staged.referenced_data_files.iter().find(|f| !live.contains(*f)) {
-        return Err(replan(format!("data file {gone} was rewritten concurrently (compaction)")));
+    if let Some(gone) = staged
+        .referenced_data_files
+        .iter()
+        .find(|f| !live.contains(*f))
+    {
+        return Err(replan(format!(
+            "data file {gone} was rewritten concurrently (compaction)"
+        )));
     }
     Ok(None)
 }
 
 /// Paths of the data files in the current snapshot.
-pub async fn live_data_files(md: &TableMetadata, file_io: &FileIO) -> std::result::Result<BTreeSet<String>, CommitError> {
+pub async fn live_data_files(
+    md: &TableMetadata,
+    file_io: &FileIO,
+) -> std::result::Result<BTreeSet<String>, CommitError> {
     let mut out = BTreeSet::new();
-    let Some(s) = md.current_snapshot() else { return Ok(out) };
+    let Some(s) = md.current_snapshot() else {
+        return Ok(out);
+    };
     for m in crate::table::manifest_list(file_io, md, s).await? {
         if m.content != ManifestContentType::Data {
             continue;

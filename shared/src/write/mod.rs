@@ -17,7 +17,9 @@ use iceberg::spec::{
     Struct, TableMetadata, Type,
 };
 use iceberg::writer::file_writer::ParquetWriterBuilder;
-use iceberg::writer::file_writer::location_generator::{DefaultFileNameGenerator, DefaultLocationGenerator};
+use iceberg::writer::file_writer::location_generator::{
+    DefaultFileNameGenerator, DefaultLocationGenerator,
+};
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -79,7 +81,11 @@ pub async fn write_data_files(
         target_file_size as usize,
         file_io.clone(),
         DefaultLocationGenerator::new(metadata)?,
-        DefaultFileNameGenerator::new(uuid::Uuid::new_v4().to_string(), None, DataFileFormat::Parquet),
+        DefaultFileNameGenerator::new(
+            uuid::Uuid::new_v4().to_string(),
+            None,
+            DataFileFormat::Parquet,
+        ),
     );
     let mut out = Vec::new();
     for (pk, part) in parts {
@@ -87,10 +93,18 @@ pub async fn write_data_files(
         w.write(&pk, &part).await?;
         for mut b in w.close().await? {
             b.content(DataContentType::Data)
-                .partition(pk.as_ref().map(|k| k.data().clone()).unwrap_or_else(Struct::empty))
+                .partition(
+                    pk.as_ref()
+                        .map(|k| k.data().clone())
+                        .unwrap_or_else(Struct::empty),
+                )
                 .partition_spec_id(spec.spec_id())
                 .sort_order_id(sort_order_id as i32);
-            out.push((spec.spec_id(), b.build().map_err(|e| Error::Other(format!("data file: {e}")))?));
+            out.push((
+                spec.spec_id(),
+                b.build()
+                    .map_err(|e| Error::Other(format!("data file: {e}")))?,
+            ));
         }
     }
     Ok(out)
@@ -114,8 +128,16 @@ pub async fn write_position_deletes(
     let delete_schema = Arc::new(
         Schema::builder()
             .with_fields(vec![
-                Arc::new(NestedField::required(DELETE_FILE_PATH_ID, "file_path", Type::Primitive(PrimitiveType::String))),
-                Arc::new(NestedField::required(DELETE_POS_ID, "pos", Type::Primitive(PrimitiveType::Long))),
+                Arc::new(NestedField::required(
+                    DELETE_FILE_PATH_ID,
+                    "file_path",
+                    Type::Primitive(PrimitiveType::String),
+                )),
+                Arc::new(NestedField::required(
+                    DELETE_POS_ID,
+                    "pos",
+                    Type::Primitive(PrimitiveType::Long),
+                )),
             ])
             .build()?,
     );
@@ -130,14 +152,20 @@ pub async fn write_position_deletes(
         }
     }
     // Full paths as statistics so readers can prune delete files by `file_path` bounds.
-    let props = base_properties().set_statistics_truncate_length(None).build();
+    let props = base_properties()
+        .set_statistics_truncate_length(None)
+        .build();
     let mut out = Vec::new();
     for ((spec_id, partition), files) in groups {
-        let spec = metadata
-            .partition_spec_by_id(spec_id)
-            .ok_or_else(|| Error::Other(format!("partition spec {spec_id} not in table metadata")))?;
+        let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
+            Error::Other(format!("partition spec {spec_id} not in table metadata"))
+        })?;
         let pk = (!spec.is_unpartitioned()).then(|| {
-            PartitionKey::new(spec.as_ref().clone(), metadata.current_schema().clone(), partition.clone())
+            PartitionKey::new(
+                spec.as_ref().clone(),
+                metadata.current_schema().clone(),
+                partition.clone(),
+            )
         });
         let mut paths: Vec<&str> = Vec::new();
         let mut positions: Vec<i64> = Vec::new();
@@ -161,7 +189,11 @@ pub async fn write_position_deletes(
             usize::MAX,
             file_io.clone(),
             DefaultLocationGenerator::new(metadata)?,
-            DefaultFileNameGenerator::new(format!("{}-deletes", uuid::Uuid::new_v4()), None, DataFileFormat::Parquet),
+            DefaultFileNameGenerator::new(
+                format!("{}-deletes", uuid::Uuid::new_v4()),
+                None,
+                DataFileFormat::Parquet,
+            ),
         )
         .build();
         w.write(&pk, &batch).await?;
@@ -173,7 +205,11 @@ pub async fn write_position_deletes(
             if files.len() == 1 {
                 b.referenced_data_file(Some(files[0].0.clone()));
             }
-            out.push((spec_id, b.build().map_err(|e| Error::Other(format!("delete file: {e}")))?));
+            out.push((
+                spec_id,
+                b.build()
+                    .map_err(|e| Error::Other(format!("delete file: {e}")))?,
+            ));
         }
     }
     Ok(out)

@@ -1,0 +1,729 @@
+//! ingest: apply a table's pending DMS files in DMS order, one snapshot per file (or per batch
+//! of files), exactly once.
+//!
+//! Per commit: read → dedupe → evolve → lookup → write → commit. Files at or before the table's
+//! watermark are skipped as already applied, so running the same ingest twice changes nothing.
+//! A file that fails stops its table (later files wait: order matters); nothing of it is
+//! committed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{ArrayRef, RecordBatch, new_null_array};
+use arrow_schema::{Field, Schema as ArrowSchema, SchemaRef};
+use iceberg::TableIdent;
+use iceberg::spec::{Operation, PrimitiveType, Schema, TableMetadataBuilder, Type};
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::catalog::Catalog;
+use crate::commit::{self, Added, Base, CommitError, MetadataChanges, Outcome, Staged, failpoint};
+use crate::config::{Config, TableConfig};
+use crate::dedupe::{Deduped, FileChanges, dedupe};
+use crate::error::{Error, InputError, Result};
+use crate::evolve::{self, SchemaChange};
+use crate::locate::{DmsObject, OrderKey};
+use crate::lookup::{LookupCache, LookupStats, locate_rows};
+use crate::read::{ChangeBatch, SourceData, SourceFile};
+use crate::table::{LoadedTable, keys};
+use crate::types::arrow_type;
+use crate::write::{write_data_files, write_position_deletes};
+
+/// One input object.
+#[derive(Debug, Clone)]
+pub struct FileInput {
+    pub object: DmsObject,
+    pub data: SourceData,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Applied,
+    /// Already applied earlier (at or before the table's watermark).
+    Skipped,
+}
+
+/// What one commit did.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommitReport {
+    pub files: Vec<String>,
+    pub status: Status,
+    pub rows_read: usize,
+    pub inserted: usize,
+    pub updated: usize,
+    pub deleted: usize,
+    /// `D` rows for keys the table did not hold.
+    pub deletes_of_absent_keys: usize,
+    pub snapshot_id: Option<i64>,
+    pub attempts: u32,
+    pub replans: u32,
+    pub data_files: usize,
+    pub delete_files: usize,
+    pub columns_added: Vec<String>,
+    pub columns_promoted: Vec<String>,
+    pub lookup: LookupStats,
+    pub elapsed_ms: u64,
+}
+
+impl CommitReport {
+    fn skipped(files: &[FileInput], started: Instant) -> CommitReport {
+        CommitReport {
+            files: files.iter().map(|f| f.object.key.clone()).collect(),
+            status: Status::Skipped,
+            rows_read: 0,
+            inserted: 0,
+            updated: 0,
+            deleted: 0,
+            deletes_of_absent_keys: 0,
+            snapshot_id: None,
+            attempts: 0,
+            replans: 0,
+            data_files: 0,
+            delete_files: 0,
+            columns_added: vec![],
+            columns_promoted: vec![],
+            lookup: LookupStats::default(),
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        }
+    }
+}
+
+/// One table's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct TableReport {
+    pub source: String,
+    pub table: String,
+    pub commits: Vec<CommitReport>,
+    /// The error that stopped this table, if any (files after it were not applied).
+    pub error: Option<String>,
+    /// Files not applied because an earlier file failed.
+    pub files_waiting: usize,
+}
+
+impl TableReport {
+    pub fn applied_files(&self) -> usize {
+        self.commits
+            .iter()
+            .filter(|c| c.status == Status::Applied)
+            .map(|c| c.files.len())
+            .sum()
+    }
+    pub fn skipped_files(&self) -> usize {
+        self.commits
+            .iter()
+            .filter(|c| c.status == Status::Skipped)
+            .map(|c| c.files.len())
+            .sum()
+    }
+}
+
+/// Builder for an ingest run.
+pub struct Ingest<'a> {
+    catalog: &'a dyn Catalog,
+    config: &'a Config,
+    cache: Arc<LookupCache>,
+    files_per_commit: usize,
+}
+
+/// Replans before giving up: each one means another writer changed the table under us.
+const MAX_REPLANS: u32 = 20;
+
+impl<'a> Ingest<'a> {
+    pub fn new(catalog: &'a dyn Catalog, config: &'a Config) -> Self {
+        Ingest {
+            catalog,
+            config,
+            cache: Arc::new(LookupCache::default()),
+            files_per_commit: 1,
+        }
+    }
+
+    /// Share a lookup cache across runs (warm Lambda, long CLI run).
+    pub fn cache(mut self, cache: Arc<LookupCache>) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// Files per snapshot (default 1: one snapshot per DMS file, the finest time travel).
+    pub fn files_per_commit(mut self, n: usize) -> Self {
+        self.files_per_commit = n.max(1);
+        self
+    }
+
+    /// Applies `files` (all of one source table) in DMS order; stops at the first failure.
+    pub async fn execute(
+        &self,
+        schema: &str,
+        table: &str,
+        mut files: Vec<FileInput>,
+        mut on_commit: impl FnMut(&CommitReport),
+    ) -> TableReport {
+        files.sort_by(|a, b| a.object.order.cmp(&b.object.order));
+        files.dedup_by(|a, b| a.object.order == b.object.order && a.object.key == b.object.key);
+        let mut report = TableReport {
+            source: format!("{schema}.{table}"),
+            table: String::new(),
+            commits: vec![],
+            error: None,
+            files_waiting: 0,
+        };
+        let cfg = match self.config.table(schema, table) {
+            Ok(c) => c,
+            Err(e) => {
+                report.error = Some(e.to_string());
+                report.files_waiting = files.len();
+                return report;
+            }
+        };
+        report.table = cfg.target();
+        let ident = match TableIdent::from_strs([&cfg.namespace, &cfg.table]) {
+            Ok(i) => i,
+            Err(e) => {
+                report.error = Some(e.to_string());
+                return report;
+            }
+        };
+        let mut i = 0;
+        while i < files.len() {
+            let n = self.files_per_commit.min(files.len() - i);
+            let group = &files[i..i + n];
+            match self.apply(&cfg, &ident, group).await {
+                Ok(r) => {
+                    on_commit(&r);
+                    report.commits.push(r);
+                }
+                Err(e) => {
+                    warn!(table = %ident, files = ?group.iter().map(|f| &f.object.key).collect::<Vec<_>>(), error = %e, "file not applied");
+                    report.error = Some(e.to_string());
+                    report.files_waiting = files.len() - i - n;
+                    return report;
+                }
+            }
+            i += n;
+        }
+        report
+    }
+
+    /// One commit for `files`, replanning when a concurrent writer invalidates the plan.
+    async fn apply(
+        &self,
+        cfg: &TableConfig,
+        ident: &TableIdent,
+        files: &[FileInput],
+    ) -> Result<CommitReport> {
+        let started = Instant::now();
+        let last_order = files.iter().map(|f| f.object.order.clone()).max();
+        let mut replans = 0;
+        loop {
+            let table = LoadedTable::load(self.catalog, ident).await?;
+            if let (Some(t), Some(last)) = (&table, &last_order)
+                && t.watermark().file.as_ref().is_some_and(|w| last <= w)
+            {
+                return Ok(CommitReport::skipped(files, started));
+            }
+            let (staged, mut report) = self.plan(cfg, ident, table, files).await?;
+            match commit::commit(self.catalog, &staged).await {
+                Ok(Outcome::Committed {
+                    snapshot_id,
+                    attempts,
+                    ..
+                }) => {
+                    report.snapshot_id = Some(snapshot_id);
+                    report.attempts = attempts;
+                    report.replans = replans;
+                    report.elapsed_ms = started.elapsed().as_millis() as u64;
+                    info!(
+                        table = %ident, files = ?report.files, rows_read = report.rows_read,
+                        inserted = report.inserted, updated = report.updated, deleted = report.deleted,
+                        snapshot_id, attempts, replans, elapsed_ms = report.elapsed_ms, "applied"
+                    );
+                    return Ok(report);
+                }
+                Ok(Outcome::AlreadyApplied { .. }) => {
+                    staged.discard(self.catalog.file_io()).await;
+                    return Ok(CommitReport::skipped(files, started));
+                }
+                Err(CommitError::Replan(reason)) => {
+                    staged.discard(self.catalog.file_io()).await;
+                    replans += 1;
+                    if replans > MAX_REPLANS {
+                        return Err(Error::CommitFailed {
+                            table: ident.to_string(),
+                            attempts: replans,
+                            reason: format!("the table kept changing concurrently ({reason})"),
+                        });
+                    }
+                    info!(table = %ident, %reason, "replanning");
+                }
+                Err(CommitError::Failed(e)) => {
+                    staged.discard(self.catalog.file_io()).await;
+                    return Err(e);
+                }
+                Err(CommitError::Unknown(reason)) => {
+                    return Err(Error::Other(format!(
+                        "commit to {ident} may or may not have landed ({reason}); run the ingest again: \
+                         it skips what is applied"
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Reads, dedupes, looks up and writes everything a commit needs.
+    async fn plan(
+        &self,
+        cfg: &TableConfig,
+        ident: &TableIdent,
+        table: Option<LoadedTable>,
+        files: &[FileInput],
+    ) -> Result<(Staged, CommitReport)> {
+        let file_io = self.catalog.file_io().clone();
+        let current = table.as_ref().map(|t| t.metadata.clone());
+        let key: Vec<String> = match current
+            .as_ref()
+            .map(|m| evolve::key_columns(m.current_schema()))
+            .filter(|k| !k.is_empty())
+        {
+            Some(k) => k,
+            None => cfg.primary_key.clone().ok_or_else(|| Error::NoPrimaryKey {
+                table: cfg.target(),
+                source_table: cfg.source.clone(),
+            })?,
+        };
+        let read = {
+            let cfg = cfg.clone();
+            let key = key.clone();
+            let schema = current
+                .as_ref()
+                .map(|m| (m.current_schema().as_ref().clone(), m.last_column_id()));
+            let files = files.to_vec();
+            tokio::task::spawn_blocking(move || read_files(&cfg, &key, schema, files))
+                .await
+                .map_err(|e| Error::Other(format!("reader task failed: {e}")))??
+        };
+        let ReadResult {
+            schema,
+            change,
+            deduped,
+            max_seq,
+        } = read;
+
+        // Metadata the files are written against: the new table, or the current one changed.
+        let (base, changes, planned) = match &table {
+            None => {
+                let spec = evolve::partition_spec(
+                    cfg.partition_by.as_deref().unwrap_or_default(),
+                    &schema,
+                    &cfg.target(),
+                )?;
+                let sort = evolve::key_sort_order(&schema)?;
+                let mut props: std::collections::HashMap<String, String> = [
+                    ("write.parquet.compression-codec", "zstd"),
+                    ("write.metadata.delete-after-commit.enabled", "true"),
+                    ("write.metadata.previous-versions-max", "100"),
+                    (
+                        "write.target-file-size-bytes",
+                        &cfg.target_file_size_bytes.to_string(),
+                    ),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+                props.extend(cfg.properties.iter().map(|(k, v)| (k.clone(), v.clone())));
+                let md = TableMetadataBuilder::new(
+                    schema.clone(),
+                    spec,
+                    sort,
+                    self.catalog.default_location(ident),
+                    commit::FORMAT_VERSION,
+                    props,
+                )?
+                .build()?
+                .metadata;
+                check_ids_kept(&schema, md.current_schema())?;
+                let md = Arc::new(md);
+                (Base::Create(md.clone()), MetadataChanges::default(), md)
+            }
+            Some(t) => {
+                let mut changes = MetadataChanges::default();
+                if !change.is_empty() {
+                    changes.schema = Some(schema.clone());
+                }
+                if let Some(p) = &cfg.partition_by {
+                    let spec = evolve::partition_spec(p, &schema, &cfg.target())?;
+                    if !evolve::same_partitioning(&spec, t.metadata.default_partition_spec()) {
+                        changes.spec = Some(spec);
+                    }
+                }
+                let planned = Arc::new(changes.apply(&t.metadata)?);
+                (Base::Existing(t.clone()), changes, planned)
+            }
+        };
+
+        // Where the live rows of the touched keys are.
+        let located = match &current {
+            Some(md) => {
+                let ids = key
+                    .iter()
+                    .map(|k| {
+                        md.current_schema()
+                            .field_id_by_name(k)
+                            .ok_or_else(|| Error::Other(format!("key column `{k}` not in table")))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                locate_rows(&file_io, md, &deduped.keys, ids, &self.cache).await?
+            }
+            None => crate::lookup::Located {
+                found: vec![false; deduped.keys.num_rows()],
+                ..Default::default()
+            },
+        };
+        failpoint("after-lookup")?;
+
+        let mut prepared: Vec<String> = Vec::new();
+        let result = async {
+            let data = write_data_files(
+                &file_io,
+                &planned,
+                &deduped.upserts,
+                &key,
+                cfg.target_file_size_bytes,
+            )
+            .await?;
+            prepared.extend(data.iter().map(|(_, f)| f.file_path().to_string()));
+            failpoint("after-data-files")?;
+            let deletes = write_position_deletes(&file_io, &planned, &located.deletes).await?;
+            prepared.extend(deletes.iter().map(|(_, f)| f.file_path().to_string()));
+            failpoint("after-delete-files")?;
+            let snapshot_id = commit::new_snapshot_id(Some(&planned));
+            let manifests =
+                commit::write_manifests(&file_io, &planned, snapshot_id, &data, &deletes).await?;
+            prepared.extend(manifests.iter().map(|m| m.manifest_path.clone()));
+            failpoint("after-manifests")?;
+            Ok::<_, Error>((data, deletes, snapshot_id, manifests))
+        }
+        .await;
+        let (data, deletes, snapshot_id, manifests) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                for p in &prepared {
+                    let _ = file_io.delete(p).await;
+                }
+                return Err(e);
+            }
+        };
+
+        let mut report = CommitReport::skipped(files, Instant::now());
+        report.status = crate::ops::ingest::Status::Applied;
+        report.rows_read = deduped.rows_read;
+        for (i, up) in deduped.upserted.iter().enumerate() {
+            match (up.unwrap_or(false), located.found[i]) {
+                (true, true) => report.updated += 1,
+                (true, false) => report.inserted += 1,
+                (false, true) => report.deleted += 1,
+                (false, false) => report.deletes_of_absent_keys += 1,
+            }
+        }
+        report.data_files = data.len();
+        report.delete_files = deletes.len();
+        report.columns_added = change.added.clone();
+        report.columns_promoted = change
+            .promoted
+            .iter()
+            .map(|(n, a, b)| format!("{n}: {a} -> {b}"))
+            .collect();
+        report.lookup = located.stats.clone();
+
+        let mut partitions = std::collections::BTreeSet::new();
+        let mut added = Added::default();
+        for (spec, f) in &data {
+            added.data_files += 1;
+            added.records += f.record_count();
+            added.data_files_size += f.file_size_in_bytes();
+            partitions.insert((*spec, format!("{:?}", f.partition())));
+        }
+        for (spec, f) in &deletes {
+            added.delete_files += 1;
+            added.position_deletes += f.record_count();
+            added.delete_files_size += f.file_size_in_bytes();
+            partitions.insert((*spec, format!("{:?}", f.partition())));
+        }
+        added.changed_partitions = partitions.len() as u64;
+
+        let input_order: Option<OrderKey> = files.iter().map(|f| f.object.order.clone()).max();
+        let mut properties = BTreeMap::new();
+        properties.insert(
+            keys::SOURCE_FILES.to_string(),
+            serde_json::to_string(&report.files).map_err(|e| Error::Other(e.to_string()))?,
+        );
+        if let Some(o) = &input_order {
+            properties.insert(keys::WATERMARK.to_string(), o.to_string());
+        }
+        let previous_seq = table.as_ref().and_then(|t| t.watermark().change_seq);
+        if let Some(seq) = [previous_seq, max_seq].into_iter().flatten().max() {
+            properties.insert(keys::CHANGE_SEQ.to_string(), seq);
+        }
+        properties.insert(keys::ROWS_INSERTED.to_string(), report.inserted.to_string());
+        properties.insert(keys::ROWS_UPDATED.to_string(), report.updated.to_string());
+        properties.insert(keys::ROWS_DELETED.to_string(), report.deleted.to_string());
+        properties.insert(
+            keys::VERSION.to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        );
+
+        let operation = match (data.is_empty(), deletes.is_empty()) {
+            (_, true) => Operation::Append,
+            (true, false) => Operation::Delete,
+            (false, false) => Operation::Overwrite,
+        };
+        let staged = Staged {
+            ident: ident.clone(),
+            base,
+            changes,
+            schema_id: planned.current_schema_id(),
+            spec_id: planned.default_partition_spec_id(),
+            snapshot_id,
+            operation,
+            manifests,
+            files: prepared,
+            referenced_data_files: located.deletes.keys().cloned().collect(),
+            added,
+            properties,
+            input_order,
+        };
+        Ok((staged, report))
+    }
+}
+
+/// TableMetadataBuilder re-assigns field ids of a new table; ours are already 1..n in order,
+/// which it keeps. Checked, because every file we write depends on it.
+fn check_ids_kept(ours: &Schema, theirs: &Schema) -> Result<()> {
+    for f in ours.as_struct().fields() {
+        if theirs.field_id_by_name(&f.name) != Some(f.id) {
+            return Err(Error::Other(format!(
+                "field id of `{}` changed on table creation",
+                f.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+struct ReadResult {
+    /// The table schema after this commit.
+    schema: Schema,
+    change: SchemaChange,
+    deduped: Deduped,
+    max_seq: Option<String>,
+}
+
+/// Opens every file, settles the schema, reads and dedupes (blocking I/O and CPU).
+fn read_files(
+    cfg: &TableConfig,
+    key: &[String],
+    current: Option<(Schema, i32)>,
+    files: Vec<FileInput>,
+) -> Result<ReadResult> {
+    let table_name = cfg.target();
+    let mut schema: Option<Schema> = current.as_ref().map(|(s, _)| s.clone());
+    let mut last_column_id = current.as_ref().map_or(0, |(_, l)| *l);
+    let mut change = SchemaChange::default();
+    let table_columns: Option<Vec<String>> = schema.as_ref().map(|s| {
+        s.as_struct()
+            .fields()
+            .iter()
+            .map(|f| f.name.clone())
+            .collect()
+    });
+    let mut opened = Vec::with_capacity(files.len());
+    for f in &files {
+        let src = SourceFile::open(&f.object, f.data.clone(), cfg, table_columns.as_deref())?;
+        if let Some(dup) = src.layout().duplicate_column() {
+            return Err(InputError::new(&f.object.key, "the column appears twice")
+                .column(dup)
+                .into());
+        }
+        let cols = src.columns();
+        let mut typed: Vec<(String, Option<PrimitiveType>)> = Vec::with_capacity(cols.len());
+        for c in &cols {
+            let existing = schema
+                .as_ref()
+                .and_then(|s| s.field_by_name(&c.name))
+                .and_then(|f| match f.field_type.as_ref() {
+                    Type::Primitive(p) => Some(p.clone()),
+                    _ => None,
+                });
+            let t = if Some(&c.name) == cfg.change_sequence_column.as_ref() {
+                Some(c.declared.clone().unwrap_or(PrimitiveType::String))
+            } else if matches!(src, SourceFile::Csv(_)) {
+                // Text takes the table's type when the column exists; else declared or inferred.
+                existing.or_else(|| c.declared.clone()).or_else(|| {
+                    (Some(&c.name) == cfg.commit_timestamp_column.as_ref())
+                        .then_some(PrimitiveType::Timestamp)
+                })
+            } else {
+                c.declared.clone()
+            };
+            typed.push((c.name.clone(), t));
+        }
+        let unknown: Vec<String> = typed
+            .iter()
+            .filter(|(_, t)| t.is_none())
+            .map(|(n, _)| n.clone())
+            .collect();
+        let inferred = if unknown.is_empty() {
+            vec![]
+        } else if cfg.infer_types {
+            src.infer_types(&unknown)?
+        } else {
+            vec![PrimitiveType::String; unknown.len()]
+        };
+        let mut inferred = inferred.into_iter();
+        let typed: Vec<(String, PrimitiveType)> = typed
+            .into_iter()
+            .map(|(n, t)| {
+                let t = t
+                    .or_else(|| inferred.next())
+                    .unwrap_or(PrimitiveType::String);
+                (n, t)
+            })
+            .collect();
+        match &schema {
+            None => {
+                let s = evolve::initial_schema(&typed, key, &table_name)?;
+                last_column_id = s.highest_field_id();
+                schema = Some(s);
+            }
+            Some(s) => {
+                if let Some((next, ch)) =
+                    evolve::evolve(s, last_column_id, &typed, &table_name, &f.object.key)?
+                {
+                    last_column_id = next.highest_field_id();
+                    change.added.extend(ch.added);
+                    change.promoted.extend(ch.promoted);
+                    schema = Some(next);
+                }
+            }
+        }
+        opened.push(src);
+    }
+    let schema = schema.ok_or_else(|| Error::Other("no files to read".into()))?;
+    for k in key {
+        if schema.field_by_name(k).is_none() {
+            return Err(Error::Schema {
+                table: table_name.clone(),
+                reason: format!(
+                    "primary key column `{k}` is not in the file (check `primary_key` in the config)"
+                ),
+            });
+        }
+    }
+    let processing = processing_schema(&schema)?;
+    let key_types: Vec<PrimitiveType> = key
+        .iter()
+        .map(|k| primitive(&schema, k))
+        .collect::<Result<_>>()?;
+    let order_column = match (&cfg.change_sequence_column, &cfg.commit_timestamp_column) {
+        (Some(c), _) | (None, Some(c)) => {
+            if schema.field_by_name(c).is_none() {
+                return Err(Error::Config(format!(
+                    "table {table_name}: ordering column `{c}` (change_sequence_column / commit_timestamp_column) is not in the files"
+                )));
+            }
+            Some(c.clone())
+        }
+        (None, None) => None,
+    };
+    let mut changes = Vec::with_capacity(opened.len());
+    let mut max_seq: Option<String> = None;
+    for (src, f) in opened.into_iter().zip(&files) {
+        let types: Vec<PrimitiveType> = src
+            .columns()
+            .iter()
+            .map(|c| primitive(&schema, &c.name))
+            .collect::<Result<_>>()?;
+        let mut batches = Vec::new();
+        for b in src.read(types, key_types.clone())? {
+            let b = align(b?, &processing)?;
+            if let Some(seq) = &cfg.change_sequence_column
+                && let Some(col) = b.data.column_by_name(seq)
+                && let Some(m) = col.as_string::<i32>().iter().flatten().max()
+                && max_seq.as_deref().is_none_or(|x| m > x)
+            {
+                max_seq = Some(m.to_string());
+            }
+            batches.push(b);
+        }
+        changes.push(FileChanges {
+            label: f.object.key.clone(),
+            kind: f.object.kind,
+            format: f.object.format,
+            batches,
+        });
+    }
+    let deduped = dedupe(processing, changes, key, order_column.as_deref())?;
+    Ok(ReadResult {
+        schema,
+        change,
+        deduped,
+        max_seq,
+    })
+}
+
+fn primitive(schema: &Schema, name: &str) -> Result<PrimitiveType> {
+    match schema.field_by_name(name).map(|f| f.field_type.as_ref()) {
+        Some(Type::Primitive(p)) => Ok(p.clone()),
+        _ => Err(Error::Other(format!(
+            "column `{name}` is not a primitive column of the table"
+        ))),
+    }
+}
+
+/// The table schema as plain nullable Arrow fields: what batches are aligned to.
+fn processing_schema(schema: &Schema) -> Result<SchemaRef> {
+    let fields = schema
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| match f.field_type.as_ref() {
+            Type::Primitive(p) => Ok(Field::new(&f.name, arrow_type(p)?, true)),
+            other => Err(Error::Other(format!(
+                "column `{}` has nested type {other}",
+                f.name
+            ))),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Arc::new(ArrowSchema::new(fields)))
+}
+
+/// Reorders a file's batch into the table's column order; columns the file lacks are NULL.
+fn align(b: ChangeBatch, schema: &SchemaRef) -> Result<ChangeBatch> {
+    let n = b.data.num_rows();
+    let columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| match b.data.column_by_name(f.name()) {
+            Some(c) if c.data_type() == f.data_type() => Ok(c.clone()),
+            Some(c) => Ok(arrow_cast::cast(c, f.data_type())?),
+            None => Ok(new_null_array(f.data_type(), n)),
+        })
+        .collect::<Result<_>>()?;
+    Ok(ChangeBatch {
+        data: RecordBatch::try_new(schema.clone(), columns)?,
+        ..b
+    })
+}
+
+/// The files of `objects` as local paths (CLI).
+pub fn local_inputs(files: Vec<(DmsObject, std::path::PathBuf)>) -> Vec<FileInput> {
+    files
+        .into_iter()
+        .map(|(object, path)| FileInput {
+            object,
+            data: SourceData::Path(path),
+        })
+        .collect()
+}
