@@ -249,7 +249,10 @@ mod tests {
         }
     }
 
-    fn result(d: &Deduped) -> (Vec<(i64, String)>, Vec<(i64, bool)>) {
+    type Upserts = Vec<(i64, String)>;
+    type Keys = Vec<(i64, bool)>;
+
+    fn result(d: &Deduped) -> (Upserts, Keys) {
         let ids = d
             .upserts
             .column(0)

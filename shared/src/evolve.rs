@@ -107,7 +107,7 @@ pub fn evolve(
                         change
                             .promoted
                             .push((name.clone(), have.clone(), u.clone()));
-                        f.field_type = Box::new(Type::Primitive(u));
+                        *f.field_type = Type::Primitive(u);
                     }
                     None => {
                         return Err(Error::Schema {
@@ -149,72 +149,6 @@ pub fn key_columns(schema: &Schema) -> Vec<String> {
         .identifier_field_ids()
         .filter_map(|id| schema.name_by_field_id(id).map(str::to_string))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use PrimitiveType::*;
-
-    fn cols(c: &[(&str, PrimitiveType)]) -> Vec<(std::string::String, PrimitiveType)> {
-        c.iter().map(|(n, t)| (n.to_string(), t.clone())).collect()
-    }
-
-    #[test]
-    fn new_table_marks_the_key() {
-        let s = initial_schema(
-            &cols(&[("id", Long), ("name", String)]),
-            &["id".into()],
-            "t",
-        )
-        .unwrap();
-        assert_eq!(key_columns(&s), vec!["id"]);
-        assert!(s.field_by_name("id").unwrap().required);
-        assert!(!s.field_by_name("name").unwrap().required);
-        assert!(initial_schema(&cols(&[("id", Long)]), &["nope".into()], "t").is_err());
-        assert!(initial_schema(&cols(&[("id", Double)]), &["id".into()], "t").is_err());
-    }
-
-    #[test]
-    fn reordered_and_new_columns() {
-        let s = initial_schema(&cols(&[("id", Long), ("a", Int)]), &["id".into()], "t").unwrap();
-        assert!(
-            evolve(&s, 2, &cols(&[("a", Int), ("id", Long)]), "t", "f")
-                .unwrap()
-                .is_none()
-        );
-        let (n, ch) = evolve(
-            &s,
-            2,
-            &cols(&[("b", String), ("a", Long), ("id", Long)]),
-            "t",
-            "f",
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(ch.added, vec!["b"]);
-        assert_eq!(ch.promoted, vec![("a".to_string(), Int, Long)]);
-        assert_eq!(n.field_by_name("b").unwrap().id, 3);
-        assert_eq!(n.field_by_name("a").unwrap().id, 2);
-        assert_eq!(key_columns(&n), vec!["id"]);
-        assert_eq!(n.schema_id(), 1);
-        // narrower incoming is fine: cast up on read
-        assert!(
-            evolve(&n, 3, &cols(&[("a", Int)]), "t", "f")
-                .unwrap()
-                .is_none()
-        );
-    }
-
-    #[test]
-    fn refuses_illegal_changes() {
-        let s = initial_schema(&cols(&[("id", Long), ("a", Long)]), &["id".into()], "t").unwrap();
-        let e = evolve(&s, 2, &cols(&[("a", String)]), "t", "f.parquet")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("`a`") && e.contains("f.parquet"), "{e}");
-        assert!(evolve(&s, 2, &cols(&[("a", Int), ("id", Double)]), "t", "f").is_err());
-    }
 }
 
 /// Parses the config's `partition_by` (`category`, `bucket(16, id)`, `truncate(4, name)`,
@@ -310,4 +244,70 @@ pub fn key_sort_order(schema: &Schema) -> Result<iceberg::spec::SortOrder> {
         );
     }
     Ok(b.build(schema)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use PrimitiveType::*;
+
+    fn cols(c: &[(&str, PrimitiveType)]) -> Vec<(std::string::String, PrimitiveType)> {
+        c.iter().map(|(n, t)| (n.to_string(), t.clone())).collect()
+    }
+
+    #[test]
+    fn new_table_marks_the_key() {
+        let s = initial_schema(
+            &cols(&[("id", Long), ("name", String)]),
+            &["id".into()],
+            "t",
+        )
+        .unwrap();
+        assert_eq!(key_columns(&s), vec!["id"]);
+        assert!(s.field_by_name("id").unwrap().required);
+        assert!(!s.field_by_name("name").unwrap().required);
+        assert!(initial_schema(&cols(&[("id", Long)]), &["nope".into()], "t").is_err());
+        assert!(initial_schema(&cols(&[("id", Double)]), &["id".into()], "t").is_err());
+    }
+
+    #[test]
+    fn reordered_and_new_columns() {
+        let s = initial_schema(&cols(&[("id", Long), ("a", Int)]), &["id".into()], "t").unwrap();
+        assert!(
+            evolve(&s, 2, &cols(&[("a", Int), ("id", Long)]), "t", "f")
+                .unwrap()
+                .is_none()
+        );
+        let (n, ch) = evolve(
+            &s,
+            2,
+            &cols(&[("b", String), ("a", Long), ("id", Long)]),
+            "t",
+            "f",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(ch.added, vec!["b"]);
+        assert_eq!(ch.promoted, vec![("a".to_string(), Int, Long)]);
+        assert_eq!(n.field_by_name("b").unwrap().id, 3);
+        assert_eq!(n.field_by_name("a").unwrap().id, 2);
+        assert_eq!(key_columns(&n), vec!["id"]);
+        assert_eq!(n.schema_id(), 1);
+        // narrower incoming is fine: cast up on read
+        assert!(
+            evolve(&n, 3, &cols(&[("a", Int)]), "t", "f")
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn refuses_illegal_changes() {
+        let s = initial_schema(&cols(&[("id", Long), ("a", Long)]), &["id".into()], "t").unwrap();
+        let e = evolve(&s, 2, &cols(&[("a", String)]), "t", "f.parquet")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`a`") && e.contains("f.parquet"), "{e}");
+        assert!(evolve(&s, 2, &cols(&[("a", Int), ("id", Double)]), "t", "f").is_err());
+    }
 }

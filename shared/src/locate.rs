@@ -97,25 +97,23 @@ pub fn locate(key: &str, source: &SourceSettings) -> Result<Option<DmsObject>> {
     let Some((kind, format, stem_order)) = parse_file_name(file_name) else {
         return Ok(None);
     };
-    if let Some(folder) = source.bucket_folder.as_deref().map(|f| f.trim_matches('/')) {
-        if !folder.is_empty() {
-            let prefix: Vec<&str> = folder.split('/').collect();
-            // Local paths may carry a leading directory before the bucket folder: anchor on the
-            // last occurrence of the folder's components.
-            let at = (0..=parts.len().saturating_sub(prefix.len()))
-                .rev()
-                .find(|&i| {
-                    parts.len() >= i + prefix.len() && parts[i..i + prefix.len()] == prefix[..]
-                });
-            match at {
-                Some(i) => parts.drain(..i + prefix.len()).for_each(drop),
-                None => return Ok(None),
-            };
-            if parts.len() < 2 {
-                return Err(bad("no <schema>/<table> after the bucket folder"));
-            }
-            parts.truncate(2);
+    if let Some(folder) = source.bucket_folder.as_deref().map(|f| f.trim_matches('/'))
+        && !folder.is_empty()
+    {
+        let prefix: Vec<&str> = folder.split('/').collect();
+        // Local paths may carry a leading directory before the bucket folder: anchor on the
+        // last occurrence of the folder's components.
+        let at = (0..=parts.len().saturating_sub(prefix.len()))
+            .rev()
+            .find(|&i| parts.len() >= i + prefix.len() && parts[i..i + prefix.len()] == prefix[..]);
+        match at {
+            Some(i) => parts.drain(..i + prefix.len()).for_each(drop),
+            None => return Ok(None),
+        };
+        if parts.len() < 2 {
+            return Err(bad("no <schema>/<table> after the bucket folder"));
         }
+        parts.truncate(2);
     }
     if parts.iter().any(|p| p.is_empty()) {
         return Err(bad("contains an empty path segment"));
@@ -189,7 +187,7 @@ fn parse_file_name(name: &str) -> Option<(FileKind, FileFormat, StemOrder)> {
                 && seg.starts_with("SEGMENT")
                 && seg[7..].bytes().all(|b| b.is_ascii_digit()) =>
         {
-            (format!("{seg}"), rest)
+            (seg.to_string(), rest)
         }
         _ => (String::new(), stem),
     };

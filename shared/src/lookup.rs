@@ -56,8 +56,11 @@ pub struct Located {
 #[derive(Default)]
 pub struct LookupCache {
     manifests: Mutex<HashMap<String, Arc<Manifest>>>,
-    deletes: Mutex<HashMap<String, Arc<HashMap<String, Vec<i64>>>>>,
+    deletes: Mutex<HashMap<String, Arc<DeletedPositions>>>,
 }
+
+/// Content of a position-delete file: deleted positions per data file path.
+type DeletedPositions = HashMap<String, Vec<i64>>;
 
 /// Bound on cached entries; past it the cache starts over (entries are cheap to reload).
 const CACHE_ENTRIES: usize = 20_000;
@@ -85,7 +88,7 @@ impl LookupCache {
         file_io: &FileIO,
         path: &str,
         size: u64,
-    ) -> Result<(Arc<HashMap<String, Vec<i64>>>, bool)> {
+    ) -> Result<(Arc<DeletedPositions>, bool)> {
         if let Some(x) = lock(&self.deletes)?.get(path) {
             return Ok((x.clone(), false));
         }

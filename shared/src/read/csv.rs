@@ -132,6 +132,7 @@ impl CsvFile {
             reader,
             label: self.label.clone(),
             fields: self.fields,
+            embedded_newlines: 0,
         })
     }
 
@@ -150,7 +151,7 @@ impl CsvFile {
         let mut guesses = vec![TypeGuess::default(); names.len()];
         let mut records = self.records()?;
         let mut rec = csv::ByteRecord::new();
-        while records.next(&mut rec)? {
+        while records.next(&mut rec)?.is_some() {
             for (g, &i) in guesses.iter_mut().zip(&idx) {
                 let v = rec.get(i).unwrap_or_default();
                 if v != self.null_value.as_slice() {
@@ -275,20 +276,23 @@ struct Records {
     reader: Reader,
     label: String,
     fields: usize,
+    /// Newlines inside quoted fields so far: the csv crate's line numbers do not count them.
+    embedded_newlines: u64,
 }
 
 impl Records {
-    /// Next record, checked for its field count.
-    fn next(&mut self, rec: &mut csv::ByteRecord) -> Result<bool> {
+    /// Next record, checked for its field count; returns the line it starts on.
+    fn next(&mut self, rec: &mut csv::ByteRecord) -> Result<Option<u64>> {
         if !self
             .reader
             .read_byte_record(rec)
             .map_err(|e| csv_error(&self.label, e))?
         {
-            return Ok(false);
+            return Ok(None);
         }
+        let line = rec.position().map_or(0, |p| p.line()) + self.embedded_newlines;
+        self.embedded_newlines += rec.as_slice().iter().filter(|b| **b == b'\n').count() as u64;
         if rec.len() != self.fields {
-            let line = rec.position().map_or(0, |p| p.line());
             return Err(InputError::new(
                 &self.label,
                 format!("expected {} fields, found {}", self.fields, rec.len()),
@@ -296,7 +300,7 @@ impl Records {
             .at(Position::Line(line))
             .into());
         }
-        Ok(true)
+        Ok(Some(line))
     }
 }
 
@@ -332,8 +336,10 @@ impl CsvBatches {
         let mut ops = Vec::with_capacity(BATCH_ROWS);
         let mut positions = Vec::with_capacity(BATCH_ROWS);
         let mut rec = csv::ByteRecord::new();
-        while ops.len() < BATCH_ROWS && self.records.next(&mut rec)? {
-            let line = rec.position().map_or(0, |p| p.line());
+        while ops.len() < BATCH_ROWS {
+            let Some(line) = self.records.next(&mut rec)? else {
+                break;
+            };
             let at = |col: &str, reason: String| -> Error {
                 InputError::new(&self.label, reason)
                     .at(Position::Line(line))
@@ -408,5 +414,224 @@ impl Iterator for CsvBatches {
                 Some(Err(e))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::locate::{FileFormat, FileKind, OrderKey};
+    use crate::read::SourceFile;
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use std::io::Write;
+
+    fn cfg() -> TableConfig {
+        let mut c = Config::default().table("s", "t").unwrap();
+        c.primary_key = Some(vec!["id".into()]);
+        c
+    }
+
+    fn obj(kind: FileKind) -> DmsObject {
+        DmsObject {
+            key: "s/t/f.csv".into(),
+            schema: "s".into(),
+            table: "t".into(),
+            kind,
+            format: FileFormat::Csv,
+            order: OrderKey::parse("1/x").unwrap(),
+        }
+    }
+
+    fn open(text: &[u8], cfg: &TableConfig) -> Result<SourceFile> {
+        SourceFile::open(
+            &obj(FileKind::Cdc),
+            SourceData::Bytes(text.to_vec().into()),
+            cfg,
+            None,
+        )
+    }
+
+    /// Reads with all columns typed as given (by name), keys as long.
+    fn read_all(src: SourceFile, types: &[(&str, PrimitiveType)]) -> Result<Vec<ChangeBatch>> {
+        let cols = src.columns();
+        let t = cols
+            .iter()
+            .map(|c| {
+                types
+                    .iter()
+                    .find(|(n, _)| *n == c.name)
+                    .map(|(_, t)| t.clone())
+                    .unwrap_or(PrimitiveType::String)
+            })
+            .collect();
+        src.read(t, vec![PrimitiveType::Long])?.collect()
+    }
+
+    #[test]
+    fn rfc4180_quoting_and_positions() {
+        let text = b"Op,id,name,note\nI,1,\"Smith, Bob\",\"He said \"\"hi\"\"\"\nU,2,plain,\"line1\nline2\"\r\nD,3,,x\n";
+        let src = open(text, &cfg()).unwrap();
+        assert!(src.layout().has_op());
+        let b = read_all(src, &[("id", PrimitiveType::Long)]).unwrap();
+        let b = &b[0];
+        assert_eq!(b.ops, vec![Op::Insert, Op::Update, Op::Delete]);
+        assert_eq!(b.positions, vec![2, 3, 5]);
+        let name = b.data.column(1).as_string::<i32>();
+        assert_eq!(name.value(0), "Smith, Bob");
+        assert!(name.is_null(2), "empty field is NULL by default");
+        let note = b.data.column(2).as_string::<i32>();
+        assert_eq!(note.value(0), "He said \"hi\"");
+        assert_eq!(note.value(1), "line1\nline2");
+    }
+
+    #[test]
+    fn null_token_and_delimiter() {
+        let mut c = cfg();
+        c.null_value = "\\N".into();
+        c.delimiter = b'|';
+        let src = open(b"Op|id|v\nI|1|\nI|2|\\N\n", &c).unwrap();
+        let b = &read_all(src, &[]).unwrap()[0];
+        let v = b.data.column(1).as_string::<i32>();
+        assert_eq!((v.is_null(0), v.value(0)), (false, ""));
+        assert!(v.is_null(1));
+    }
+
+    #[test]
+    fn headerless_with_and_without_op() {
+        let mut c = cfg();
+        c.columns = Some(vec![
+            ("id".into(), Some(PrimitiveType::Long)),
+            ("v".into(), None),
+        ]);
+        let with_op = open(b"I,1,a\nU,1,b\n", &c).unwrap();
+        assert!(with_op.layout().has_op());
+        assert_eq!(
+            read_all(with_op, &[("id", PrimitiveType::Long)]).unwrap()[0].ops,
+            vec![Op::Insert, Op::Update]
+        );
+        let load = open(b"1,a\n2,b\n", &c).unwrap();
+        assert!(!load.layout().has_op());
+        let b = &read_all(load, &[("id", PrimitiveType::Long)]).unwrap()[0];
+        assert_eq!(b.ops, vec![Op::Insert, Op::Insert]);
+        assert_eq!(b.data.column(0).as_primitive::<Int64Type>().value(1), 2);
+        // A header is still recognised when columns are configured.
+        let header = open(b"Op,id,v\nI,1,a\n", &c).unwrap();
+        assert_eq!(
+            read_all(header, &[("id", PrimitiveType::Long)]).unwrap()[0].positions,
+            vec![2]
+        );
+    }
+
+    #[test]
+    fn headerless_without_configured_columns_is_a_clear_error() {
+        let e = open(b"I,1,a\n", &cfg()).err().unwrap().to_string();
+        assert!(e.contains("line 1") && e.contains("columns"), "{e}");
+    }
+
+    #[test]
+    fn bad_rows_name_line_and_column() {
+        let e = read_all(open(b"Op,id,v\nI,1,a\nI,2\n", &cfg()).unwrap(), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 3") && e.contains("expected 3 fields, found 2"),
+            "{e}"
+        );
+        let e = read_all(open(b"Op,id,v\nX,1,a\n", &cfg()).unwrap(), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 2") && e.contains("`Op`") && e.contains("`X`"),
+            "{e}"
+        );
+        let e = read_all(
+            open(b"Op,id,v\nI,1,a\nI,x2,b\n", &cfg()).unwrap(),
+            &[("id", PrimitiveType::Long)],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("line 3") && e.contains("`id`") && e.contains("x2"),
+            "{e}"
+        );
+        let e = read_all(open(b"Op,id,v\nI,1,\xff\n", &cfg()).unwrap(), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2") && e.contains("UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn gzip_is_detected_by_magic_bytes() {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(b"Op,id\nI,1\nI,2\n").unwrap();
+        let bytes = gz.finish().unwrap();
+        let b = read_all(
+            open(&bytes, &cfg()).unwrap(),
+            &[("id", PrimitiveType::Long)],
+        )
+        .unwrap();
+        assert_eq!(b[0].data.num_rows(), 2);
+    }
+
+    #[test]
+    fn inference_reads_the_whole_file() {
+        let mut text = b"Op,id,n,amount,ts\n".to_vec();
+        for i in 0..20_000 {
+            text.extend_from_slice(
+                format!("I,{i},{i},1.5,2022-03-02 11:30:01.000000\n").as_bytes(),
+            );
+        }
+        text.extend_from_slice(b"I,20000,late text,2.25,\n");
+        let src = open(&text, &cfg()).unwrap();
+        let t = src
+            .infer_types(&["id".into(), "n".into(), "amount".into(), "ts".into()])
+            .unwrap();
+        assert_eq!(
+            t,
+            vec![
+                PrimitiveType::Long,
+                PrimitiveType::String,
+                PrimitiveType::Decimal {
+                    precision: 38,
+                    scale: 2
+                },
+                PrimitiveType::Timestamp
+            ]
+        );
+    }
+
+    #[test]
+    fn before_image_columns_are_found() {
+        let src = open(b"Op,id,v,BI_id\nU,5,a,1\nI,7,b,\n", &cfg()).unwrap();
+        assert_eq!(src.columns().len(), 2);
+        let b = &read_all(src, &[("id", PrimitiveType::Long)]).unwrap()[0];
+        let before = b
+            .before
+            .as_ref()
+            .unwrap()
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .clone();
+        assert_eq!(before.value(0), 1);
+        assert!(before.is_null(1));
+    }
+
+    #[test]
+    fn empty_and_truncated_inputs() {
+        let e = SourceFile::open(
+            &obj(FileKind::Load),
+            SourceData::Bytes(Vec::new().into()),
+            &cfg(),
+            None,
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("empty"), "{e}");
+        let e = read_all(open(b"Op,id,v\nI,1,\"unterminated\n", &cfg()).unwrap(), &[]);
+        assert!(e.is_ok() || e.unwrap_err().to_string().contains("line"));
     }
 }

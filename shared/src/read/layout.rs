@@ -66,7 +66,7 @@ impl Layout {
     }
 
     pub fn has_op(&self) -> bool {
-        self.roles.iter().any(|r| *r == Role::Op)
+        self.roles.contains(&Role::Op)
     }
 
     pub fn data_columns(&self) -> Vec<SourceColumn> {

@@ -343,3 +343,150 @@ impl Iterator for ParquetBatches {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::locate::{FileFormat, FileKind, OrderKey};
+    use crate::read::SourceFile;
+    use arrow_array::types::{Decimal128Type, Int32Type, Int64Type, TimestampMicrosecondType};
+    use arrow_array::*;
+    use arrow_schema::TimeUnit;
+
+    fn parquet_bytes(batch: &RecordBatch) -> bytes::Bytes {
+        let mut buf = Vec::new();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, batch.schema(), None).unwrap();
+        w.write(batch).unwrap();
+        w.close().unwrap();
+        buf.into()
+    }
+
+    #[test]
+    fn dms_types_are_widened_and_converted() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("Op", DataType::Utf8, true),
+            Field::new("ts_col", DataType::Utf8, true),
+            Field::new("id", DataType::Int64, false),
+            Field::new("small", DataType::UInt16, true),
+            Field::new("big", DataType::UInt64, true),
+            Field::new("at", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+            Field::new("amount", DataType::Decimal128(10, 2), true),
+            Field::new("tiny", DataType::Int8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(vec!["I", "D"])),
+                Arc::new(StringArray::from(vec![
+                    "2022-03-02 11:30:01.250000",
+                    "2022-03-02 11:30:02.000000",
+                ])),
+                Arc::new(Int64Array::from(vec![1, 2])),
+                Arc::new(UInt16Array::from(vec![65535, 0])),
+                Arc::new(UInt64Array::from(vec![u64::MAX, 1])),
+                Arc::new(TimestampMillisecondArray::from(vec![1_000, 2_500])),
+                Arc::new(
+                    Decimal128Array::from(vec![1234, -5])
+                        .with_precision_and_scale(10, 2)
+                        .unwrap(),
+                ),
+                Arc::new(Int8Array::from(vec![-1, 7])),
+            ],
+        )
+        .unwrap();
+        let mut cfg = Config::default().table("s", "t").unwrap();
+        cfg.primary_key = Some(vec!["id".into()]);
+        cfg.commit_timestamp_column = Some("ts_col".into());
+        let obj = DmsObject {
+            key: "s/t/LOAD00000001.parquet".into(),
+            schema: "s".into(),
+            table: "t".into(),
+            kind: FileKind::Cdc,
+            format: FileFormat::Parquet,
+            order: OrderKey::parse("1/x").unwrap(),
+        };
+        let src =
+            SourceFile::open(&obj, SourceData::Bytes(parquet_bytes(&batch)), &cfg, None).unwrap();
+        let cols = src.columns();
+        let declared: Vec<PrimitiveType> =
+            cols.iter().map(|c| c.declared.clone().unwrap()).collect();
+        assert_eq!(
+            declared,
+            vec![
+                PrimitiveType::Timestamp,
+                PrimitiveType::Long,
+                PrimitiveType::Int,
+                PrimitiveType::Decimal {
+                    precision: 20,
+                    scale: 0
+                },
+                PrimitiveType::Timestamp,
+                PrimitiveType::Decimal {
+                    precision: 10,
+                    scale: 2
+                },
+                PrimitiveType::Int,
+            ]
+        );
+        // Read `tiny` as long (a promoted table column) and `amount` as decimal(12,2).
+        let mut types = declared.clone();
+        types[6] = PrimitiveType::Long;
+        types[5] = PrimitiveType::Decimal {
+            precision: 12,
+            scale: 2,
+        };
+        let b: Vec<_> = src
+            .read(types, vec![PrimitiveType::Long])
+            .unwrap()
+            .collect::<Result<_>>()
+            .unwrap();
+        let b = &b[0];
+        assert_eq!(b.ops, vec![Op::Insert, Op::Delete]);
+        assert_eq!(b.positions, vec![0, 1]);
+        let d = &b.data;
+        assert_eq!(
+            d.column(0)
+                .as_primitive::<TimestampMicrosecondType>()
+                .value(0),
+            1_646_220_601_250_000
+        );
+        assert_eq!(d.column(2).as_primitive::<Int32Type>().value(0), 65535);
+        assert_eq!(
+            d.column(3).as_primitive::<Decimal128Type>().value(0),
+            u64::MAX as i128
+        );
+        assert_eq!(
+            d.column(4)
+                .as_primitive::<TimestampMicrosecondType>()
+                .value(1),
+            2_500_000
+        );
+        assert_eq!(d.column(5).as_primitive::<Decimal128Type>().value(1), -5);
+        assert_eq!(d.column(6).as_primitive::<Int64Type>().value(0), -1);
+    }
+
+    #[test]
+    fn truncated_file_is_an_input_error() {
+        let mut cfg = Config::default().table("s", "t").unwrap();
+        cfg.primary_key = Some(vec!["id".into()]);
+        let obj = DmsObject {
+            key: "s/t/x.parquet".into(),
+            schema: "s".into(),
+            table: "t".into(),
+            kind: FileKind::Load,
+            format: FileFormat::Parquet,
+            order: OrderKey::parse("0/x").unwrap(),
+        };
+        let e = SourceFile::open(
+            &obj,
+            SourceData::Bytes(bytes::Bytes::from_static(b"PAR1garbage")),
+            &cfg,
+            None,
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("x.parquet") && e.contains("Parquet"), "{e}");
+    }
+}

@@ -143,7 +143,8 @@ pub async fn write_position_deletes(
     );
     let arrow_schema = Arc::new(schema_to_arrow_schema(&delete_schema)?);
     // Group by partition; BTreeMap keeps paths sorted inside each group.
-    let mut groups: Vec<((i32, Struct), Vec<(&String, &FileDeletes)>)> = Vec::new();
+    type Group<'a> = ((i32, Struct), Vec<(&'a String, &'a FileDeletes)>);
+    let mut groups: Vec<Group> = Vec::new();
     for (path, d) in deletes {
         let k = (d.spec_id, d.partition.clone());
         match groups.iter_mut().find(|(g, _)| *g == k) {
