@@ -9,11 +9,10 @@
 //! A `U` whose before-image key (`BI_<key>`) differs from its key moved the row: it becomes a
 //! delete of the old key and an upsert of the new one, at the same place in the order.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
-use arrow_row::{OwnedRow, RowConverter, Rows, SortField};
+use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::SchemaRef;
 use arrow_select::take::take_record_batch;
 
@@ -40,6 +39,20 @@ pub struct Deduped {
     pub upserted: BooleanArray,
     /// Rows read from the files.
     pub rows_read: usize,
+}
+
+/// Where an event's key is: a row's own key, or a before-image (batch, row).
+#[derive(Clone, Copy)]
+enum KeyRef {
+    Row(u32),
+    Before(u32, u32),
+}
+
+/// One change to one key: `row` gives its place in source order.
+struct Event {
+    key: KeyRef,
+    row: u32,
+    delete: bool,
 }
 
 /// Row metadata used to order changes of one key.
@@ -130,22 +143,16 @@ pub fn dedupe(
         (ma.file, ma.pos) > (mb.file, mb.pos)
     };
 
-    // Winner per key: (row, is_delete).
-    let mut winners: HashMap<OwnedRow, (usize, bool)> = HashMap::with_capacity(rows_read);
-    let mut offer = |k: OwnedRow, row: usize, delete: bool| match winners.get_mut(&k) {
-        Some(w) => {
-            if later(row, w.0) {
-                *w = (row, delete);
-            }
-        }
-        None => {
-            winners.insert(k, (row, delete));
-        }
-    };
-    for (r, m) in metas.iter().enumerate() {
-        offer(key_rows.row(r).owned(), r, m.op == Op::Delete);
-    }
-    // Before-images: a key change deletes the old key at the same point in the order.
+    // Every change as (key, row, is delete): the rows themselves, plus a delete of the old key
+    // for each update whose before-image key differs.
+    let mut before_rows: Vec<Rows> = Vec::with_capacity(befores.len());
+    let mut events: Vec<Event> = (0..metas.len())
+        .map(|r| Event {
+            key: KeyRef::Row(r as u32),
+            row: r as u32,
+            delete: metas[r].op == Op::Delete,
+        })
+        .collect();
     for (start, before) in &befores {
         let arrays: Vec<ArrayRef> = before
             .columns()
@@ -160,18 +167,42 @@ pub fn dedupe(
                 continue;
             }
             if old.row(i) != key_rows.row(r) {
-                offer(old.row(i).owned(), r, true);
+                events.push(Event {
+                    key: KeyRef::Before(before_rows.len() as u32, i as u32),
+                    row: r as u32,
+                    delete: true,
+                });
             }
         }
+        before_rows.push(old);
     }
-
-    let mut entries: Vec<(OwnedRow, usize, bool)> =
-        winners.into_iter().map(|(k, (r, d))| (k, r, d)).collect();
-    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let key_of = |e: &Event| match e.key {
+        KeyRef::Row(r) => key_rows.row(r as usize),
+        KeyRef::Before(b, i) => before_rows[b as usize].row(i as usize),
+    };
+    // Sort by key, then source order: the last event of each key is its final state. Sorting
+    // (rather than hashing) keeps memory to one small entry per change.
+    events.sort_unstable_by(|a, b| {
+        key_of(a).cmp(&key_of(b)).then_with(|| {
+            if a.row == b.row {
+                std::cmp::Ordering::Equal
+            } else if later(a.row as usize, b.row as usize) {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Less
+            }
+        })
+    });
+    let winners: Vec<&Event> = events
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| events.get(i + 1).is_none_or(|n| key_of(n) != key_of(e)))
+        .map(|(_, e)| e)
+        .collect();
     let upsert_idx =
-        UInt32Array::from_iter_values(entries.iter().filter(|e| !e.2).map(|e| e.1 as u32));
+        UInt32Array::from_iter_values(winners.iter().filter(|e| !e.delete).map(|e| e.row));
     let upserts = take_record_batch(&all, &upsert_idx)?;
-    let parsed = converter.convert_rows(entries.iter().map(|e| e.0.row()))?;
+    let parsed = converter.convert_rows(winners.iter().map(|e| key_of(e)))?;
     let key_schema = Arc::new(arrow_schema::Schema::new(
         key_idx
             .iter()
@@ -179,7 +210,7 @@ pub fn dedupe(
             .collect::<Vec<_>>(),
     ));
     let keys = RecordBatch::try_new(key_schema, parsed)?;
-    let upserted = BooleanArray::from(entries.iter().map(|e| !e.2).collect::<Vec<_>>());
+    let upserted = BooleanArray::from(winners.iter().map(|e| !e.delete).collect::<Vec<_>>());
     Ok(Deduped {
         upserts,
         keys,

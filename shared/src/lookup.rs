@@ -41,6 +41,8 @@ pub struct LookupStats {
     pub row_groups_pruned_by_stats: usize,
     pub row_groups_pruned_by_bloom: usize,
     pub delete_files_read: usize,
+    /// Candidate files answered from the in-memory key cache without reading them.
+    pub key_cache_hits: usize,
 }
 
 #[derive(Debug, Default)]
@@ -52,11 +54,37 @@ pub struct Located {
     pub stats: LookupStats,
 }
 
-/// Caches immutable files by path across lookups of a warm process.
-#[derive(Default)]
+/// Caches immutable files by path across lookups of a warm process: manifests, delete files,
+/// and the decoded key columns of data files (bounded by a byte budget), which turn later
+/// lookups into in-memory searches.
 pub struct LookupCache {
     manifests: Mutex<HashMap<String, Arc<Manifest>>>,
     deletes: Mutex<HashMap<String, Arc<DeletedPositions>>>,
+    keys: Mutex<KeyCache>,
+}
+
+/// Default memory for cached key columns.
+pub const DEFAULT_KEY_CACHE_BYTES: usize = 512 << 20;
+
+impl Default for LookupCache {
+    fn default() -> Self {
+        Self::with_key_budget(DEFAULT_KEY_CACHE_BYTES)
+    }
+}
+
+/// Key columns of data files, in file order, row-encoded for the key types they were read as.
+#[derive(Default)]
+struct KeyCache {
+    map: HashMap<(String, String), Arc<FileKeys>>,
+    order: std::collections::VecDeque<(String, String)>,
+    bytes: usize,
+    budget: usize,
+}
+
+struct FileKeys {
+    rows: Rows,
+    /// Rows in key order (files we write are): lookups binary-search.
+    sorted: bool,
 }
 
 /// Content of a position-delete file: deleted positions per data file path.
@@ -66,6 +94,47 @@ type DeletedPositions = HashMap<String, Vec<i64>>;
 const CACHE_ENTRIES: usize = 20_000;
 
 impl LookupCache {
+    /// `budget` bytes for cached key columns; 0 disables that cache.
+    pub fn with_key_budget(budget: usize) -> Self {
+        LookupCache {
+            manifests: Mutex::default(),
+            deletes: Mutex::default(),
+            keys: Mutex::new(KeyCache {
+                budget,
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn key_budget(&self) -> usize {
+        self.keys.lock().map(|k| k.budget).unwrap_or(0)
+    }
+
+    fn cached_keys(&self, path: &str, sig: &str) -> Option<Arc<FileKeys>> {
+        let k = self.keys.lock().ok()?;
+        k.map.get(&(path.to_string(), sig.to_string())).cloned()
+    }
+
+    fn cache_keys(&self, path: &str, sig: &str, keys: Arc<FileKeys>) {
+        let Ok(mut c) = self.keys.lock() else { return };
+        let size = keys.rows.size();
+        if size > c.budget {
+            return;
+        }
+        while c.bytes + size > c.budget {
+            let Some(old) = c.order.pop_front() else {
+                break;
+            };
+            if let Some(v) = c.map.remove(&old) {
+                c.bytes -= v.rows.size();
+            }
+        }
+        let id = (path.to_string(), sig.to_string());
+        c.bytes += size;
+        c.order.push_back(id.clone());
+        c.map.insert(id, keys);
+    }
+
     async fn manifest(
         &self,
         file_io: &FileIO,
@@ -123,6 +192,10 @@ fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>> {
 
 /// The keys being looked up, in the forms each pruning step needs.
 struct Keys {
+    /// Identifies the key types (cached encodings are only valid for the same types).
+    sig: String,
+    /// Encoded full keys, sorted, with their index in the key batch.
+    sorted: Vec<(Vec<u8>, usize)>,
     field_ids: Vec<i32>,
     types: Vec<DataType>,
     converter: RowConverter,
@@ -147,9 +220,13 @@ impl Keys {
         let converter =
             RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
         let rows = converter.convert_columns(&arrays)?;
-        let index = (0..rows.num_rows())
+        let index: HashMap<Vec<u8>, usize> = (0..rows.num_rows())
             .map(|i| (rows.row(i).as_ref().to_vec(), i))
             .collect();
+        let mut sorted: Vec<(Vec<u8>, usize)> =
+            index.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        sorted.sort_unstable();
+        let sig = format!("{field_ids:?}{types:?}");
         let mut columns = Vec::new();
         for a in &arrays {
             let c = RowConverter::new(vec![SortField::new(a.data_type().clone())])?;
@@ -166,6 +243,8 @@ impl Keys {
             None => FirstColumn::Other,
         };
         Ok(Keys {
+            sig,
+            sorted,
             field_ids,
             types,
             converter,
@@ -392,7 +471,7 @@ pub async fn locate_rows(
 
     let k = &k;
     let results: Vec<(usize, FileScan)> = futures::stream::iter(candidates.iter().enumerate())
-        .map(|(i, c)| async move { scan_file(file_io, c, k).await.map(|r| (i, r)) })
+        .map(|(i, c)| async move { scan_file(file_io, c, k, cache).await.map(|r| (i, r)) })
         .buffer_unordered(8)
         .try_collect()
         .await?;
@@ -402,6 +481,7 @@ pub async fn locate_rows(
         out.stats.row_groups_read += scan.row_groups_read;
         out.stats.row_groups_pruned_by_stats += scan.pruned_by_stats;
         out.stats.row_groups_pruned_by_bloom += scan.pruned_by_bloom;
+        out.stats.key_cache_hits += scan.cache_hit as usize;
         let dead = dead.get(&c.path);
         let positions: Vec<i64> = scan
             .hits
@@ -428,6 +508,7 @@ pub async fn locate_rows(
 
 struct FileScan {
     opened: bool,
+    cache_hit: bool,
     row_groups_read: usize,
     pruned_by_stats: usize,
     pruned_by_bloom: usize,
@@ -435,8 +516,20 @@ struct FileScan {
     hits: Vec<(i64, usize)>,
 }
 
-/// Reads the key columns of one data file, skipping row groups that cannot hold a key.
-async fn scan_file(file_io: &FileIO, c: &Candidate, k: &Keys) -> Result<FileScan> {
+/// Reads the key columns of one data file, skipping row groups that cannot hold a key; or
+/// answers from the key cache.
+async fn scan_file(
+    file_io: &FileIO,
+    c: &Candidate,
+    k: &Keys,
+    cache: &LookupCache,
+) -> Result<FileScan> {
+    if let Some(fk) = cache.cached_keys(&c.path, &k.sig) {
+        let mut scan = FileScan::empty();
+        scan.cache_hit = true;
+        scan.hits = search(&fk, k);
+        return Ok(scan);
+    }
     let input = file_io.new_input(&c.path)?;
     let reader = ArrowFileReader::new(FileMetadata { size: c.size }, input.reader().await?);
     let mut builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
@@ -453,14 +546,9 @@ async fn scan_file(file_io: &FileIO, c: &Candidate, k: &Keys) -> Result<FileScan
             idx.ok_or_else(|| Error::Other(format!("{}: no column with field id {fid}", c.path)))?,
         );
     }
-    let mut scan = FileScan {
-        opened: true,
-        row_groups_read: 0,
-        pruned_by_stats: 0,
-        pruned_by_bloom: 0,
-        hits: Vec::new(),
-    };
-    let mut selected = Vec::new();
+    let mut scan = FileScan::empty();
+    scan.opened = true;
+    let mut selected: Vec<usize> = Vec::new();
     let mut starts = Vec::with_capacity(md.num_row_groups());
     let mut start = 0i64;
     for rg in 0..md.num_row_groups() {
@@ -489,6 +577,11 @@ async fn scan_file(file_io: &FileIO, c: &Candidate, k: &Keys) -> Result<FileScan
         }
         selected.push(rg);
     }
+    // Worth caching: read the whole key column once, later lookups search memory.
+    let fill = cache.key_budget() > 0 && selected.len() * 2 >= md.num_row_groups();
+    if fill {
+        selected = (0..md.num_row_groups()).collect();
+    }
     if selected.is_empty() {
         return Ok(scan);
     }
@@ -508,6 +601,18 @@ async fn scan_file(file_io: &FileIO, c: &Candidate, k: &Keys) -> Result<FileScan
         .map(|&rg| (starts[rg], md.row_group(rg).num_rows()));
     let (mut rg_start, mut rg_left) = rg_iter.next().unwrap_or((0, 0));
     let mut offset = 0i64;
+    if fill {
+        let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+        let mut rows = k.converter.empty_rows(total, total * 8);
+        for b in &batches {
+            k.converter.append(&mut rows, &key_columns_of(b, k)?)?;
+        }
+        let sorted = (1..rows.num_rows()).all(|i| rows.row(i - 1) <= rows.row(i));
+        let fk = Arc::new(FileKeys { rows, sorted });
+        scan.hits = search(&fk, k);
+        cache.cache_keys(&c.path, &k.sig, fk);
+        return Ok(scan);
+    }
     for b in batches {
         let cols = key_columns_of(&b, k)?;
         let rows: Rows = k.converter.convert_columns(&cols)?;
@@ -535,6 +640,50 @@ async fn scan_file(file_io: &FileIO, c: &Candidate, k: &Keys) -> Result<FileScan
         }
     }
     Ok(scan)
+}
+
+impl FileScan {
+    fn empty() -> FileScan {
+        FileScan {
+            opened: false,
+            cache_hit: false,
+            row_groups_read: 0,
+            pruned_by_stats: 0,
+            pruned_by_bloom: 0,
+            hits: Vec::new(),
+        }
+    }
+}
+
+/// Positions of the looked-up keys in a file's cached key rows.
+fn search(fk: &FileKeys, k: &Keys) -> Vec<(i64, usize)> {
+    let rows = &fk.rows;
+    let mut hits = Vec::new();
+    if fk.sorted {
+        for (key, idx) in &k.sorted {
+            let key = key.as_slice();
+            let (mut lo, mut hi) = (0usize, rows.num_rows());
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                if rows.row(mid).as_ref() < key {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            while lo < rows.num_rows() && rows.row(lo).as_ref() == key {
+                hits.push((lo as i64, *idx));
+                lo += 1;
+            }
+        }
+    } else {
+        for i in 0..rows.num_rows() {
+            if let Some(&idx) = k.index.get(rows.row(i).as_ref()) {
+                hits.push((i as i64, idx));
+            }
+        }
+    }
+    hits
 }
 
 /// The key columns of a projected batch in key order, cast to the current key types (a file
