@@ -762,12 +762,21 @@ def generate(a) -> dict:
         types[seq_col] = "string"
     col_ty = {c.name.lower(): c for c in tb.cols}
 
-    def to_json_rows(st: dict) -> list:
+    # columns the table has after each file (a column added later is absent before)
+    known: list = []
+    cols_after = []
+    for f, _st in states:
+        for c in f.cols:
+            if c.name.lower() not in known:
+                known.append(c.name.lower())
+        cols_after.append([n for n in types if n in known or n in (ts_col, seq_col)])
+
+    def to_json_rows(st: dict, cols: list | None = None) -> list:
         out = []
         for k in sorted(st):
             r = st[k]
             jr = {}
-            for name in types:
+            for name in (cols if cols is not None else types):
                 src = next((n for n in r if n.lower() == name), None)
                 v = r.get(src) if src else None
                 jr[name] = json_value(v, types[name])
@@ -819,14 +828,15 @@ def generate(a) -> dict:
     final = to_json_rows(states[-1][1])
     write_jsonl(exp_dir / f"{target}.jsonl", final)
     if any(f.pending for f in tb.files):
-        initial = {}
-        for f, st in states:
+        initial, initial_cols = {}, []
+        for (f, st), cols in zip(states, cols_after):
             if not f.pending:
-                initial = st
-        write_jsonl(exp_dir / f"{target}.initial.jsonl", to_json_rows(initial))
+                initial, initial_cols = st, cols
+        write_jsonl(exp_dir / f"{target}.initial.jsonl", to_json_rows(initial, initial_cols))
     total_rows = sum(len(f.changes) for f in tb.files)
     if a.asof or (a.asof is None and total_rows <= 3000):
-        asof = [{"after_file": f.relpath, "pending": f.pending, "rows": to_json_rows(st)} for f, st in states]
+        asof = [{"after_file": f.relpath, "pending": f.pending, "rows": to_json_rows(st, cols)}
+                for (f, st), cols in zip(states, cols_after)]
         (exp_dir / f"{target}.asof.json").write_text(json.dumps(asof, ensure_ascii=False, indent=0), encoding="utf-8")
     meta = {
         "table": target,
@@ -1165,13 +1175,7 @@ def reread(out: Path) -> dict:
             types[seq] = "string"
         if tsc:
             types[tsc] = "timestamp"
-        all_cols = []
-        for p, recs, at in parsed:
-            for _op, r in recs:
-                for k in r:
-                    if k not in all_cols and not (bi_prefix and k.startswith(bi_prefix)):
-                        all_cols.append(k)
-                break
+        all_cols: list = []  # grows file by file: a column added later is absent before
         # pass 2: apply in order
         state: dict = {}
         states = []
@@ -1185,6 +1189,10 @@ def reread(out: Path) -> dict:
                         r[tsc] = text_to_json(r[tsc], "timestamp")
                     fixed.append((op, r))
                 recs = fixed
+            for _op, r in recs[:1]:
+                for k in r:
+                    if k not in all_cols and not (bi_prefix and k.startswith(bi_prefix)):
+                        all_cols.append(k)
             idx = list(range(len(recs)))
             if seq:
                 idx.sort(key=lambda i: (recs[i][1].get(seq) or ""))

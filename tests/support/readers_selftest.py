@@ -140,7 +140,7 @@ def main() -> int:
 
     probe = subprocess.run([sys.executable, str(HERE / "probe_position_deletes.py"), "--dir", str(base / "posdel")],
                            capture_output=True, text=True)
-    print(probe.stdout, end="")
+    print("readers selftest position-deletes (file:// paths): " + ("ok" if probe.returncode == 0 else "FAILED"))
     check("position-deletes", probe.returncode == 0, probe.stdout + probe.stderr)
     if not a.keep:
         shutil.rmtree(base, ignore_errors=True)
