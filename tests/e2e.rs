@@ -168,6 +168,14 @@ fn product_time_travel_file_by_file() {
         let p = w.write_jsonl(&format!("step{i}.jsonl"), &step.rows);
         w.check_readers(table, &p, Some(id));
     }
+    // Before the first snapshot there is no table state: an error, not an empty result.
+    let before = (hist[0]["timestamp_ms"].as_i64().unwrap() - 1).to_string();
+    let r = w.scan_run(table, &["--as-of", &before]);
+    assert!(
+        !r.status.success(),
+        "--as-of before the first snapshot should fail:\n{}",
+        r.describe()
+    );
     // Between two snapshots: the older state.
     let ms1 = hist[1]["timestamp_ms"].as_i64().unwrap();
     let got = w.scan(table, &["--as-of", &(ms1 - 1).to_string()]);
