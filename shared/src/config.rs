@@ -115,7 +115,8 @@ pub struct TableConfig {
     pub drop_columns: Vec<String>,
     pub columns: Option<Vec<(String, Option<PrimitiveType>)>>,
     pub null_value: String,
-    pub delimiter: u8,
+    /// The endpoint's `CsvDelimiter`: one or more bytes.
+    pub delimiter: Vec<u8>,
     pub before_image_prefix: String,
     pub lowercase_names: bool,
     pub infer_types: bool,
@@ -218,13 +219,13 @@ impl Config {
                 )));
             }
         }
-        let delimiter = match s.delimiter.as_deref() {
-            None => b',',
-            Some("\\t") | Some("\t") => b'\t',
-            Some(d) if d.len() == 1 => d.as_bytes()[0],
+        let delimiter: Vec<u8> = match s.delimiter.as_deref() {
+            None => b",".to_vec(),
+            Some("\\t") => b"\t".to_vec(),
+            Some(d) if !d.is_empty() && !d.contains(['"', '\n', '\r']) => d.as_bytes().to_vec(),
             Some(d) => {
                 return Err(Error::Config(format!(
-                    "[tables.\"{matched}\"] delimiter `{d}` must be one byte"
+                    "[tables.\"{matched}\"] delimiter `{d}` must be non-empty and contain no quote or newline"
                 )));
             }
         };

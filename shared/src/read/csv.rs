@@ -19,7 +19,7 @@ use crate::types::arrow_type;
 pub struct CsvFile {
     label: String,
     data: SourceData,
-    delimiter: u8,
+    delimiter: Vec<u8>,
     null_value: Vec<u8>,
     layout: Layout,
     /// Whether the first record is a header to skip.
@@ -39,7 +39,7 @@ impl CsvFile {
         table_columns: Option<&[String]>,
     ) -> Result<CsvFile> {
         let label = obj.key.clone();
-        let mut reader = reader(&data, &label, cfg.delimiter)?;
+        let mut reader = reader(&data, &label, &cfg.delimiter)?;
         let mut first = csv::ByteRecord::new();
         let got = reader
             .read_byte_record(&mut first)
@@ -107,7 +107,7 @@ impl CsvFile {
         Ok(CsvFile {
             label,
             data,
-            delimiter: cfg.delimiter,
+            delimiter: cfg.delimiter.clone(),
             null_value: cfg.null_value.as_bytes().to_vec(),
             fields: names.len(),
             layout,
@@ -121,7 +121,7 @@ impl CsvFile {
     }
 
     fn records(&self) -> Result<Records> {
-        let mut reader = reader(&self.data, &self.label, self.delimiter)?;
+        let mut reader = reader(&self.data, &self.label, &self.delimiter)?;
         if self.has_header {
             let mut skip = csv::ByteRecord::new();
             reader
@@ -223,8 +223,15 @@ fn unreachable_headerless(label: &str) -> Result<Vec<String>> {
     Err(InputError::new(label, "no header and no configured columns").into())
 }
 
-fn reader(data: &SourceData, label: &str, delimiter: u8) -> Result<Reader> {
+fn reader(data: &SourceData, label: &str, delimiter: &[u8]) -> Result<Reader> {
     let input = data.open(label, DEFAULT_MAX_DECOMPRESSED_BYTES)?;
+    let (input, delimiter): (Box<dyn Read + Send>, u8) = match delimiter {
+        [d] => (input, *d),
+        many => (
+            Box::new(MultiByteDelimiter::new(input, many.to_vec())),
+            MultiByteDelimiter::<Box<dyn Read + Send>>::SEPARATOR,
+        ),
+    };
     Ok(csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
@@ -232,6 +239,85 @@ fn reader(data: &SourceData, label: &str, delimiter: u8) -> Result<Reader> {
         .double_quote(true)
         .buffer_capacity(1 << 16)
         .from_reader(input))
+}
+
+/// DMS allows a multi-character `CsvDelimiter`; the CSV parser takes one byte. This rewrites
+/// each delimiter outside quoted fields to the ASCII unit separator, leaving quoted text as is.
+struct MultiByteDelimiter<R> {
+    inner: R,
+    delimiter: Vec<u8>,
+    in_quotes: bool,
+    matched: usize,
+    out: std::collections::VecDeque<u8>,
+    eof: bool,
+}
+
+impl<R: Read> MultiByteDelimiter<R> {
+    const SEPARATOR: u8 = 0x1f;
+
+    fn new(inner: R, delimiter: Vec<u8>) -> Self {
+        Self {
+            inner,
+            delimiter,
+            in_quotes: false,
+            matched: 0,
+            out: Default::default(),
+            eof: false,
+        }
+    }
+
+    fn push(&mut self, b: u8) {
+        if self.in_quotes {
+            if b == b'"' {
+                self.in_quotes = false;
+            }
+            self.out.push_back(b);
+            return;
+        }
+        if b == self.delimiter[self.matched] {
+            self.matched += 1;
+            if self.matched == self.delimiter.len() {
+                self.out.push_back(Self::SEPARATOR);
+                self.matched = 0;
+            }
+            return;
+        }
+        if self.matched > 0 {
+            // A partial match was data after all; the byte may start a new match.
+            let partial = self.delimiter[..self.matched].to_vec();
+            self.out.extend(partial);
+            self.matched = 0;
+            return self.push(b);
+        }
+        if b == b'"' {
+            self.in_quotes = true;
+        }
+        self.out.push_back(b);
+    }
+}
+
+impl<R: Read> Read for MultiByteDelimiter<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut chunk = [0u8; 1 << 14];
+        while self.out.len() < buf.len() && !self.eof {
+            let n = self.inner.read(&mut chunk)?;
+            if n == 0 {
+                self.eof = true;
+                let partial = self.delimiter[..self.matched].to_vec();
+                self.out.extend(partial);
+                self.matched = 0;
+                break;
+            }
+            for &b in &chunk[..n] {
+                self.push(b);
+            }
+        }
+        let n = buf.len().min(self.out.len());
+        for (i, b) in self.out.drain(..n).enumerate() {
+            buf[i] = b;
+        }
+        Ok(n)
+    }
 }
 
 fn csv_error(label: &str, e: csv::Error) -> Error {
@@ -491,7 +577,7 @@ mod tests {
     fn null_token_and_delimiter() {
         let mut c = cfg();
         c.null_value = "\\N".into();
-        c.delimiter = b'|';
+        c.delimiter = b"|".to_vec();
         let src = open(b"Op|id|v\nI|1|\nI|2|\\N\n", &c).unwrap();
         let b = &read_all(src, &[]).unwrap()[0];
         let v = b.data.column(1).as_string::<i32>();
@@ -561,6 +647,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 2") && e.contains("UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn multi_byte_delimiter_outside_quotes_only() {
+        let mut c = cfg();
+        c.delimiter = b"||".to_vec();
+        let src = open(b"Op||id||v\nI||1||\"a||b\"\nI||2||x|y\n", &c).unwrap();
+        let b = &read_all(src, &[("id", PrimitiveType::Long)]).unwrap()[0];
+        let v = b.data.column(1).as_string::<i32>();
+        assert_eq!((v.value(0), v.value(1)), ("a||b", "x|y"));
     }
 
     #[test]
