@@ -63,11 +63,15 @@ struct Meta {
     op: Op,
 }
 
+/// `only_keys_of`: keep only keys that file (index into `files`) touches. A file that arrives
+/// after later files were applied is re-merged this way: its changes and every later change
+/// to the same keys, in source order, decide those keys' rows.
 pub fn dedupe(
     schema: SchemaRef,
     files: Vec<FileChanges>,
     key: &[String],
     order_column: Option<&str>,
+    only_keys_of: Option<usize>,
 ) -> Result<Deduped> {
     let mut metas: Vec<Meta> = Vec::new();
     let mut batches: Vec<RecordBatch> = Vec::new();
@@ -193,12 +197,23 @@ pub fn dedupe(
             }
         })
     });
-    let winners: Vec<&Event> = events
-        .iter()
-        .enumerate()
-        .filter(|(i, e)| events.get(i + 1).is_none_or(|n| key_of(n) != key_of(e)))
-        .map(|(_, e)| e)
-        .collect();
+    let mut winners: Vec<&Event> = Vec::new();
+    let mut group_start = 0;
+    for (i, e) in events.iter().enumerate() {
+        if events.get(i + 1).is_some_and(|n| key_of(n) == key_of(e)) {
+            continue;
+        }
+        let group = &events[group_start..=i];
+        group_start = i + 1;
+        let wanted = only_keys_of.is_none_or(|f| {
+            group
+                .iter()
+                .any(|g| metas[g.row as usize].file as usize == f)
+        });
+        if wanted {
+            winners.push(e);
+        }
+    }
     let upsert_idx =
         UInt32Array::from_iter_values(winners.iter().filter(|e| !e.delete).map(|e| e.row));
     let upserts = take_record_batch(&all, &upsert_idx)?;
@@ -325,7 +340,14 @@ mod tests {
             ],
             None,
         );
-        let d = dedupe(schema(), vec![file(FileKind::Cdc, b)], &["id".into()], None).unwrap();
+        let d = dedupe(
+            schema(),
+            vec![file(FileKind::Cdc, b)],
+            &["id".into()],
+            None,
+            None,
+        )
+        .unwrap();
         let (up, keys) = result(&d);
         assert_eq!(up, vec![(2, "b".into()), (3, "d".into())]);
         assert_eq!(keys, vec![(1, false), (2, true), (3, true)]);
@@ -347,6 +369,7 @@ mod tests {
             vec![file(FileKind::Cdc, b)],
             &["id".into()],
             Some("seq"),
+            None,
         )
         .unwrap();
         assert_eq!(result(&d).0, vec![(1, "new".into())]);
@@ -363,6 +386,7 @@ mod tests {
             vec![file(FileKind::Cdc, cdc), file(FileKind::Load, load)],
             &["id".into()],
             Some("seq"),
+            None,
         )
         .unwrap();
         assert_eq!(result(&d).0, vec![(1, "cdc".into())]);
@@ -373,9 +397,35 @@ mod tests {
             vec![file(FileKind::Cdc, f1), file(FileKind::Cdc, f2)],
             &["id".into()],
             None,
+            None,
         )
         .unwrap();
         assert_eq!(result(&d).0, vec![(1, "second".into())]);
+    }
+
+    #[test]
+    fn late_file_rewrites_only_its_keys_in_source_order() {
+        use Op::*;
+        // The late file (index 0) touches 1 and 2; a later, already applied file touches 2 and 3.
+        let late = batch(
+            &[(1, "late", None, Update), (2, "late", None, Update)],
+            None,
+        );
+        let later = batch(
+            &[(2, "later", None, Delete), (3, "later", None, Insert)],
+            None,
+        );
+        let d = dedupe(
+            schema(),
+            vec![file(FileKind::Cdc, late), file(FileKind::Cdc, later)],
+            &["id".into()],
+            None,
+            Some(0),
+        )
+        .unwrap();
+        let (up, keys) = result(&d);
+        assert_eq!(up, vec![(1, "late".into())]);
+        assert_eq!(keys, vec![(1, true), (2, false)]);
     }
 
     #[test]
@@ -389,7 +439,14 @@ mod tests {
             ],
             Some(vec![None, Some(1), Some(7)]),
         );
-        let d = dedupe(schema(), vec![file(FileKind::Cdc, b)], &["id".into()], None).unwrap();
+        let d = dedupe(
+            schema(),
+            vec![file(FileKind::Cdc, b)],
+            &["id".into()],
+            None,
+            None,
+        )
+        .unwrap();
         let (up, keys) = result(&d);
         assert_eq!(up, vec![(5, "moved".into()), (7, "b".into())]);
         assert_eq!(keys, vec![(1, false), (5, true), (7, true)]);
@@ -398,7 +455,14 @@ mod tests {
             &[(5, "moved", None, Update), (1, "again", None, Insert)],
             Some(vec![Some(1), None]),
         );
-        let d = dedupe(schema(), vec![file(FileKind::Cdc, b)], &["id".into()], None).unwrap();
+        let d = dedupe(
+            schema(),
+            vec![file(FileKind::Cdc, b)],
+            &["id".into()],
+            None,
+            None,
+        )
+        .unwrap();
         assert_eq!(result(&d).0, vec![(1, "again".into()), (5, "moved".into())]);
     }
 
@@ -420,7 +484,7 @@ mod tests {
             positions: vec![2, 3],
             before: None,
         };
-        let e = dedupe(s, vec![file(FileKind::Load, b)], &["id".into()], None)
+        let e = dedupe(s, vec![file(FileKind::Load, b)], &["id".into()], None, None)
             .unwrap_err()
             .to_string();
         assert!(

@@ -17,6 +17,8 @@ use crate::locate::OrderKey;
 pub mod keys {
     /// JSON array of the DMS object keys this snapshot applied.
     pub const SOURCE_FILES: &str = "dms2iceberg.source-files";
+    /// JSON array of the DMS order keys of those objects (same order as SOURCE_FILES).
+    pub const SOURCE_ORDERS: &str = "dms2iceberg.source-orders";
     /// DMS order key of the last file applied to the table (cumulative).
     pub const WATERMARK: &str = "dms2iceberg.watermark";
     /// Greatest change sequence applied to the table (cumulative), when configured.
@@ -100,6 +102,54 @@ pub fn watermark(metadata: &TableMetadata) -> Watermark {
         }
     }
     Watermark::default()
+}
+
+/// Which DMS files a table holds, from the summaries of its snapshot ancestry.
+#[derive(Debug, Clone, Default)]
+pub struct AppliedFiles {
+    /// Order key → object key.
+    pub files: BTreeMap<OrderKey, String>,
+    /// Expired snapshots took older records with them: anything before the oldest recorded
+    /// file counts as applied.
+    pub truncated: bool,
+}
+
+impl AppliedFiles {
+    pub fn contains(&self, order: &OrderKey) -> bool {
+        self.files.contains_key(order)
+            || (self.truncated && self.files.keys().next().is_some_and(|first| order < first))
+    }
+
+    /// Applied files after `order`, in DMS order.
+    pub fn after(&self, order: &OrderKey) -> Vec<(OrderKey, String)> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        self.files
+            .range((Excluded(order.clone()), Unbounded))
+            .map(|(o, k)| (o.clone(), k.clone()))
+            .collect()
+    }
+}
+
+pub fn applied_files(metadata: &TableMetadata) -> AppliedFiles {
+    let mut out = AppliedFiles::default();
+    let chain = ancestry(metadata);
+    out.truncated = chain
+        .last()
+        .and_then(|root| root.parent_snapshot_id())
+        .is_some();
+    for s in chain {
+        let p = &s.summary().additional_properties;
+        let orders: Vec<String> = p
+            .get(keys::SOURCE_ORDERS)
+            .and_then(|v| serde_json::from_str(v).ok())
+            .unwrap_or_default();
+        for (o, k) in orders.iter().zip(source_files(p)) {
+            if let Some(o) = OrderKey::parse(o) {
+                out.files.entry(o).or_insert(k);
+            }
+        }
+    }
+    out
 }
 
 /// Our summary properties of a snapshot, for `history`.

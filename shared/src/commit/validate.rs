@@ -7,7 +7,7 @@ use iceberg::io::FileIO;
 use iceberg::spec::{DataContentType, ManifestContentType, Operation, TableMetadata};
 
 use super::{Base, CommitError, Staged};
-use crate::table::{LoadedTable, ancestry, watermark};
+use crate::table::{LoadedTable, ancestry, applied_files};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -73,13 +73,13 @@ fn table_is_the_planned_one(staged: &Staged, now: &TableMetadata) -> Check {
     }
 }
 
-/// Idempotency: an input at or before the table's watermark has been applied (by us earlier,
-/// or by a concurrent worker); applying it again would duplicate or reorder changes.
+/// Idempotency: an input the table's snapshots record as applied (by us earlier, or by a
+/// concurrent worker) must not be applied again.
 fn input_not_applied(staged: &Staged, now: &TableMetadata) -> Check {
-    let applied = match (&staged.input_order, watermark(now).file) {
-        (Some(ours), Some(w)) => *ours <= w,
-        _ => false,
-    };
+    let applied = staged
+        .input_order
+        .as_ref()
+        .is_some_and(|ours| applied_files(now).contains(ours));
     Ok(applied.then_some(Verdict::AlreadyApplied))
 }
 

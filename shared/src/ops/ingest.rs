@@ -1,10 +1,12 @@
 //! ingest: apply a table's pending DMS files in DMS order, one snapshot per file (or per batch
 //! of files), exactly once.
 //!
-//! Per commit: read → dedupe → evolve → lookup → write → commit. Files at or before the table's
-//! watermark are skipped as already applied, so running the same ingest twice changes nothing.
-//! A file that fails stops its table (later files wait: order matters); nothing of it is
-//! committed.
+//! Per commit: read → dedupe → evolve → lookup → write → commit. Files the table's snapshots
+//! record as applied are skipped, so running the same ingest twice changes nothing. A file that
+//! arrives after later files were applied ("late": S3 does not order deliveries) is re-merged:
+//! its changes and the later files' changes to the same keys are deduplicated together, so those
+//! keys end as if every file had been applied in DMS order. A file that fails stops its table
+//! (later files wait: order matters); nothing of it is committed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,7 +29,7 @@ use crate::evolve::{self, SchemaChange};
 use crate::locate::{DmsObject, OrderKey};
 use crate::lookup::{LookupCache, LookupStats, locate_rows};
 use crate::read::{ChangeBatch, SourceData, SourceFile};
-use crate::table::{LoadedTable, keys};
+use crate::table::{LoadedTable, applied_files, keys};
 use crate::types::arrow_type;
 use crate::write::{write_data_files, write_position_deletes};
 
@@ -36,6 +38,28 @@ use crate::write::{write_data_files, write_position_deletes};
 pub struct FileInput {
     pub object: DmsObject,
     pub data: SourceData,
+}
+
+/// Fetches an already-applied object again by key (to re-merge a late file).
+#[async_trait::async_trait]
+pub trait ObjectSource: Send + Sync {
+    async fn fetch(&self, key: &str) -> Result<SourceData>;
+}
+
+/// Keys are local paths.
+pub struct LocalFiles;
+
+#[async_trait::async_trait]
+impl ObjectSource for LocalFiles {
+    async fn fetch(&self, key: &str) -> Result<SourceData> {
+        let p = std::path::PathBuf::from(key);
+        if !p.is_file() {
+            return Err(Error::Other(format!(
+                "{key} was applied earlier and is needed again to re-merge a late file, but it is gone"
+            )));
+        }
+        Ok(SourceData::Path(p))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -51,6 +75,8 @@ pub enum Status {
 pub struct CommitReport {
     pub files: Vec<String>,
     pub status: Status,
+    /// The file arrived after later files were applied and was re-merged with them.
+    pub late: bool,
     pub rows_read: usize,
     pub inserted: usize,
     pub updated: usize,
@@ -73,6 +99,7 @@ impl CommitReport {
         CommitReport {
             files: files.iter().map(|f| f.object.key.clone()).collect(),
             status: Status::Skipped,
+            late: false,
             rows_read: 0,
             inserted: 0,
             updated: 0,
@@ -125,6 +152,7 @@ pub struct Ingest<'a> {
     catalog: &'a dyn Catalog,
     config: &'a Config,
     cache: Arc<LookupCache>,
+    objects: Arc<dyn ObjectSource>,
     files_per_commit: usize,
 }
 
@@ -137,8 +165,15 @@ impl<'a> Ingest<'a> {
             catalog,
             config,
             cache: Arc::new(LookupCache::default()),
+            objects: Arc::new(LocalFiles),
             files_per_commit: 1,
         }
+    }
+
+    /// Where applied objects are fetched again from (default: keys are local paths).
+    pub fn objects(mut self, objects: Arc<dyn ObjectSource>) -> Self {
+        self.objects = objects;
+        self
     }
 
     /// Share a lookup cache across runs (warm Lambda, long CLI run).
@@ -186,9 +221,30 @@ impl<'a> Ingest<'a> {
                 return report;
             }
         };
+        // Late files (older than files already applied) commit alone; others in groups.
+        let applied = match LoadedTable::load(self.catalog, &ident).await {
+            Ok(t) => t.map(|t| (applied_files(&t.metadata), t.watermark().file)),
+            Err(e) => {
+                report.error = Some(e.to_string());
+                report.files_waiting = files.len();
+                return report;
+            }
+        };
+        let is_late = |f: &FileInput| {
+            applied.as_ref().is_some_and(|(a, w)| {
+                !a.contains(&f.object.order) && w.as_ref().is_some_and(|w| f.object.order < *w)
+            })
+        };
         let mut i = 0;
         while i < files.len() {
-            let n = self.files_per_commit.min(files.len() - i);
+            let n = if is_late(&files[i]) {
+                1
+            } else {
+                (1..=self.files_per_commit.min(files.len() - i))
+                    .take_while(|&k| k == 1 || !is_late(&files[i + k - 1]))
+                    .last()
+                    .unwrap_or(1)
+            };
             let group = &files[i..i + n];
             match self.apply(&cfg, &ident, group).await {
                 Ok(r) => {
@@ -215,14 +271,14 @@ impl<'a> Ingest<'a> {
         files: &[FileInput],
     ) -> Result<CommitReport> {
         let started = Instant::now();
-        let last_order = files.iter().map(|f| f.object.order.clone()).max();
         let mut replans = 0;
         loop {
             let table = LoadedTable::load(self.catalog, ident).await?;
-            if let (Some(t), Some(last)) = (&table, &last_order)
-                && t.watermark().file.as_ref().is_some_and(|w| last <= w)
-            {
-                return Ok(CommitReport::skipped(files, started));
+            if let Some(t) = &table {
+                let applied = applied_files(&t.metadata);
+                if files.iter().all(|f| applied.contains(&f.object.order)) {
+                    return Ok(CommitReport::skipped(files, started));
+                }
             }
             let (staged, mut report) = self.plan(cfg, ident, table, files).await?;
             match commit::commit(self.catalog, &staged).await {
@@ -293,16 +349,38 @@ impl<'a> Ingest<'a> {
                 source_table: cfg.source.clone(),
             })?,
         };
+        // A late file is read with every applied file after it; only its keys are rewritten.
+        let mut inputs = files.to_vec();
+        let mut late = false;
+        if let (Some(t), [only]) = (&table, files)
+            && t.watermark()
+                .file
+                .as_ref()
+                .is_some_and(|w| only.object.order < *w)
+        {
+            late = true;
+            for (_, key) in applied_files(&t.metadata).after(&only.object.order) {
+                let object =
+                    crate::locate::locate(&key, &self.config.source)?.ok_or_else(|| {
+                        Error::Other(format!("applied object {key} is not a DMS file any more"))
+                    })?;
+                let data = self.objects.fetch(&key).await?;
+                inputs.push(FileInput { object, data });
+            }
+            info!(table = %ident, file = %only.object.key, later_files = inputs.len() - 1, "late file: re-merging with later files");
+        }
         let read = {
             let cfg = cfg.clone();
             let key = key.clone();
             let schema = current
                 .as_ref()
                 .map(|m| (m.current_schema().as_ref().clone(), m.last_column_id()));
-            let files = files.to_vec();
-            tokio::task::spawn_blocking(move || read_files(&cfg, &key, schema, files))
-                .await
-                .map_err(|e| Error::Other(format!("reader task failed: {e}")))??
+            let only_keys_of = late.then_some(0);
+            tokio::task::spawn_blocking(move || {
+                read_files(&cfg, &key, schema, inputs, only_keys_of)
+            })
+            .await
+            .map_err(|e| Error::Other(format!("reader task failed: {e}")))??
         };
         let ReadResult {
             schema,
@@ -417,7 +495,8 @@ impl<'a> Ingest<'a> {
         };
 
         let mut report = CommitReport::skipped(files, Instant::now());
-        report.status = crate::ops::ingest::Status::Applied;
+        report.status = Status::Applied;
+        report.late = late;
         report.rows_read = deduped.rows_read;
         for (i, up) in deduped.upserted.iter().enumerate() {
             match (up.unwrap_or(false), located.found[i]) {
@@ -459,8 +538,23 @@ impl<'a> Ingest<'a> {
             keys::SOURCE_FILES.to_string(),
             serde_json::to_string(&report.files).map_err(|e| Error::Other(e.to_string()))?,
         );
-        if let Some(o) = &input_order {
-            properties.insert(keys::WATERMARK.to_string(), o.to_string());
+        properties.insert(
+            keys::SOURCE_ORDERS.to_string(),
+            serde_json::to_string(
+                &files
+                    .iter()
+                    .map(|f| f.object.order.to_string())
+                    .collect::<Vec<_>>(),
+            )
+            .map_err(|e| Error::Other(e.to_string()))?,
+        );
+        let previous_watermark = table.as_ref().and_then(|t| t.watermark().file);
+        if let Some(w) = [previous_watermark, input_order.clone()]
+            .into_iter()
+            .flatten()
+            .max()
+        {
+            properties.insert(keys::WATERMARK.to_string(), w.to_string());
         }
         let previous_seq = table.as_ref().and_then(|t| t.watermark().change_seq);
         if let Some(seq) = [previous_seq, max_seq].into_iter().flatten().max() {
@@ -525,8 +619,13 @@ fn read_files(
     cfg: &TableConfig,
     key: &[String],
     current: Option<(Schema, i32)>,
-    files: Vec<FileInput>,
+    mut files: Vec<FileInput>,
+    only_keys_of: Option<usize>,
 ) -> Result<ReadResult> {
+    // Source order across files is DMS order; remember which one restricts the keys.
+    let only_keys_of = only_keys_of.map(|i| files[i].object.order.clone());
+    files.sort_by(|a, b| a.object.order.cmp(&b.object.order));
+    let only_keys_of = only_keys_of.and_then(|o| files.iter().position(|f| f.object.order == o));
     let table_name = cfg.target();
     let mut schema: Option<Schema> = current.as_ref().map(|(s, _)| s.clone());
     let mut last_column_id = current.as_ref().map_or(0, |(_, l)| *l);
@@ -664,7 +763,13 @@ fn read_files(
             batches,
         });
     }
-    let deduped = dedupe(processing, changes, key, order_column.as_deref())?;
+    let deduped = dedupe(
+        processing,
+        changes,
+        key,
+        order_column.as_deref(),
+        only_keys_of,
+    )?;
     Ok(ReadResult {
         schema,
         change,
