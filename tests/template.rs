@@ -1,0 +1,1160 @@
+//! Deployment checks of `template.yaml` (AWS SAM) and `infra/`.
+//!
+//! - `cfn-lint template.yaml` and `sam validate --lint` must pass, offline (both run with dummy
+//!   credentials and a dead HTTP(S) proxy, so any network access fails instead of hanging).
+//! - Least privilege, checked on the template as written and as SAM transforms it: no `Resource:
+//!   "*"`, no wildcard actions, no managed policies, S3 object access only under the DMS and
+//!   warehouse prefixes (writes only under the warehouse), `s3:ListBucket` only with an
+//!   `s3:prefix` condition, Glue only on the catalog, the one database and its tables, the
+//!   compact role nowhere near the landing bucket, logs only to the functions' own log groups.
+//! - The wiring the README promises: build metadata naming real binaries, environment, the
+//!   SQS event source with partial batch responses, DLQ, schedule, parameter defaults, outputs.
+//! - `infra/events/*.json` match the EventBridge rule, and `infra/env.json` only sets variables
+//!   the template declares (`sam local invoke` silently ignores any other).
+//!
+//! The tools come from `DMS2ICEBERG_INFRA_PYTHON`: a venv built from
+//! `tests/support/requirements-infra.txt` (exact pins of cfn-lint and aws-sam-cli), which
+//! `scripts/test` creates and exports.
+
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const TOOL_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn infra_python() -> PathBuf {
+    match std::env::var_os("DMS2ICEBERG_INFRA_PYTHON") {
+        Some(p) if !p.is_empty() => {
+            let p = PathBuf::from(p);
+            assert!(
+                p.exists(),
+                "DMS2ICEBERG_INFRA_PYTHON={} does not exist. Run `scripts/test`, which builds the \
+                 infra venv from tests/support/requirements-infra.txt.",
+                p.display()
+            );
+            p
+        }
+        _ => panic!(
+            "DMS2ICEBERG_INFRA_PYTHON is not set.\n\
+             The template tests need cfn-lint and the AWS SAM CLI from \
+             tests/support/requirements-infra.txt. Run the tests with `scripts/test` (it creates \
+             the venv and exports DMS2ICEBERG_INFRA_PYTHON), or after one run of it: \
+             `DMS2ICEBERG_INFRA_PYTHON=$PWD/.venv-infra/bin/python cargo test --test template`."
+        ),
+    }
+}
+
+/// A console script of the infra venv (next to its python).
+fn venv_tool(name: &str) -> PathBuf {
+    let python = infra_python();
+    let tool = python
+        .parent()
+        .expect("DMS2ICEBERG_INFRA_PYTHON has a parent directory")
+        .join(name);
+    assert!(
+        tool.exists(),
+        "{} is missing: the venv of DMS2ICEBERG_INFRA_PYTHON was not built from \
+         tests/support/requirements-infra.txt (run `scripts/test`)",
+        tool.display()
+    );
+    tool
+}
+
+/// Offline, deterministic environment for the AWS tools.
+fn offline(mut cmd: Command) -> Command {
+    cmd.current_dir(root())
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("SAM_CLI_TELEMETRY", "0")
+        .env("HTTP_PROXY", "http://127.0.0.1:9")
+        .env("HTTPS_PROXY", "http://127.0.0.1:9")
+        .env("http_proxy", "http://127.0.0.1:9")
+        .env("https_proxy", "http://127.0.0.1:9")
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_ENDPOINT_URL")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Run with a time limit; the output is returned whatever the exit status.
+fn run(mut cmd: Command) -> Output {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    // Drain the pipes on threads so a chatty tool cannot block on a full pipe.
+    let mut out = child.stdout.take().expect("stdout piped");
+    let mut err = child.stderr.take().expect("stderr piped");
+    let out_t = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut out, &mut b).ok();
+        b
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut err, &mut b).ok();
+        b
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for tool") {
+            break status;
+        }
+        if start.elapsed() > TOOL_TIMEOUT {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("{what} did not finish within {TOOL_TIMEOUT:?} (network access?)");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Output {
+        status,
+        stdout: out_t.join().expect("stdout reader"),
+        stderr: err_t.join().expect("stderr reader"),
+    }
+}
+
+fn describe(o: &Output) -> String {
+    format!(
+        "exit: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The template as written (CloudFormation short tags turned into `Fn::*` objects by
+/// cfn-lint's own YAML loader), as transformed by SAM (aws-sam-translator, offline: local
+/// CodeUri replaced by a placeholder as `sam validate` does, no managed policy lookups), and
+/// infra/samconfig.toml with its parameter_overrides parsed the way the SAM CLI parses them.
+const LOADER: &str = r#"
+import copy, json, sys, tomllib
+from cfnlint.decode import cfn_yaml
+from samtranslator.translator.transform import transform
+from samcli.cli.types import CfnParameterOverridesType
+
+class NoManagedPolicies:
+    def load(self):
+        return {}
+
+raw = json.loads(json.dumps(cfn_yaml.load(sys.argv[1])))
+sam = copy.deepcopy(raw)
+for res in sam.get("Resources", {}).values():
+    if res.get("Type") == "AWS::Serverless::Function":
+        res["Properties"]["CodeUri"] = "s3://placeholder/code.zip"
+transformed = transform(sam, {}, NoManagedPolicies())
+with open(sys.argv[2], "rb") as f:
+    samconfig = tomllib.load(f)
+po = samconfig["default"]["deploy"]["parameters"].get("parameter_overrides", "")
+overrides = CfnParameterOverridesType().convert((po,) if isinstance(po, str) else tuple(po), None, None)
+json.dump({"raw": raw, "transformed": transformed, "samconfig": samconfig, "overrides": overrides}, sys.stdout)
+"#;
+
+struct Loaded {
+    raw: Value,
+    transformed: Value,
+    samconfig: Value,
+    overrides: Value,
+}
+
+fn loaded() -> &'static Loaded {
+    static LOADED: OnceLock<Loaded> = OnceLock::new();
+    LOADED.get_or_init(|| {
+        let mut cmd = offline(Command::new(infra_python()));
+        cmd.args(["-c", LOADER, "template.yaml", "infra/samconfig.toml"]);
+        let o = run(cmd);
+        assert!(
+            o.status.success(),
+            "loading template.yaml failed\n{}",
+            describe(&o)
+        );
+        let mut v: Value = serde_json::from_slice(&o.stdout).expect("loader prints JSON");
+        Loaded {
+            raw: v["raw"].take(),
+            transformed: v["transformed"].take(),
+            samconfig: v["samconfig"].take(),
+            overrides: v["overrides"].take(),
+        }
+    })
+}
+
+fn read_json(rel: &str) -> Value {
+    let p = root().join(rel);
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The linters
+
+#[test]
+fn cfn_lint_passes() {
+    let mut cmd = offline(Command::new(venv_tool("cfn-lint")));
+    cmd.args(["--format", "parseable", "template.yaml"]);
+    let o = run(cmd);
+    assert!(
+        o.status.success() && o.stdout.is_empty(),
+        "cfn-lint reported findings\n{}",
+        describe(&o)
+    );
+}
+
+#[test]
+fn sam_validate_lint_passes_offline() {
+    let mut cmd = offline(Command::new(venv_tool("sam")));
+    cmd.args(["validate", "--lint", "--template", "template.yaml"]);
+    let o = run(cmd);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && stdout.contains("is a valid SAM Template"),
+        "sam validate --lint failed\n{}",
+        describe(&o)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Intrinsic functions rendered as patterns
+
+/// The strings a value can take, with intrinsics kept symbolic: `Fn::Sub` gives its template
+/// (`arn:${AWS::Partition}:s3:::${Bucket}/${DmsPrefix}*`), `Ref` gives `${Name}`, `Fn::GetAtt`
+/// gives `${Res.Attr}`, `Fn::If` gives both branches, `Fn::Join` joins the pieces' renderings.
+fn render(v: &Value) -> Vec<String> {
+    match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Number(n) => vec![n.to_string()],
+        Value::Bool(b) => vec![b.to_string()],
+        Value::Array(items) => items.iter().flat_map(render).collect(),
+        Value::Object(m) if m.len() == 1 => {
+            let (k, a) = m.iter().next().expect("one key");
+            match k.as_str() {
+                "Ref" if a == "AWS::NoValue" => vec![],
+                "Ref" => vec![format!("${{{}}}", a.as_str().unwrap_or("?"))],
+                "Fn::Sub" => match a {
+                    Value::String(s) => vec![s.clone()],
+                    Value::Array(x) => vec![x[0].as_str().unwrap_or("?").to_string()],
+                    _ => vec!["?".into()],
+                },
+                "Fn::GetAtt" => {
+                    let parts: Vec<&str> = match a {
+                        Value::Array(x) => x.iter().filter_map(Value::as_str).collect(),
+                        Value::String(s) => s.split('.').collect(),
+                        _ => vec![],
+                    };
+                    vec![format!("${{{}}}", parts.join("."))]
+                }
+                "Fn::If" => a
+                    .as_array()
+                    .map(|x| x.iter().skip(1).flat_map(render).collect())
+                    .unwrap_or_default(),
+                "Fn::Join" => {
+                    let sep = a[0].as_str().unwrap_or("");
+                    let pieces: Vec<String> = a[1]
+                        .as_array()
+                        .map(|x| x.iter().map(|p| render(p).join("|")).collect())
+                        .unwrap_or_default();
+                    vec![pieces.join(sep)]
+                }
+                other => vec![format!("<{other}>")],
+            }
+        }
+        _ => vec![v.to_string()],
+    }
+}
+
+/// Statements of a policy document; `Fn::If` items contribute both branches.
+fn statements(doc: &Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    let items = match &doc["Statement"] {
+        Value::Array(a) => a.clone(),
+        Value::Null => vec![],
+        one => vec![one.clone()],
+    };
+    for s in items {
+        if let Some(branches) = s.get("Fn::If").and_then(Value::as_array) {
+            for b in branches.iter().skip(1) {
+                if b.get("Sid").is_some() || b.get("Effect").is_some() {
+                    out.push(b.clone());
+                }
+            }
+        } else {
+            out.push(s);
+        }
+    }
+    out
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    match v {
+        Value::Null => vec![],
+        Value::Array(a) => a.iter().flat_map(render).collect(),
+        one => render(one),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Least privilege
+
+/// A policy document and where it comes from.
+struct Doc {
+    owner: String,
+    doc: Value,
+    /// A resource policy (queue, bucket, topic) rather than an identity policy.
+    resource_policy: bool,
+    /// Identity policy of a role Lambda assumes.
+    lambda_role: bool,
+}
+
+fn trusts(role: &Value, service: &str) -> bool {
+    statements(&role["Properties"]["AssumeRolePolicyDocument"])
+        .iter()
+        .any(|s| {
+            strings(&s["Principal"]["Service"])
+                .iter()
+                .any(|p| p == service)
+        })
+}
+
+fn policy_docs(template: &Value) -> Vec<Doc> {
+    let mut docs = Vec::new();
+    let empty = serde_json::Map::new();
+    let resources = template["Resources"].as_object().unwrap_or(&empty);
+    for (id, r) in resources {
+        let props = &r["Properties"];
+        match r["Type"].as_str().unwrap_or("") {
+            "AWS::IAM::Role" => {
+                let lambda_role = trusts(r, "lambda.amazonaws.com");
+                for p in props["Policies"].as_array().into_iter().flatten() {
+                    docs.push(Doc {
+                        owner: id.clone(),
+                        doc: p["PolicyDocument"].clone(),
+                        resource_policy: false,
+                        lambda_role,
+                    });
+                }
+            }
+            "AWS::IAM::Policy" | "AWS::IAM::ManagedPolicy" => {
+                let lambda_role = strings(&props["Roles"]).iter().any(|role| {
+                    let name = role.trim_start_matches("${").trim_end_matches('}');
+                    resources
+                        .get(name)
+                        .is_some_and(|res| trusts(res, "lambda.amazonaws.com"))
+                });
+                docs.push(Doc {
+                    owner: id.clone(),
+                    doc: props["PolicyDocument"].clone(),
+                    resource_policy: false,
+                    lambda_role,
+                });
+            }
+            "AWS::SQS::QueuePolicy" | "AWS::S3::BucketPolicy" | "AWS::SNS::TopicPolicy" => {
+                docs.push(Doc {
+                    owner: id.clone(),
+                    doc: props["PolicyDocument"].clone(),
+                    resource_policy: true,
+                    lambda_role: false,
+                });
+            }
+            _ => {}
+        }
+    }
+    docs
+}
+
+const DMS_OBJECTS: &str = "arn:${AWS::Partition}:s3:::${Bucket}/${DmsPrefix}*";
+const WAREHOUSE_OBJECTS: &str = "arn:${AWS::Partition}:s3:::${Bucket}/${WarehousePrefix}*";
+const CONFIG_OBJECT: &str = "arn:${AWS::Partition}:s3:::${Path}";
+const BUCKET: &str = "arn:${AWS::Partition}:s3:::${Bucket}";
+const GLUE: [&str; 3] = [
+    "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:catalog",
+    "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:database/${GlueDatabaseName}",
+    "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:table/${GlueDatabaseName}/*",
+];
+const S3_WRITES: [&str; 4] = [
+    "s3:PutObject",
+    "s3:DeleteObject",
+    "s3:AbortMultipartUpload",
+    "s3:PutObjectTagging",
+];
+
+/// Every least-privilege violation of a template (empty = fine).
+fn least_privilege_violations(template: &Value) -> Vec<String> {
+    let mut v = Vec::new();
+    let empty = serde_json::Map::new();
+    let resources = template["Resources"].as_object().unwrap_or(&empty);
+    let log_groups: BTreeSet<String> = resources
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::Logs::LogGroup")
+        .map(|(id, _)| format!("${{{id}.Arn}}"))
+        .collect();
+
+    for (id, r) in resources {
+        if r["Type"] == "AWS::IAM::Role"
+            && !strings(&r["Properties"]["ManagedPolicyArns"]).is_empty()
+        {
+            v.push(format!(
+                "{id}: managed policies {:?} (AWSLambdaBasicExecutionRole & co. use Resource \"*\")",
+                strings(&r["Properties"]["ManagedPolicyArns"])
+            ));
+        }
+    }
+
+    for d in policy_docs(template) {
+        let sts = statements(&d.doc);
+        for s in &sts {
+            let sid = s["Sid"].as_str().unwrap_or("(no Sid)");
+            let at = format!("{} / {sid}", d.owner);
+            if s["Effect"] != "Allow" {
+                continue;
+            }
+            if s.get("NotAction").is_some() || s.get("NotResource").is_some() {
+                v.push(format!("{at}: NotAction/NotResource"));
+            }
+            let actions = strings(&s["Action"]);
+            let res = strings(&s["Resource"]);
+            for a in &actions {
+                if a.contains('*') {
+                    v.push(format!("{at}: wildcard action {a}"));
+                }
+            }
+            if res.is_empty() {
+                v.push(format!("{at}: no Resource"));
+            }
+            for r in &res {
+                if r == "*" {
+                    v.push(format!("{at}: Resource \"*\""));
+                }
+            }
+            if d.resource_policy
+                && !s["Principal"]["Service"].is_null()
+                && !s["Condition"].to_string().contains("aws:SourceArn")
+            {
+                v.push(format!(
+                    "{at}: service principal without an aws:SourceArn condition"
+                ));
+            }
+            // S3 object ARNs in any Allow: only under the two prefixes (or the config object).
+            for r in &res {
+                if r.contains(":s3:::") && r.contains('/') {
+                    let ok = r == DMS_OBJECTS || r == WAREHOUSE_OBJECTS || r == CONFIG_OBJECT;
+                    if !ok {
+                        v.push(format!("{at}: S3 object ARN outside the prefixes: {r}"));
+                    }
+                }
+            }
+            if !d.lambda_role {
+                continue;
+            }
+            // ---- Lambda roles: S3
+            let s3: Vec<&String> = actions.iter().filter(|a| a.starts_with("s3:")).collect();
+            for a in &s3 {
+                match a.as_str() {
+                    "s3:ListBucket" => {
+                        if res.iter().any(|r| r != BUCKET) {
+                            v.push(format!("{at}: s3:ListBucket on {res:?}"));
+                        }
+                        let prefixes = strings(&s["Condition"]["StringLike"]["s3:prefix"]);
+                        if prefixes.is_empty()
+                            || prefixes
+                                .iter()
+                                .any(|p| p != "${DmsPrefix}*" && p != "${WarehousePrefix}*")
+                        {
+                            v.push(format!(
+                                "{at}: s3:ListBucket without an s3:prefix condition on a prefix ({prefixes:?})"
+                            ));
+                        }
+                    }
+                    "s3:GetObject" => {}
+                    w if S3_WRITES.contains(&w) => {
+                        if res.iter().any(|r| r != WAREHOUSE_OBJECTS) {
+                            v.push(format!("{at}: {w} outside the warehouse prefix ({res:?})"));
+                        }
+                    }
+                    other => v.push(format!("{at}: unexpected S3 action {other}")),
+                }
+            }
+            // ---- Glue
+            for a in actions.iter().filter(|a| a.starts_with("glue:")) {
+                let allowed = [
+                    "glue:GetDatabase",
+                    "glue:CreateDatabase",
+                    "glue:GetTable",
+                    "glue:GetTables",
+                    "glue:CreateTable",
+                    "glue:UpdateTable",
+                ];
+                if !allowed.contains(&a.as_str()) {
+                    v.push(format!("{at}: unexpected Glue action {a}"));
+                }
+            }
+            if actions.iter().any(|a| a.starts_with("glue:")) {
+                for r in &res {
+                    if !GLUE.contains(&r.as_str()) {
+                        v.push(format!("{at}: Glue resource outside the database: {r}"));
+                    }
+                }
+            }
+            // ---- Logs: only its own log groups
+            if actions.iter().any(|a| a.starts_with("logs:")) {
+                for a in &actions {
+                    if a != "logs:CreateLogStream" && a != "logs:PutLogEvents" {
+                        v.push(format!("{at}: unexpected logs action {a}"));
+                    }
+                }
+                for r in &res {
+                    if !log_groups.contains(r) {
+                        v.push(format!("{at}: logs on {r}, not a log group of this stack"));
+                    }
+                }
+            }
+            // ---- SQS: consume only
+            for a in actions.iter().filter(|a| a.starts_with("sqs:")) {
+                let allowed = [
+                    "sqs:ReceiveMessage",
+                    "sqs:DeleteMessage",
+                    "sqs:ChangeMessageVisibility",
+                    "sqs:GetQueueAttributes",
+                ];
+                if !allowed.contains(&a.as_str()) {
+                    v.push(format!("{at}: unexpected SQS action {a}"));
+                }
+            }
+            for a in &actions {
+                let service = a.split(':').next().unwrap_or("");
+                if !["s3", "glue", "logs", "sqs", "kms"].contains(&service) {
+                    v.push(format!("{at}: unexpected action {a}"));
+                }
+            }
+        }
+    }
+    v
+}
+
+/// The identity statements of the role a function runs with, rendered.
+fn role_of(template: &Value, function: &str) -> (String, Vec<Value>) {
+    let role = render(&template["Resources"][function]["Properties"]["Role"]);
+    assert_eq!(role.len(), 1, "{function}: Role {role:?}");
+    let role_id = role[0]
+        .trim_start_matches("${")
+        .trim_end_matches('}')
+        .trim_end_matches(".Arn")
+        .to_string();
+    let docs = policy_docs(template);
+    let sts = docs
+        .iter()
+        .filter(|d| d.owner == role_id)
+        .flat_map(|d| statements(&d.doc))
+        .collect();
+    (role_id, sts)
+}
+
+#[test]
+fn iam_is_least_privilege() {
+    let l = loaded();
+    for (name, t) in [
+        ("template.yaml", &l.raw),
+        ("SAM-transformed template", &l.transformed),
+    ] {
+        let v = least_privilege_violations(t);
+        assert!(
+            v.is_empty(),
+            "{name}: least-privilege violations:\n  {}",
+            v.join("\n  ")
+        );
+    }
+
+    let t = &l.transformed;
+    // Ingest: reads the DMS prefix, reads and writes the warehouse, consumes its queue.
+    let (ingest_role, ingest) = role_of(t, "IngestFunction");
+    let has = |sts: &[Value], action: &str, resource: &str| {
+        sts.iter().any(|s| {
+            strings(&s["Action"]).iter().any(|a| a == action)
+                && strings(&s["Resource"]).iter().any(|r| r == resource)
+        })
+    };
+    assert!(
+        has(&ingest, "s3:GetObject", DMS_OBJECTS),
+        "{ingest_role}: cannot read DMS files"
+    );
+    assert!(
+        has(&ingest, "s3:PutObject", WAREHOUSE_OBJECTS),
+        "{ingest_role}: cannot write the warehouse"
+    );
+    assert!(
+        has(&ingest, "s3:DeleteObject", WAREHOUSE_OBJECTS),
+        "{ingest_role}: cannot delete its own lost files"
+    );
+    assert!(
+        has(&ingest, "s3:ListBucket", BUCKET),
+        "{ingest_role}: cannot list"
+    );
+    for a in [
+        "glue:GetDatabase",
+        "glue:CreateDatabase",
+        "glue:GetTable",
+        "glue:GetTables",
+        "glue:CreateTable",
+        "glue:UpdateTable",
+    ] {
+        for r in GLUE {
+            assert!(has(&ingest, a, r), "{ingest_role}: {a} on {r} missing");
+        }
+    }
+    assert!(
+        has(&ingest, "sqs:ReceiveMessage", "${IngestQueue.Arn}"),
+        "{ingest_role}: cannot poll its queue"
+    );
+    assert!(
+        has(&ingest, "logs:PutLogEvents", "${IngestLogGroup.Arn}"),
+        "{ingest_role}: cannot log"
+    );
+
+    // Compact: warehouse and Glue read + UpdateTable only; never the landing bucket or a queue.
+    let (compact_role, compact) = role_of(t, "CompactFunction");
+    assert_ne!(
+        ingest_role, compact_role,
+        "the functions must not share a role"
+    );
+    assert!(
+        has(&compact, "s3:DeleteObject", WAREHOUSE_OBJECTS),
+        "{compact_role}: cannot remove orphans"
+    );
+    assert!(
+        has(&compact, "glue:UpdateTable", GLUE[2]),
+        "{compact_role}: cannot commit"
+    );
+    assert!(
+        has(&compact, "logs:PutLogEvents", "${CompactLogGroup.Arn}"),
+        "{compact_role}: cannot log"
+    );
+    let compact_text = serde_json::to_string(&compact).expect("json");
+    for forbidden in ["LandingBucket", "DmsPrefix", "sqs:", "glue:Create", "kms:"] {
+        assert!(
+            !compact_text.contains(forbidden),
+            "{compact_role} mentions {forbidden}: {compact_text}"
+        );
+    }
+}
+
+/// The checker itself catches what it is meant to catch.
+#[test]
+fn least_privilege_checker_catches_violations() {
+    let role = |statement: Value| {
+        json!({"Resources": {
+            "R": {"Type": "AWS::IAM::Role", "Properties": {
+                "AssumeRolePolicyDocument": {"Statement": [{"Effect": "Allow",
+                    "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]},
+                "Policies": [{"PolicyName": "p", "PolicyDocument": {"Statement": [statement]}}]}}}})
+    };
+    let cases = [
+        json!({"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}),
+        json!({"Effect": "Allow", "Action": "s3:*", "Resource": {"Fn::Sub": DMS_OBJECTS}}),
+        json!({"Effect": "Allow", "Action": "s3:GetObject", "Resource": {"Fn::Sub": "arn:${AWS::Partition}:s3:::${Bucket}/*"}}),
+        json!({"Effect": "Allow", "Action": "s3:PutObject", "Resource": {"Fn::Sub": DMS_OBJECTS}}),
+        json!({"Effect": "Allow", "Action": "s3:ListBucket", "Resource": {"Fn::Sub": BUCKET}}),
+        json!({"Effect": "Allow", "Action": "glue:GetTable", "Resource": {"Fn::Sub": "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:table/*"}}),
+        json!({"Effect": "Allow", "Action": "logs:PutLogEvents", "Resource": "arn:aws:logs:us-east-1:123456789012:log-group:x:*"}),
+        json!({"Effect": "Allow", "Action": ["glue:GetTable", "glue:DeleteTable"], "Resource": {"Fn::Sub": GLUE[2]}}),
+        json!({"Fn::If": ["C", {"Effect": "Allow", "Action": "iam:PassRole", "Resource": "arn:aws:iam::1:role/x"}, {"Ref": "AWS::NoValue"}]}),
+    ];
+    for c in cases {
+        let v = least_privilege_violations(&role(c.clone()));
+        assert!(!v.is_empty(), "not caught: {c}");
+    }
+    let fine = json!({"Effect": "Allow", "Action": "s3:ListBucket", "Resource": {"Fn::Sub": BUCKET},
+        "Condition": {"StringLike": {"s3:prefix": {"Fn::Sub": "${DmsPrefix}*"}}}});
+    let v = least_privilege_violations(&role(fine));
+    assert!(v.is_empty(), "false positive: {v:?}");
+    let managed = json!({"Resources": {"R": {"Type": "AWS::IAM::Role", "Properties": {
+        "ManagedPolicyArns": ["arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"]}}}});
+    assert!(!least_privilege_violations(&managed).is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wiring
+
+fn param_default(t: &Value, name: &str) -> Value {
+    let p = &t["Parameters"][name];
+    assert!(p.is_object(), "parameter {name} missing");
+    p["Default"].clone()
+}
+
+fn as_i64(v: &Value) -> i64 {
+    v.as_i64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        .unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// Environment variable names a function gets: Globals plus its own.
+fn declared_env(raw: &Value, function: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for vars in [
+        &raw["Globals"]["Function"]["Environment"]["Variables"],
+        &raw["Resources"][function]["Properties"]["Environment"]["Variables"],
+    ] {
+        if let Some(m) = vars.as_object() {
+            names.extend(m.keys().cloned());
+        }
+    }
+    names
+}
+
+const COMMON_ENV: [&str; 6] = [
+    "DMS2ICEBERG_WAREHOUSE",
+    "DMS2ICEBERG_GLUE_DATABASE",
+    "DMS2ICEBERG_CONFIG",
+    "DMS2ICEBERG_MAX_FILES_PER_COMMIT",
+    "DMS2ICEBERG_MAX_FILES_PER_INVOCATION",
+    "RUST_LOG",
+];
+const COMPACT_ENV: [&str; 3] = [
+    "DMS2ICEBERG_COMPACT_MAX_BYTES",
+    "DMS2ICEBERG_SNAPSHOT_RETENTION_HOURS",
+    "DMS2ICEBERG_ORPHAN_MIN_AGE_HOURS",
+];
+
+#[test]
+fn functions_are_wired_as_documented() {
+    let l = loaded();
+    let raw = &l.raw;
+    let t = &l.transformed;
+
+    // Contract defaults.
+    for (name, want) in [
+        ("Architecture", json!("arm64")),
+        ("IngestMemorySize", json!(1769)),
+        ("CompactMemorySize", json!(3008)),
+        ("IngestTimeout", json!(300)),
+        ("CompactTimeout", json!(900)),
+        ("LandingBucketName", json!("")),
+        ("DmsPrefix", json!("dms/")),
+        ("WarehouseBucketName", json!("")),
+        ("WarehousePrefix", json!("warehouse/")),
+        ("MaxFilesPerCommit", json!(1)),
+        ("MaxFilesPerInvocation", json!(100)),
+        ("LogLevel", json!("info")),
+        ("CompactSchedule", json!("rate(1 hour)")),
+        ("CompactMaxBytes", json!(1073741824)),
+        ("SnapshotRetentionHours", json!(168)),
+        ("OrphanMinAgeHours", json!(72)),
+        ("QueueMaxReceiveCount", json!(5)),
+    ] {
+        assert_eq!(param_default(raw, name), want, "default of {name}");
+    }
+    let arch = strings(&raw["Parameters"]["Architecture"]["AllowedValues"]);
+    assert_eq!(arch, ["arm64", "x86_64"]);
+    // AWS: visibility timeout at least six times the function timeout.
+    assert!(
+        as_i64(&param_default(raw, "QueueVisibilityTimeout"))
+            >= 6 * as_i64(&param_default(raw, "IngestTimeout")),
+        "QueueVisibilityTimeout default < 6 x IngestTimeout default"
+    );
+
+    // Build metadata: cargo-lambda, a binary each, CodeUri the workspace member defining it.
+    for (function, binary, memory, timeout) in [
+        (
+            "IngestFunction",
+            "dms2iceberg-ingest",
+            "IngestMemorySize",
+            "IngestTimeout",
+        ),
+        (
+            "CompactFunction",
+            "dms2iceberg-compact",
+            "CompactMemorySize",
+            "CompactTimeout",
+        ),
+    ] {
+        let f = &raw["Resources"][function];
+        assert_eq!(f["Type"], "AWS::Serverless::Function");
+        assert_eq!(
+            f["Metadata"]["BuildMethod"], "rust-cargolambda",
+            "{function}"
+        );
+        assert_eq!(
+            f["Metadata"]["BuildProperties"]["Binary"], binary,
+            "{function}"
+        );
+        let code_uri = f["Properties"]["CodeUri"].as_str().expect("local CodeUri");
+        let manifest = root().join(code_uri).join("Cargo.toml");
+        let text = std::fs::read_to_string(&manifest).unwrap_or_else(|e| {
+            panic!("{function}: CodeUri {code_uri} has no Cargo.toml ({e}); sam build needs the package")
+        });
+        assert!(
+            text.contains(&format!("name = \"{binary}\"")),
+            "{}: no bin/package named {binary}",
+            manifest.display()
+        );
+        let workspace = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+        assert!(
+            workspace.contains(&format!("\"{code_uri}\"")),
+            "{code_uri} is not a member of the workspace in Cargo.toml"
+        );
+        let lf = &t["Resources"][function]["Properties"];
+        assert_eq!(lf["Runtime"], "provided.al2023", "{function}");
+        assert_eq!(lf["Handler"], "bootstrap", "{function}");
+        assert_eq!(
+            render(&lf["Architectures"]),
+            ["${Architecture}"],
+            "{function}"
+        );
+        assert_eq!(
+            render(&lf["MemorySize"]),
+            [format!("${{{memory}}}")],
+            "{function}"
+        );
+        assert_eq!(
+            render(&lf["Timeout"]),
+            [format!("${{{timeout}}}")],
+            "{function}"
+        );
+        let env = declared_env(raw, function);
+        for name in COMMON_ENV {
+            assert!(env.contains(name), "{function}: {name} not set");
+        }
+        // Its own log group, with a retention.
+        let lg = render(&lf["LoggingConfig"]["LogGroup"]);
+        assert_eq!(lg.len(), 1, "{function}: LoggingConfig.LogGroup");
+        let lg_id = lg[0].trim_start_matches("${").trim_end_matches('}');
+        let group = &t["Resources"][lg_id];
+        assert_eq!(group["Type"], "AWS::Logs::LogGroup", "{function}: {lg_id}");
+        assert_eq!(
+            render(&group["Properties"]["RetentionInDays"]),
+            ["${LogRetentionDays}"]
+        );
+    }
+    let compact_env = declared_env(raw, "CompactFunction");
+    for name in COMPACT_ENV {
+        assert!(
+            compact_env.contains(name),
+            "CompactFunction: {name} not set"
+        );
+    }
+
+    // Ingest: SQS event source with partial batch responses; queue -> DLQ after N receives.
+    let esm: Vec<&Value> = t["Resources"]
+        .as_object()
+        .expect("resources")
+        .values()
+        .filter(|r| {
+            r["Type"] == "AWS::Lambda::EventSourceMapping"
+                && render(&r["Properties"]["FunctionName"]) == ["${IngestFunction}"]
+        })
+        .collect();
+    assert_eq!(esm.len(), 1, "one event source for IngestFunction");
+    let esm = &esm[0]["Properties"];
+    assert_eq!(render(&esm["EventSourceArn"]), ["${IngestQueue.Arn}"]);
+    assert_eq!(
+        strings(&esm["FunctionResponseTypes"]),
+        ["ReportBatchItemFailures"]
+    );
+    let q = &t["Resources"]["IngestQueue"]["Properties"];
+    assert_eq!(
+        render(&q["VisibilityTimeout"]),
+        ["${QueueVisibilityTimeout}"]
+    );
+    assert_eq!(
+        render(&q["RedrivePolicy"]["deadLetterTargetArn"]),
+        ["${IngestDeadLetterQueue.Arn}"]
+    );
+    assert_eq!(
+        render(&q["RedrivePolicy"]["maxReceiveCount"]),
+        ["${QueueMaxReceiveCount}"]
+    );
+    let dlq = &t["Resources"]["IngestDeadLetterQueue"]["Properties"];
+    assert!(
+        as_i64(&dlq["MessageRetentionPeriod"]) > as_i64(&q["MessageRetentionPeriod"]),
+        "the DLQ must retain longer than the queue (moved messages keep their enqueue time)"
+    );
+
+    // S3 Object Created -> EventBridge rule -> queue, for DMS files under the prefix only.
+    let rule = &t["Resources"]["DmsObjectCreatedRule"]["Properties"];
+    assert_eq!(strings(&rule["EventPattern"]["source"]), ["aws.s3"]);
+    assert_eq!(
+        strings(&rule["EventPattern"]["detail-type"]),
+        ["Object Created"]
+    );
+    let keys: Vec<String> = rule["EventPattern"]["detail"]["object"]["key"]
+        .as_array()
+        .expect("key patterns")
+        .iter()
+        .flat_map(|k| render(&k["wildcard"]))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "${DmsPrefix}*.csv",
+            "${DmsPrefix}*.csv.gz",
+            "${DmsPrefix}*.parquet"
+        ]
+    );
+    let target = &rule["Targets"][0];
+    assert_eq!(render(&target["Arn"]), ["${IngestQueue.Arn}"]);
+    assert_eq!(
+        render(&target["DeadLetterConfig"]["Arn"]),
+        ["${IngestDeadLetterQueue.Arn}"]
+    );
+    let landing = &t["Resources"]["LandingBucket"]["Properties"];
+    assert_eq!(
+        landing["NotificationConfiguration"]["EventBridgeConfiguration"]["EventBridgeEnabled"],
+        json!(true),
+        "a created landing bucket must send events to EventBridge"
+    );
+
+    // Compact: on the schedule parameter.
+    let schedules: Vec<&Value> = t["Resources"]
+        .as_object()
+        .expect("resources")
+        .values()
+        .filter(|r| {
+            r["Type"] == "AWS::Events::Rule"
+                && r["Properties"]["Targets"][0]["Arn"]
+                    == json!({"Fn::GetAtt": ["CompactFunction", "Arn"]})
+        })
+        .collect();
+    assert_eq!(schedules.len(), 1, "one schedule for CompactFunction");
+    assert_eq!(
+        render(&schedules[0]["Properties"]["ScheduleExpression"]),
+        ["${CompactSchedule}"]
+    );
+
+    // Outputs operators need.
+    for o in [
+        "LandingBucket",
+        "DmsPrefix",
+        "WarehouseLocation",
+        "GlueDatabase",
+        "IngestQueueUrl",
+        "DeadLetterQueueUrl",
+        "IngestFunctionName",
+        "IngestFunctionArn",
+        "CompactFunctionName",
+        "CompactFunctionArn",
+    ] {
+        assert!(raw["Outputs"][o].is_object(), "output {o} missing");
+    }
+
+    // No Resource "*" hides in a parameterless corner: no AWS::Serverless policy templates.
+    for f in ["IngestFunction", "CompactFunction"] {
+        assert!(
+            raw["Resources"][f]["Properties"].get("Policies").is_none(),
+            "{f}: use Role, not Policies"
+        );
+    }
+}
+
+#[test]
+fn samconfig_is_sane() {
+    let l = loaded();
+    let c = &l.samconfig["default"];
+    assert_eq!(c["deploy"]["parameters"]["capabilities"], "CAPABILITY_IAM");
+    assert_eq!(c["deploy"]["parameters"]["resolve_s3"], json!(true));
+    assert_eq!(
+        c["build"]["parameters"]["cached"],
+        json!(false),
+        "cached builds would hash only CodeUri, not shared/"
+    );
+    assert_eq!(
+        c["local_invoke"]["parameters"]["env_vars"],
+        "infra/env.json"
+    );
+    let overrides = l.overrides.as_object().expect("overrides");
+    for (k, v) in overrides {
+        assert!(
+            l.raw["Parameters"][k].is_object(),
+            "samconfig overrides unknown parameter {k}"
+        );
+        let default = param_default(&l.raw, k);
+        let default = default
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or(default.to_string());
+        assert_eq!(
+            v.as_str(),
+            Some(default.as_str()),
+            "samconfig {k} differs from the template default"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sample events and env.json
+
+/// EventBridge `wildcard`: `*` matches any run of characters (including `/`).
+fn wildcard(pattern: &str, s: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == s;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !s.starts_with(first) || s.len() < first.len() + last.len() || !s.ends_with(last) {
+        return false;
+    }
+    let mut rest = &s[first.len()..s.len() - last.len()];
+    for mid in &parts[1..parts.len() - 1] {
+        match rest.find(mid) {
+            Some(i) => rest = &rest[i + mid.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// S3 notification keys are form-URL-encoded (`+` = space, `%XX`).
+fn url_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).expect("ascii");
+                out.push(u8::from_str_radix(hex, 16).expect("hex escape"));
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).expect("utf-8 key")
+}
+
+fn rule_matches(raw: &Value, bucket: &str, key: &str) -> bool {
+    let prefix = param_default(raw, "DmsPrefix");
+    let prefix = prefix.as_str().expect("DmsPrefix");
+    let keys =
+        raw["Resources"]["DmsObjectCreatedRule"]["Properties"]["EventPattern"]["detail"]["object"]
+            ["key"]
+            .as_array()
+            .expect("key patterns")
+            .iter()
+            .flat_map(|k| render(&k["wildcard"]))
+            .map(|p| p.replace("${DmsPrefix}", prefix))
+            .collect::<Vec<_>>();
+    !bucket.is_empty() && keys.iter().any(|p| wildcard(p, key))
+}
+
+#[test]
+fn sample_events_are_realistic_and_match_the_rule() {
+    let raw = &loaded().raw;
+
+    let s3 = read_json("infra/events/s3-put.json");
+    let recs = s3["Records"].as_array().expect("Records");
+    assert_eq!(recs.len(), 2);
+    for r in recs {
+        assert_eq!(r["eventSource"], "aws:s3");
+        assert_eq!(r["eventName"], "ObjectCreated:Put");
+        let key = r["s3"]["object"]["key"].as_str().expect("key");
+        let bucket = r["s3"]["bucket"]["name"].as_str().expect("bucket");
+        assert!(rule_matches(raw, bucket, key), "rule would not match {key}");
+    }
+    assert_eq!(
+        recs[0]["s3"]["object"]["key"],
+        "dms/sales/product/20220302-1134010000.csv"
+    );
+    let encoded = recs[1]["s3"]["object"]["key"].as_str().expect("key");
+    let decoded = url_decode(encoded);
+    assert_ne!(
+        decoded, encoded,
+        "the second record shows a URL-encoded key"
+    );
+    assert_eq!(
+        decoded,
+        "dms/sales/order line$items/20220302-1134010000.csv"
+    );
+
+    let eb = read_json("infra/events/eventbridge.json");
+    assert_eq!(eb["source"], "aws.s3");
+    assert_eq!(eb["detail-type"], "Object Created");
+    let key = eb["detail"]["object"]["key"].as_str().expect("key");
+    assert!(rule_matches(
+        raw,
+        eb["detail"]["bucket"]["name"].as_str().unwrap_or(""),
+        key
+    ));
+
+    let sqs = read_json("infra/events/sqs.json");
+    let bodies: Vec<Value> = sqs["Records"]
+        .as_array()
+        .expect("Records")
+        .iter()
+        .map(|r| {
+            assert_eq!(r["eventSource"], "aws:sqs");
+            serde_json::from_str(r["body"].as_str().expect("body")).expect("body is JSON")
+        })
+        .collect();
+    assert!(
+        bodies
+            .iter()
+            .any(|b| b["Records"][0]["eventSource"] == "aws:s3"),
+        "an S3 notification body"
+    );
+    assert!(
+        bodies.iter().any(|b| b["detail-type"] == "Object Created"),
+        "an EventBridge body (the deployed wiring)"
+    );
+
+    let sched = read_json("infra/events/schedule.json");
+    assert_eq!(sched["source"], "aws.events");
+    assert_eq!(sched["detail-type"], "Scheduled Event");
+}
+
+#[test]
+fn env_json_only_sets_declared_variables() {
+    let raw = &loaded().raw;
+    let env = read_json("infra/env.json");
+    let functions = env.as_object().expect("env.json is an object");
+    assert!(!functions.is_empty());
+    for (function, vars) in functions {
+        assert!(
+            raw["Resources"][function].is_object(),
+            "env.json names unknown function {function}"
+        );
+        let declared = declared_env(raw, function);
+        for name in vars.as_object().expect("variables").keys() {
+            assert!(
+                declared.contains(name),
+                "env.json sets {name} for {function}, which the template does not declare: \
+                 `sam local invoke` would silently drop it"
+            );
+        }
+        for name in ["DMS2ICEBERG_ENDPOINT_URL", "DMS2ICEBERG_S3_PATH_STYLE"] {
+            assert!(
+                vars.get(name).is_some(),
+                "env.json: {function} lacks {name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn helpers_behave() {
+    assert!(wildcard("dms/*.csv", "dms/sales/product/LOAD00000001.csv"));
+    assert!(!wildcard(
+        "dms/*.csv",
+        "dms/sales/product/LOAD00000001.csv.gz"
+    ));
+    assert!(wildcard("dms/*.csv.gz", "dms/a/b/LOAD00000001.csv.gz"));
+    assert!(!wildcard("dms/*.parquet", "other/a/b/x.parquet"));
+    assert_eq!(url_decode("a+b%24c%2Fd"), "a b$c/d");
+    assert_eq!(
+        render(&json!({"Fn::If": ["C", {"Ref": "A"}, {"Ref": "AWS::NoValue"}]})),
+        ["${A}"]
+    );
+    assert!(Path::new(&root()).join("template.yaml").exists());
+}
