@@ -20,6 +20,10 @@ pub struct Config {
     pub defaults: TableSettings,
     #[serde(default)]
     pub tables: BTreeMap<String, TableSettings>,
+    /// Put every table in this namespace (Glue database), whatever the config or DMS schema
+    /// says (the functions' `DMS2ICEBERG_GLUE_DATABASE`).
+    #[serde(skip)]
+    pub namespace_override: Option<String>,
 }
 
 /// How DMS lays out objects (its S3 endpoint settings).
@@ -64,6 +68,9 @@ pub struct TableSettings {
     /// false makes them strings.
     pub infer_types: Option<bool>,
     pub target_file_size_bytes: Option<u64>,
+    /// DMS objects (keys, or file names) never to apply: the operator's way past a file that
+    /// cannot be applied. Listed files are reported as skipped; later files go on.
+    pub skip_files: Option<Vec<String>>,
     /// Table properties set when the table is created.
     pub properties: Option<BTreeMap<String, String>>,
 }
@@ -96,6 +103,7 @@ impl TableSettings {
             lowercase_names,
             infer_types,
             target_file_size_bytes,
+            skip_files,
             properties
         )
     }
@@ -121,6 +129,7 @@ pub struct TableConfig {
     pub lowercase_names: bool,
     pub infer_types: bool,
     pub target_file_size_bytes: u64,
+    pub skip_files: Vec<String>,
     pub properties: BTreeMap<String, String>,
 }
 
@@ -128,6 +137,13 @@ impl TableConfig {
     /// `namespace.table`
     pub fn target(&self) -> String {
         format!("{}.{}", self.namespace, self.table)
+    }
+
+    /// Whether the operator listed this object under `skip_files` (by key or file name).
+    pub fn is_skipped(&self, key: &str) -> bool {
+        self.skip_files
+            .iter()
+            .any(|s| key == s || key.ends_with(&format!("/{}", s.trim_start_matches('/'))))
     }
 
     /// A column name as the table stores it.
@@ -211,6 +227,7 @@ impl Config {
             }
             None => (schema.to_lowercase(), table.to_lowercase()),
         };
+        let namespace = self.namespace_override.clone().unwrap_or(namespace);
         for part in [&namespace, &name] {
             if !is_identifier(part) {
                 return Err(Error::Config(format!(
@@ -275,6 +292,7 @@ impl Config {
             lowercase_names,
             infer_types: s.infer_types.unwrap_or(true),
             target_file_size_bytes: s.target_file_size_bytes.unwrap_or(DEFAULT_TARGET_FILE_SIZE),
+            skip_files: s.skip_files.clone().unwrap_or_default(),
             properties: s.properties.clone().unwrap_or_default(),
         })
     }

@@ -12,12 +12,16 @@
 //!
 //! [`ops`] strings them together (`ingest`, `scan`, `history`); handlers only wire config.
 
+#[cfg(feature = "aws")]
+pub mod aws;
 pub mod catalog;
 pub mod commit;
 pub mod config;
 pub mod dedupe;
 pub mod error;
 pub mod evolve;
+#[cfg(feature = "aws")]
+pub mod lambda;
 pub mod locate;
 pub mod lookup;
 pub mod ops;

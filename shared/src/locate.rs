@@ -86,7 +86,12 @@ pub fn locate(key: &str, source: &SourceSettings) -> Result<Option<DmsObject>> {
     if key.is_empty() || key.contains('\\') || key.chars().any(|c| c.is_control()) {
         return Err(bad("contains a backslash or control character"));
     }
-    let key_trimmed = key.trim_start_matches('/');
+    // `s3://bucket/key`: the bucket is not part of the layout.
+    let key_trimmed = match key.strip_prefix("s3://") {
+        Some(rest) => rest.split_once('/').map_or("", |(_, k)| k),
+        None => key,
+    };
+    let key_trimmed = key_trimmed.trim_start_matches('/');
     let mut parts: Vec<&str> = key_trimmed.split('/').collect();
     if parts.iter().any(|p| *p == ".." || *p == ".") {
         return Err(bad("contains a `.` or `..` segment"));
@@ -229,6 +234,21 @@ fn is_date_folder(s: &str) -> bool {
             .all(|b| b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
+/// The folder of `obj`'s table inside its key (`dms/sales/product/`), without any bucket:
+/// listing it finds every file of the table, date folders included.
+pub fn table_prefix(obj: &DmsObject) -> Option<String> {
+    let key = match obj.key.strip_prefix("s3://") {
+        Some(rest) => rest.split_once('/').map_or("", |(_, k)| k),
+        None => obj.key.as_str(),
+    };
+    let parts: Vec<&str> = key.split('/').collect();
+    let last = parts.len().checked_sub(1)?;
+    (1..last)
+        .rev()
+        .find(|&i| parts[i] == obj.table && parts[i - 1] == obj.schema)
+        .map(|i| format!("{}/", parts[..=i].join("/")))
+}
+
 /// Decodes an S3 event key: `+` is a space, `%XX` a byte (UTF-8).
 pub fn decode_event_key(key: &str) -> Result<String> {
     let bytes = key.as_bytes();
@@ -348,6 +368,29 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((o.schema.as_str(), o.table.as_str()), ("sales", "product"));
+    }
+
+    #[test]
+    fn s3_uris_locate_by_key() {
+        let o = loc("s3://landing/dms/sales/product/LOAD00000001.csv").unwrap();
+        assert_eq!((o.schema.as_str(), o.table.as_str()), ("sales", "product"));
+        assert_eq!(o.key, "s3://landing/dms/sales/product/LOAD00000001.csv");
+        let src = SourceSettings {
+            bucket_folder: Some("dms".into()),
+            parallel_load_folders: false,
+        };
+        let o = locate("s3://dms/dms/sales/product/LOAD00000001.csv", &src)
+            .unwrap()
+            .unwrap();
+        assert_eq!(o.schema, "sales");
+    }
+
+    #[test]
+    fn table_prefixes() {
+        let o = loc("s3://b/dms/sales/product/2022/03/02/20220302-1134010000.csv").unwrap();
+        assert_eq!(table_prefix(&o).unwrap(), "dms/sales/product/");
+        let o = loc("sales/product/LOAD00000001.csv").unwrap();
+        assert_eq!(table_prefix(&o).unwrap(), "sales/product/");
     }
 
     #[test]

@@ -4,7 +4,11 @@
 //! - [`SqliteCatalog`]: the embedded default, `<warehouse>/catalog.db`, in the schema Iceberg's
 //!   JDBC catalog and PyIceberg's `SqlCatalog` use (catalog name `default`), so both open our
 //!   tables.
+//! - [`GlueCatalog`] (feature `aws`): the AWS Glue Data Catalog, compare-and-swap through
+//!   `UpdateTable`'s `VersionId`.
 
+#[cfg(feature = "aws")]
+mod glue;
 mod sqlite;
 
 use async_trait::async_trait;
@@ -12,6 +16,8 @@ use iceberg::TableIdent;
 use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
 
+#[cfg(feature = "aws")]
+pub use glue::{GlueCatalog, hive_type};
 pub use sqlite::SqliteCatalog;
 
 use crate::error::Result;

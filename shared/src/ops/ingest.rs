@@ -33,17 +33,20 @@ use crate::table::{LoadedTable, applied_files, keys};
 use crate::types::arrow_type;
 use crate::write::{write_data_files, write_position_deletes};
 
-/// One input object.
+/// One input object; `data: None` is fetched through the [`ObjectSource`] when needed (and
+/// released after reading), so a long backlog is never held on disk or in memory at once.
 #[derive(Debug, Clone)]
 pub struct FileInput {
     pub object: DmsObject,
-    pub data: SourceData,
+    pub data: Option<SourceData>,
 }
 
 /// Fetches an already-applied object again by key (to re-merge a late file).
 #[async_trait::async_trait]
 pub trait ObjectSource: Send + Sync {
     async fn fetch(&self, key: &str) -> Result<SourceData>;
+    /// Called once a fetched object has been read.
+    async fn release(&self, _data: &SourceData) {}
 }
 
 /// Keys are local paths.
@@ -77,6 +80,8 @@ pub struct CommitReport {
     pub status: Status,
     /// The file arrived after later files were applied and was re-merged with them.
     pub late: bool,
+    /// Why a file was skipped, when it was not simply applied before.
+    pub note: Option<String>,
     pub rows_read: usize,
     pub inserted: usize,
     pub updated: usize,
@@ -100,6 +105,7 @@ impl CommitReport {
             files: files.iter().map(|f| f.object.key.clone()).collect(),
             status: Status::Skipped,
             late: false,
+            note: None,
             rows_read: 0,
             inserted: 0,
             updated: 0,
@@ -221,6 +227,18 @@ impl<'a> Ingest<'a> {
                 return report;
             }
         };
+        // Files the operator listed under `skip_files` are passed over, never applied.
+        files.retain(|f| {
+            let skip = cfg.is_skipped(&f.object.key);
+            if skip {
+                warn!(table = %ident, file = %f.object.key, "listed in skip_files: not applied");
+                let mut r = CommitReport::skipped(std::slice::from_ref(f), Instant::now());
+                r.note = Some("listed in skip_files".into());
+                on_commit(&r);
+                report.commits.push(r);
+            }
+            !skip
+        });
         // Late files (older than files already applied) commit alone; others in groups.
         let applied = match LoadedTable::load(self.catalog, &ident).await {
             Ok(t) => t.map(|t| (applied_files(&t.metadata), t.watermark().file)),
@@ -364,10 +382,25 @@ impl<'a> Ingest<'a> {
                     crate::locate::locate(&key, &self.config.source)?.ok_or_else(|| {
                         Error::Other(format!("applied object {key} is not a DMS file any more"))
                     })?;
-                let data = self.objects.fetch(&key).await?;
-                inputs.push(FileInput { object, data });
+                inputs.push(FileInput { object, data: None });
             }
             info!(table = %ident, file = %only.object.key, later_files = inputs.len() - 1, "late file: re-merging with later files");
+        }
+        // Fetch what is not local yet; release it once read, whatever the outcome.
+        let mut fetched = Vec::new();
+        for f in inputs.iter_mut().filter(|f| f.data.is_none()) {
+            match self.objects.fetch(&f.object.key).await {
+                Ok(d) => {
+                    fetched.push(d.clone());
+                    f.data = Some(d);
+                }
+                Err(e) => {
+                    for d in &fetched {
+                        self.objects.release(d).await;
+                    }
+                    return Err(e);
+                }
+            }
         }
         let read = {
             let cfg = cfg.clone();
@@ -380,8 +413,12 @@ impl<'a> Ingest<'a> {
                 read_files(&cfg, &key, schema, inputs, only_keys_of)
             })
             .await
-            .map_err(|e| Error::Other(format!("reader task failed: {e}")))??
+            .map_err(|e| Error::Other(format!("reader task failed: {e}")))
         };
+        for d in &fetched {
+            self.objects.release(d).await;
+        }
+        let read = read??;
         let ReadResult {
             schema,
             change,
@@ -639,7 +676,11 @@ fn read_files(
     });
     let mut opened = Vec::with_capacity(files.len());
     for f in &files {
-        let src = SourceFile::open(&f.object, f.data.clone(), cfg, table_columns.as_deref())?;
+        let data = f
+            .data
+            .clone()
+            .ok_or_else(|| Error::Other(format!("{} was not fetched", f.object.key)))?;
+        let src = SourceFile::open(&f.object, data, cfg, table_columns.as_deref())?;
         if let Some(dup) = src.layout().duplicate_column() {
             return Err(InputError::new(&f.object.key, "the column appears twice")
                 .column(dup)
@@ -828,7 +869,7 @@ pub fn local_inputs(files: Vec<(DmsObject, std::path::PathBuf)>) -> Vec<FileInpu
         .into_iter()
         .map(|(object, path)| FileInput {
             object,
-            data: SourceData::Path(path),
+            data: Some(SourceData::Path(path)),
         })
         .collect()
 }

@@ -1,0 +1,220 @@
+//! AWS wiring shared by the Lambda functions and the CLI's Glue mode: clients from the standard
+//! AWS environment (region, credentials, `AWS_ENDPOINT_URL` for an emulator), the S3 `FileIO` for
+//! the warehouse, and DMS objects in S3 (listing a table's folder, streaming objects to disk).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use aws_config::{BehaviorVersion, SdkConfig};
+use iceberg::io::{FileIO, FileIOBuilder};
+use iceberg_storage_opendal::OpenDalStorageFactory;
+use tokio::io::AsyncWriteExt;
+
+use crate::catalog::GlueCatalog;
+use crate::error::{Error, Result};
+use crate::read::SourceData;
+
+/// Settings read from the environment.
+#[derive(Debug, Clone, Default)]
+pub struct AwsSettings {
+    /// `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (an emulator); `None` on AWS.
+    pub s3_endpoint: Option<String>,
+    /// `DMS2ICEBERG_S3_PATH_STYLE=true`: path-style addressing (emulators need it).
+    pub path_style: bool,
+    /// `DMS2ICEBERG_GLUE_CATALOG_ID`: another account's catalog.
+    pub glue_catalog_id: Option<String>,
+}
+
+impl AwsSettings {
+    pub fn from_env() -> AwsSettings {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        AwsSettings {
+            s3_endpoint: var("AWS_ENDPOINT_URL_S3").or_else(|| var("AWS_ENDPOINT_URL")),
+            path_style: var("DMS2ICEBERG_S3_PATH_STYLE")
+                .is_some_and(|v| matches!(v.as_str(), "1" | "true" | "TRUE" | "yes")),
+            glue_catalog_id: var("DMS2ICEBERG_GLUE_CATALOG_ID"),
+        }
+    }
+}
+
+/// Clients for one process.
+#[derive(Clone)]
+pub struct Aws {
+    pub sdk: SdkConfig,
+    pub settings: AwsSettings,
+    pub s3: aws_sdk_s3::Client,
+    pub glue: aws_sdk_glue::Client,
+}
+
+impl Aws {
+    pub async fn from_env() -> Aws {
+        let sdk = aws_config::defaults(BehaviorVersion::latest()).load().await;
+        let settings = AwsSettings::from_env();
+        let s3 = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&sdk)
+                .force_path_style(settings.path_style)
+                .build(),
+        );
+        let glue = aws_sdk_glue::Client::new(&sdk);
+        Aws {
+            sdk,
+            settings,
+            s3,
+            glue,
+        }
+    }
+
+    /// `FileIO` for `s3://` table files.
+    pub fn file_io(&self) -> FileIO {
+        let mut props: Vec<(String, String)> = vec![(
+            iceberg::io::S3_PATH_STYLE_ACCESS.into(),
+            self.settings.path_style.to_string(),
+        )];
+        if let Some(region) = self.sdk.region() {
+            props.push((iceberg::io::S3_REGION.into(), region.to_string()));
+        }
+        if let Some(e) = &self.settings.s3_endpoint {
+            props.push((iceberg::io::S3_ENDPOINT.into(), e.clone()));
+        }
+        FileIOBuilder::new(Arc::new(OpenDalStorageFactory::S3 {
+            customized_credential_load: None,
+        }))
+        .with_props(props)
+        .build()
+    }
+
+    /// The Glue catalog with tables under `warehouse` (`s3://bucket/prefix`).
+    pub fn glue_catalog(&self, warehouse: &str) -> Result<GlueCatalog> {
+        if !warehouse.starts_with("s3://") {
+            return Err(Error::Config(format!(
+                "warehouse `{warehouse}` must be an s3:// URI for the Glue catalog"
+            )));
+        }
+        Ok(GlueCatalog::new(
+            self.glue.clone(),
+            self.settings.glue_catalog_id.clone(),
+            warehouse,
+            self.file_io(),
+        ))
+    }
+}
+
+/// `s3://bucket/key` → (bucket, key).
+pub fn split_s3_uri(uri: &str) -> Result<(&str, &str)> {
+    uri.strip_prefix("s3://")
+        .and_then(|r| r.split_once('/'))
+        .filter(|(b, _)| !b.is_empty())
+        .ok_or_else(|| Error::Config(format!("`{uri}` is not an s3://bucket/key URI")))
+}
+
+/// An object in a DMS folder.
+#[derive(Debug, Clone)]
+pub struct ObjectInfo {
+    pub key: String,
+    pub size: u64,
+    pub last_modified_ms: Option<i64>,
+}
+
+/// DMS objects in S3.
+pub struct S3Objects {
+    client: aws_sdk_s3::Client,
+    /// Downloads land here (Lambda: /tmp); memory stays bounded whatever the object size.
+    spool: PathBuf,
+}
+
+impl S3Objects {
+    pub fn new(client: aws_sdk_s3::Client, spool: PathBuf) -> Self {
+        S3Objects { client, spool }
+    }
+
+    /// Every object under `prefix`, in key order.
+    pub async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        let mut out = Vec::new();
+        let mut token = None;
+        loop {
+            let r = self
+                .client
+                .list_objects_v2()
+                .bucket(bucket)
+                .prefix(prefix)
+                .set_continuation_token(token)
+                .send()
+                .await
+                .map_err(|e| {
+                    Error::Other(format!(
+                        "S3 ListObjectsV2 s3://{bucket}/{prefix}: {}",
+                        aws_sdk_s3::error::DisplayErrorContext(&e)
+                    ))
+                })?;
+            for o in r.contents() {
+                if let Some(k) = o.key() {
+                    out.push(ObjectInfo {
+                        key: k.to_string(),
+                        size: o.size().unwrap_or_default().max(0) as u64,
+                        last_modified_ms: o.last_modified().and_then(|t| t.to_millis().ok()),
+                    });
+                }
+            }
+            token = r.next_continuation_token().map(str::to_string);
+            if token.is_none() {
+                break;
+            }
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    /// Streams `s3://bucket/key` to a spool file.
+    pub async fn download(&self, bucket: &str, key: &str) -> Result<SourceData> {
+        let r = self
+            .client
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| {
+                Error::Other(format!(
+                    "S3 GetObject s3://{bucket}/{key}: {}",
+                    aws_sdk_s3::error::DisplayErrorContext(&e)
+                ))
+            })?;
+        tokio::fs::create_dir_all(&self.spool)
+            .await
+            .map_err(|e| Error::io(self.spool.display().to_string(), e))?;
+        let path = self.spool.join(uuid::Uuid::new_v4().to_string());
+        let mut file = tokio::fs::File::create(&path)
+            .await
+            .map_err(|e| Error::io(path.display().to_string(), e))?;
+        let mut body = r.body;
+        while let Some(chunk) = body
+            .try_next()
+            .await
+            .map_err(|e| Error::Other(format!("S3 GetObject s3://{bucket}/{key}: {e}")))?
+        {
+            file.write_all(&chunk)
+                .await
+                .map_err(|e| Error::io(path.display().to_string(), e))?;
+        }
+        file.flush()
+            .await
+            .map_err(|e| Error::io(path.display().to_string(), e))?;
+        Ok(SourceData::Path(path))
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::ops::ingest::ObjectSource for S3Objects {
+    async fn fetch(&self, key: &str) -> Result<SourceData> {
+        let (bucket, key) = split_s3_uri(key)?;
+        self.download(bucket, key).await
+    }
+
+    async fn release(&self, data: &SourceData) {
+        if let SourceData::Path(p) = data
+            && p.starts_with(&self.spool)
+        {
+            let _ = tokio::fs::remove_file(p).await;
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The ingest function: an event means "this table has new files". For each table it names, list
+//! the table's folder in S3 (date folders included) and apply every pending file in DMS order
+//! from what the table has recorded, up to a cap per invocation. A late, lost or duplicated event
+//! therefore never reorders or re-applies changes, and a backlog is applied in one go.
+//!
+//! A record (SQS message, or the whole direct event) fails when a file it names is not applied
+//! by the end of the invocation: a bad file fails its record with the reason (and every later
+//! file of that table waits behind it, so their records fail too until an operator acts), and a
+//! file beyond the cap fails so that the retry continues the backlog.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse};
+use serde_json::{Value, json};
+use tracing::{error, info, warn};
+
+use super::FunctionEnv;
+use super::events::{self, Source};
+use super::metrics::emf_line;
+use crate::aws::{Aws, S3Objects};
+use crate::catalog::GlueCatalog;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::locate::{DmsObject, locate, table_prefix};
+use crate::lookup::LookupCache;
+use crate::ops::ingest::{FileInput, Ingest, Status, TableReport};
+use crate::table::{LoadedTable, applied_files};
+
+pub struct IngestHandler {
+    env: FunctionEnv,
+    config: Config,
+    catalog: GlueCatalog,
+    objects: Arc<S3Objects>,
+    cache: Arc<LookupCache>,
+}
+
+/// What happened to one table in an invocation.
+struct TableOutcome {
+    /// Object keys (`s3://bucket/key`) the table records as applied afterwards.
+    applied: BTreeSet<String>,
+    error: Option<String>,
+}
+
+impl IngestHandler {
+    pub async fn new(aws: &Aws, env: FunctionEnv) -> Result<IngestHandler> {
+        let config = env.load_config(aws).await?;
+        let catalog = aws.glue_catalog(&env.warehouse)?;
+        Ok(IngestHandler {
+            objects: Arc::new(S3Objects::new(aws.s3.clone(), env.spool.clone())),
+            cache: Arc::new(LookupCache::with_key_budget(env.key_cache_bytes)),
+            env,
+            config,
+            catalog,
+        })
+    }
+
+    pub async fn handle(&self, event: Value) -> Result<Value> {
+        let inv = events::parse(&event)?;
+        // Tables named by the event, each processed once however many records name it.
+        let mut tables: BTreeMap<(String, String), (String, String)> = BTreeMap::new();
+        let mut record_keys: Vec<Vec<(String, Option<(String, String)>)>> = Vec::new();
+        let mut bad_keys: BTreeMap<String, String> = BTreeMap::new();
+        for r in &inv.records {
+            let mut keys = Vec::new();
+            for o in &r.objects {
+                let uri = format!("s3://{}/{}", o.bucket, o.key);
+                match locate(&uri, &self.config.source) {
+                    Ok(Some(obj)) => match table_prefix(&obj) {
+                        Some(prefix) => {
+                            tables.insert(
+                                (o.bucket.clone(), prefix.clone()),
+                                (obj.schema.clone(), obj.table.clone()),
+                            );
+                            keys.push((uri, Some((o.bucket.clone(), prefix))));
+                        }
+                        None => {
+                            bad_keys.insert(
+                                uri.clone(),
+                                "cannot find the table folder in the key".into(),
+                            );
+                            keys.push((uri, None));
+                        }
+                    },
+                    Ok(None) => info!(object = %uri, "not a DMS data file; ignored"),
+                    Err(e) => {
+                        error!(object = %uri, error = %e, "rejected object key");
+                        bad_keys.insert(uri.clone(), e.to_string());
+                        keys.push((uri, None));
+                    }
+                }
+            }
+            record_keys.push(keys);
+        }
+        let mut outcomes: BTreeMap<(String, String), TableOutcome> = BTreeMap::new();
+        for ((bucket, prefix), (schema, table)) in &tables {
+            let outcome = self.process_table(bucket, prefix, schema, table).await;
+            outcomes.insert((bucket.clone(), prefix.clone()), outcome);
+        }
+        // A record succeeds when every DMS file it names is applied.
+        let mut failures = Vec::new();
+        let mut reasons = Vec::new();
+        for (r, keys) in inv.records.iter().zip(&record_keys) {
+            let mut reason = r.invalid.clone();
+            for (uri, table) in keys {
+                let why = match table.as_ref().and_then(|t| outcomes.get(t)) {
+                    None => bad_keys.get(uri).cloned(),
+                    Some(o) if o.applied.contains(uri) => None,
+                    Some(o) => Some(o.error.clone().unwrap_or_else(|| {
+                        "not applied yet (backlog beyond the per-invocation cap)".into()
+                    })),
+                };
+                if let Some(w) = why {
+                    reason.get_or_insert(format!("{uri}: {w}"));
+                }
+            }
+            if let Some(reason) = reason {
+                warn!(record = ?r.id, %reason, "record failed");
+                reasons.push(reason);
+                if let Some(id) = &r.id {
+                    let mut f = BatchItemFailure::default();
+                    f.item_identifier = id.clone();
+                    failures.push(f);
+                }
+            }
+        }
+        match inv.source {
+            Source::Sqs => {
+                let mut response = SqsBatchResponse::default();
+                response.batch_item_failures = failures;
+                serde_json::to_value(response).map_err(|e| Error::Other(e.to_string()))
+            }
+            _ if !reasons.is_empty() => Err(Error::Other(reasons.join("; "))),
+            _ => Ok(
+                json!({ "tables": tables.values().map(|(s, t)| format!("{s}.{t}")).collect::<Vec<_>>() }),
+            ),
+        }
+    }
+
+    /// Applies the pending files of one table.
+    async fn process_table(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        schema: &str,
+        table: &str,
+    ) -> TableOutcome {
+        let started = Instant::now();
+        let mut outcome = TableOutcome {
+            applied: BTreeSet::new(),
+            error: None,
+        };
+        let result: Result<(TableReport, Vec<(DmsObject, Option<i64>)>)> = async {
+            let listing = self.objects.list(bucket, prefix).await?;
+            let mut files: Vec<(DmsObject, Option<i64>)> = Vec::new();
+            for o in listing {
+                let uri = format!("s3://{bucket}/{}", o.key);
+                match locate(&uri, &self.config.source) {
+                    Ok(Some(obj)) if obj.schema == schema && obj.table == table => files.push((obj, o.last_modified_ms)),
+                    Ok(_) => {}
+                    Err(e) => warn!(object = %uri, error = %e, "ignoring a malformed key in the table folder"),
+                }
+            }
+            files.sort_by(|a, b| a.0.order.cmp(&b.0.order));
+            let cfg = self.config.table(schema, table)?;
+            let ident = iceberg::TableIdent::from_strs([&cfg.namespace, &cfg.table])?;
+            let applied = LoadedTable::load(&self.catalog, &ident)
+                .await?
+                .map(|t| applied_files(&t.metadata))
+                .unwrap_or_default();
+            let pending: Vec<FileInput> = files
+                .iter()
+                .filter(|(o, _)| !applied.contains(&o.order))
+                .take(self.env.files_per_invocation)
+                .map(|(o, _)| FileInput { object: o.clone(), data: None })
+                .collect();
+            let report = Ingest::new(&self.catalog, &self.config)
+                .cache(self.cache.clone())
+                .objects(self.objects.clone())
+                .files_per_commit(self.env.files_per_commit)
+                .execute(schema, table, pending, |_| {})
+                .await;
+            Ok((report, files))
+        }
+        .await;
+        let (report, files) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                error!(table = %format!("{schema}.{table}"), error = %e, "table not processed");
+                outcome.error = Some(e.to_string());
+                return outcome;
+            }
+        };
+        // What the table holds now (including files applied by concurrent invocations).
+        if let Ok(cfg) = self.config.table(schema, table)
+            && let Ok(ident) = iceberg::TableIdent::from_strs([&cfg.namespace, &cfg.table])
+            && let Ok(Some(t)) = LoadedTable::load(&self.catalog, &ident).await
+        {
+            let applied = applied_files(&t.metadata);
+            outcome.applied = files
+                .iter()
+                .filter(|(o, _)| applied.contains(&o.order) || cfg.is_skipped(&o.key))
+                .map(|(o, _)| o.key.clone())
+                .collect();
+        }
+        outcome.error = report.error.clone();
+        self.log_table(&report, &files, started);
+        outcome
+    }
+
+    fn log_table(
+        &self,
+        report: &TableReport,
+        files: &[(DmsObject, Option<i64>)],
+        started: Instant,
+    ) {
+        let applied: Vec<_> = report
+            .commits
+            .iter()
+            .filter(|c| c.status == Status::Applied)
+            .collect();
+        let sum = |f: fn(&crate::ops::ingest::CommitReport) -> usize| {
+            applied.iter().map(|c| f(c)).sum::<usize>()
+        };
+        let attempts: u32 = applied.iter().map(|c| c.attempts).sum();
+        let conflicts: u32 = applied
+            .iter()
+            .map(|c| c.attempts.saturating_sub(1) + c.replans)
+            .sum();
+        // Lag: how long the newest applied file waited between landing in S3 and being committed.
+        let newest_applied_ms = applied
+            .iter()
+            .flat_map(|c| c.files.iter())
+            .filter_map(|k| {
+                files
+                    .iter()
+                    .find(|(o, _)| &o.key == k)
+                    .and_then(|(_, m)| *m)
+            })
+            .max();
+        let lag_s = newest_applied_ms
+            .map(|m| (chrono::Utc::now().timestamp_millis() - m).max(0) as f64 / 1000.0);
+        info!(
+            table = %report.table,
+            files_applied = report.applied_files(),
+            files_skipped = report.skipped_files(),
+            rows_inserted = sum(|c| c.inserted),
+            rows_updated = sum(|c| c.updated),
+            rows_deleted = sum(|c| c.deleted),
+            snapshot_id = ?applied.last().and_then(|c| c.snapshot_id),
+            commit_attempts = attempts,
+            conflicts,
+            files_waiting = report.files_waiting,
+            error = ?report.error,
+            duration_ms = started.elapsed().as_millis() as u64,
+            "table processed"
+        );
+        let mut metrics = vec![
+            ("RowsInserted", "Count", sum(|c| c.inserted) as f64),
+            ("RowsUpdated", "Count", sum(|c| c.updated) as f64),
+            ("RowsDeleted", "Count", sum(|c| c.deleted) as f64),
+            ("FilesApplied", "Count", report.applied_files() as f64),
+            ("FilesSkipped", "Count", report.skipped_files() as f64),
+            ("FilesFailed", "Count", report.error.is_some() as u8 as f64),
+            ("CommitAttempts", "Count", attempts as f64),
+            ("CommitConflicts", "Count", conflicts as f64),
+        ];
+        if let Some(l) = lag_s {
+            metrics.push(("LagSeconds", "Seconds", l));
+        }
+        println!("{}", emf_line("ingest", &report.table, &metrics));
+    }
+}

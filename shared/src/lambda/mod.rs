@@ -1,0 +1,99 @@
+//! The Lambda functions' logic (handlers only wire clients and call these), and the
+//! environment they are configured by. See README "Run on AWS".
+
+pub mod events;
+pub mod ingest;
+pub mod metrics;
+
+use std::path::PathBuf;
+
+use crate::aws::{Aws, split_s3_uri};
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// Environment of both functions.
+#[derive(Debug, Clone)]
+pub struct FunctionEnv {
+    /// `DMS2ICEBERG_WAREHOUSE`: `s3://bucket/prefix`.
+    pub warehouse: String,
+    /// `DMS2ICEBERG_GLUE_DATABASE`: every table goes to this Glue database.
+    pub database: Option<String>,
+    /// `DMS2ICEBERG_CONFIG`: a bundled path or an `s3://` URI.
+    pub config: Option<String>,
+    /// `DMS2ICEBERG_MAX_FILES_PER_COMMIT` (default 1).
+    pub files_per_commit: usize,
+    /// `DMS2ICEBERG_MAX_FILES_PER_INVOCATION` (default 100).
+    pub files_per_invocation: usize,
+    /// `DMS2ICEBERG_SPOOL_DIR` (default `/tmp/dms2iceberg`): downloads land here.
+    pub spool: PathBuf,
+    /// `DMS2ICEBERG_KEY_CACHE_MB` (default 512): memory for cached key columns.
+    pub key_cache_bytes: usize,
+}
+
+impl FunctionEnv {
+    pub fn from_env() -> Result<FunctionEnv> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let num = |k: &str, d: usize| -> Result<usize> {
+            match var(k) {
+                None => Ok(d),
+                Some(v) => v
+                    .parse()
+                    .map_err(|_| Error::Config(format!("{k}=`{v}` is not a number"))),
+            }
+        };
+        Ok(FunctionEnv {
+            warehouse: var("DMS2ICEBERG_WAREHOUSE").ok_or_else(|| {
+                Error::Config("DMS2ICEBERG_WAREHOUSE (s3://bucket/prefix) is not set".into())
+            })?,
+            database: var("DMS2ICEBERG_GLUE_DATABASE"),
+            config: var("DMS2ICEBERG_CONFIG"),
+            files_per_commit: num("DMS2ICEBERG_MAX_FILES_PER_COMMIT", 1)?.max(1),
+            files_per_invocation: num("DMS2ICEBERG_MAX_FILES_PER_INVOCATION", 100)?.max(1),
+            spool: var("DMS2ICEBERG_SPOOL_DIR")
+                .map_or_else(|| std::env::temp_dir().join("dms2iceberg"), PathBuf::from),
+            key_cache_bytes: num("DMS2ICEBERG_KEY_CACHE_MB", 512)? << 20,
+        })
+    }
+
+    /// The TOML config (if any), with the database override applied.
+    pub async fn load_config(&self, aws: &Aws) -> Result<Config> {
+        let mut cfg = match &self.config {
+            None => Config::default(),
+            Some(uri) if uri.starts_with("s3://") => {
+                let (bucket, key) = split_s3_uri(uri)?;
+                let obj = aws
+                    .s3
+                    .get_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        Error::Config(format!(
+                            "reading {uri}: {}",
+                            aws_sdk_s3::error::DisplayErrorContext(&e)
+                        ))
+                    })?;
+                let bytes = obj
+                    .body
+                    .collect()
+                    .await
+                    .map_err(|e| Error::Config(format!("reading {uri}: {e}")))?
+                    .into_bytes();
+                let text = String::from_utf8(bytes.to_vec())
+                    .map_err(|_| Error::Config(format!("{uri} is not UTF-8")))?;
+                Config::from_toml(&text).map_err(|e| Error::Config(format!("{uri}: {e}")))?
+            }
+            Some(path) => Config::load(std::path::Path::new(path))?,
+        };
+        if let Some(db) = &self.database {
+            if !crate::config::is_identifier(db) {
+                return Err(Error::Config(format!(
+                    "DMS2ICEBERG_GLUE_DATABASE=`{db}`: use lower-case letters, digits and `_`"
+                )));
+            }
+            cfg.namespace_override = Some(db.clone());
+        }
+        Ok(cfg)
+    }
+}
