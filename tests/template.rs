@@ -1133,7 +1133,7 @@ fn env_json_only_sets_declared_variables() {
                  `sam local invoke` would silently drop it"
             );
         }
-        for name in ["DMS2ICEBERG_ENDPOINT_URL", "DMS2ICEBERG_S3_PATH_STYLE"] {
+        for name in ["AWS_ENDPOINT_URL", "DMS2ICEBERG_S3_PATH_STYLE"] {
             assert!(
                 vars.get(name).is_some(),
                 "env.json: {function} lacks {name}"
