@@ -25,8 +25,18 @@ struct Cli {
     /// Log more (repeat for debug); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// `sqlite`: the embedded catalog `<warehouse>/catalog.db`; `glue`: the AWS Glue Data
+    /// Catalog, with `--warehouse s3://bucket/prefix` (AWS settings from the environment).
+    #[arg(long, global = true, value_enum, default_value = "sqlite")]
+    catalog: CatalogKind,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum CatalogKind {
+    Sqlite,
+    Glue,
 }
 
 #[derive(Subcommand)]
@@ -36,7 +46,7 @@ enum Command {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
         #[arg(long, default_value = "warehouse")]
-        warehouse: PathBuf,
+        warehouse: String,
         #[arg(long)]
         config: Option<PathBuf>,
         /// DMS files per snapshot (1 = one snapshot per file).
@@ -50,7 +60,7 @@ enum Command {
     Scan {
         table: String,
         #[arg(long, default_value = "warehouse")]
-        warehouse: PathBuf,
+        warehouse: String,
         /// The table as it was at this time: RFC 3339, "YYYY-MM-DD HH:MM:SS[.fff]" (UTC) or epoch milliseconds.
         #[arg(long, conflicts_with = "snapshot")]
         as_of: Option<String>,
@@ -65,14 +75,14 @@ enum Command {
     History {
         table: String,
         #[arg(long, default_value = "warehouse")]
-        warehouse: PathBuf,
+        warehouse: String,
         #[arg(long, value_enum, default_value = "table")]
         format: output::Format,
     },
     /// List the tables in the warehouse.
     Tables {
         #[arg(long, default_value = "warehouse")]
-        warehouse: PathBuf,
+        warehouse: String,
     },
 }
 
@@ -100,7 +110,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    match runtime.block_on(run(cli.catalog, cli.command)) {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
         Err(e) => {
@@ -117,8 +127,33 @@ fn main() {
     }
 }
 
+/// The catalog a command works on.
+async fn open_catalog(
+    kind: CatalogKind,
+    warehouse: &str,
+    must_exist: bool,
+) -> Result<Box<dyn Catalog>> {
+    match kind {
+        CatalogKind::Sqlite => {
+            let path = std::path::Path::new(warehouse);
+            if must_exist && !path.join("catalog.db").exists() {
+                bail!(
+                    "no warehouse at {warehouse} (run `dms2iceberg ingest` first, or pass --warehouse)"
+                );
+            }
+            Ok(Box::new(SqliteCatalog::open(path).with_context(|| {
+                format!("opening warehouse {warehouse}")
+            })?))
+        }
+        CatalogKind::Glue => {
+            let aws = dms2iceberg::aws::Aws::from_env().await;
+            Ok(Box::new(aws.glue_catalog(warehouse)?))
+        }
+    }
+}
+
 /// Ok(false): ran, but some table failed.
-async fn run(command: Command) -> Result<bool> {
+async fn run(kind: CatalogKind, command: Command) -> Result<bool> {
     match command {
         Command::Ingest {
             paths,
@@ -131,9 +166,8 @@ async fn run(command: Command) -> Result<bool> {
                 Some(p) => Config::load(p)?,
                 None => Config::default(),
             };
-            let catalog = SqliteCatalog::open(&warehouse)
-                .with_context(|| format!("opening warehouse {}", warehouse.display()))?;
-            ingest(&catalog, &config, &paths, files_per_commit, json).await
+            let catalog = open_catalog(kind, &warehouse, false).await?;
+            ingest(catalog.as_ref(), &config, &paths, files_per_commit, json).await
         }
         Command::Scan {
             table,
@@ -143,9 +177,9 @@ async fn run(command: Command) -> Result<bool> {
             limit,
             format,
         } => {
-            let catalog = open_existing(&warehouse)?;
+            let catalog = open_catalog(kind, &warehouse, true).await?;
             let as_of_ms = as_of.as_deref().map(parse_time).transpose()?;
-            let r = Scan::new(&catalog, parse_ident(&table)?)
+            let r = Scan::new(catalog.as_ref(), parse_ident(&table)?)
                 .snapshot_id(snapshot)
                 .as_of_ms(as_of_ms)
                 .limit(limit)
@@ -160,8 +194,8 @@ async fn run(command: Command) -> Result<bool> {
             warehouse,
             format,
         } => {
-            let catalog = open_existing(&warehouse)?;
-            let snaps = history(&catalog, &parse_ident(&table)?).await?;
+            let catalog = open_catalog(kind, &warehouse, true).await?;
+            let snaps = history(catalog.as_ref(), &parse_ident(&table)?).await?;
             let mut out = std::io::stdout().lock();
             match format {
                 output::Format::Json => {
@@ -210,7 +244,7 @@ async fn run(command: Command) -> Result<bool> {
             Ok(true)
         }
         Command::Tables { warehouse } => {
-            let catalog = open_existing(&warehouse)?;
+            let catalog = open_catalog(kind, &warehouse, true).await?;
             for t in catalog.list_tables().await? {
                 println!("{t}");
             }
@@ -219,18 +253,8 @@ async fn run(command: Command) -> Result<bool> {
     }
 }
 
-fn open_existing(warehouse: &std::path::Path) -> Result<SqliteCatalog> {
-    if !warehouse.join("catalog.db").exists() {
-        bail!(
-            "no warehouse at {} (run `dms2iceberg ingest` first, or pass --warehouse)",
-            warehouse.display()
-        );
-    }
-    Ok(SqliteCatalog::open(warehouse)?)
-}
-
 async fn ingest(
-    catalog: &SqliteCatalog,
+    catalog: &dyn Catalog,
     config: &Config,
     paths: &[PathBuf],
     files_per_commit: usize,
