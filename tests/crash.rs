@@ -264,6 +264,7 @@ fn crash_case(point: &str, kill: bool, prior: usize, seed: &str) -> String {
     }
     let i2 = inspect(&w, TABLE);
     check_inspection(TABLE, &hist, &i2);
+    check_totals(TABLE, &hist, w.expected(TABLE).len());
     let adopted: Vec<&String> = left_by_crash.intersection(&i2.referenced).collect();
     assert!(
         adopted.is_empty(),
@@ -284,8 +285,7 @@ fn crash_case(point: &str, kill: bool, prior: usize, seed: &str) -> String {
             .map(|k| crash_kinds.get(k).copied().unwrap_or(0))
             .sum();
         assert_eq!(
-            prepared,
-            0,
+            prepared, 0,
             "{spec}: an error exit should delete its prepared files, left: {:?}",
             left_by_crash
         );
