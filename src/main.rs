@@ -79,6 +79,52 @@ enum Command {
         #[arg(long, value_enum, default_value = "table")]
         format: output::Format,
     },
+    /// Rewrite small files and files with many deleted rows into target-size files sorted by
+    /// key (deletes applied); drop delete files nothing live needs.
+    Compact {
+        table: String,
+        #[arg(long, default_value = "warehouse")]
+        warehouse: String,
+        /// Output file size in bytes (default: the table's write.target-file-size-bytes).
+        #[arg(long)]
+        target_file_size: Option<u64>,
+        /// Input bytes to rewrite in this run (the next run continues).
+        #[arg(long, default_value_t = 1 << 30)]
+        max_bytes: u64,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Expire snapshots older than a retention (and delete the files only they referenced).
+    Expire {
+        table: String,
+        #[arg(long, default_value = "warehouse")]
+        warehouse: String,
+        /// Expire snapshots older than this many hours.
+        #[arg(long, default_value_t = 168.0)]
+        older_than_hours: f64,
+        /// Always keep this many of the newest snapshots.
+        #[arg(long, default_value_t = 1)]
+        retain_last: usize,
+        /// List what would be expired and deleted, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List files in the table's folder that no snapshot or metadata references (`--delete`
+    /// removes them). Files younger than --min-age-hours are never touched.
+    Orphans {
+        table: String,
+        #[arg(long, default_value = "warehouse")]
+        warehouse: String,
+        #[arg(long, default_value_t = 72.0)]
+        min_age_hours: f64,
+        #[arg(long)]
+        delete: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// List the tables in the warehouse.
     Tables {
         #[arg(long, default_value = "warehouse")]
@@ -240,6 +286,121 @@ async fn run(kind: CatalogKind, command: Command) -> Result<bool> {
                         )?;
                     }
                 }
+            }
+            Ok(true)
+        }
+        Command::Compact {
+            table,
+            warehouse,
+            target_file_size,
+            max_bytes,
+            json,
+        } => {
+            let catalog = open_catalog(kind, &warehouse, true).await?;
+            let options = dms2iceberg::ops::compact::CompactOptions {
+                target_file_size,
+                max_bytes,
+                ..Default::default()
+            };
+            let r = dms2iceberg::ops::compact::Compact::new(catalog.as_ref(), parse_ident(&table)?)
+                .options(options)
+                .execute()
+                .await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "{}: data files {} -> {}, delete files {} -> {}; rewrote {} files ({} bytes) into {} in {} commits; {} groups left; {:.2}s",
+                    r.table,
+                    r.data_files_before,
+                    r.data_files_after,
+                    r.delete_files_before,
+                    r.delete_files_after,
+                    r.data_files_rewritten,
+                    r.bytes_rewritten,
+                    r.data_files_written,
+                    r.commits,
+                    r.groups_left,
+                    r.elapsed_ms as f64 / 1000.0
+                );
+            }
+            Ok(true)
+        }
+        Command::Expire {
+            table,
+            warehouse,
+            older_than_hours,
+            retain_last,
+            dry_run,
+            json,
+        } => {
+            let catalog = open_catalog(kind, &warehouse, true).await?;
+            let cutoff =
+                chrono::Utc::now().timestamp_millis() - (older_than_hours * 3_600_000.0) as i64;
+            let r = dms2iceberg::ops::maintain::ExpireSnapshots::new(
+                catalog.as_ref(),
+                parse_ident(&table)?,
+                cutoff,
+                retain_last,
+            )
+            .dry_run(dry_run)
+            .execute()
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                let verb = if dry_run { "would expire" } else { "expired" };
+                println!(
+                    "{}: {verb} {} snapshots ({} kept); {} files {}",
+                    r.table,
+                    r.snapshots_expired.len(),
+                    r.snapshots_kept,
+                    r.files_deleted.len(),
+                    if dry_run {
+                        "would be deleted"
+                    } else {
+                        "deleted"
+                    }
+                );
+                for f in &r.files_deleted {
+                    println!("  {f}");
+                }
+            }
+            Ok(true)
+        }
+        Command::Orphans {
+            table,
+            warehouse,
+            min_age_hours,
+            delete,
+            json,
+        } => {
+            let catalog = open_catalog(kind, &warehouse, true).await?;
+            let r = dms2iceberg::ops::maintain::Orphans::new(
+                catalog.as_ref(),
+                parse_ident(&table)?,
+                (min_age_hours * 3_600_000.0) as i64,
+            )
+            .delete(delete)
+            .execute()
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                for o in &r.orphans {
+                    println!("{}\t{} bytes\t{:.1} h old", o.path, o.size, o.age_hours);
+                }
+                println!(
+                    "{}: {} orphan files{}; {} unreferenced files younger than {min_age_hours} h left alone",
+                    r.table,
+                    r.orphans.len(),
+                    if delete {
+                        format!(", {} deleted", r.deleted)
+                    } else {
+                        String::new()
+                    },
+                    r.too_young
+                );
             }
             Ok(true)
         }

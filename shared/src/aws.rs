@@ -92,6 +92,7 @@ impl Aws {
         }
         Ok(GlueCatalog::new(
             self.glue.clone(),
+            self.s3.clone(),
             self.settings.glue_catalog_id.clone(),
             warehouse,
             self.file_io(),

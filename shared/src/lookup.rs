@@ -88,7 +88,7 @@ struct FileKeys {
 }
 
 /// Content of a position-delete file: deleted positions per data file path.
-type DeletedPositions = HashMap<String, Vec<i64>>;
+pub type DeletedPositions = HashMap<String, Vec<i64>>;
 
 /// Bound on cached entries; past it the cache starts over (entries are cheap to reload).
 const CACHE_ENTRIES: usize = 20_000;
@@ -161,20 +161,7 @@ impl LookupCache {
         if let Some(x) = lock(&self.deletes)?.get(path) {
             return Ok((x.clone(), false));
         }
-        let batches = read_columns(file_io, path, size, None).await?;
-        let mut map: HashMap<String, Vec<i64>> = HashMap::new();
-        for b in batches {
-            let (paths, pos) = (b.column(0), b.column(1));
-            let paths = arrow_cast::cast(paths, &DataType::Utf8)?;
-            let paths = paths.as_string::<i32>();
-            let pos = arrow_cast::cast(pos, &DataType::Int64)?;
-            let pos = pos.as_primitive::<Int64Type>();
-            for i in 0..b.num_rows() {
-                map.entry(paths.value(i).to_string())
-                    .or_default()
-                    .push(pos.value(i));
-            }
-        }
+        let map = read_position_deletes(file_io, path, size).await?;
         let map = Arc::new(map);
         let mut c = lock(&self.deletes)?;
         if c.len() >= CACHE_ENTRIES {
@@ -764,6 +751,29 @@ fn range<'a, T: Ord>(v: &'a [T], lo: &T, hi: &T) -> &'a [T] {
     let at = v.partition_point(|x| x < lo);
     let end = v.partition_point(|x| x <= hi);
     &v[at..end.max(at)]
+}
+
+/// Content of a position-delete file: deleted positions per data file path.
+pub async fn read_position_deletes(
+    file_io: &FileIO,
+    path: &str,
+    size: u64,
+) -> Result<DeletedPositions> {
+    let batches = read_columns(file_io, path, size, None).await?;
+    let mut map: DeletedPositions = HashMap::new();
+    for b in batches {
+        let (paths, pos) = (b.column(0), b.column(1));
+        let paths = arrow_cast::cast(paths, &DataType::Utf8)?;
+        let paths = paths.as_string::<i32>();
+        let pos = arrow_cast::cast(pos, &DataType::Int64)?;
+        let pos = pos.as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            map.entry(paths.value(i).to_string())
+                .or_default()
+                .push(pos.value(i));
+        }
+    }
+    Ok(map)
 }
 
 /// Reads whole columns of a (small) Parquet file; `None` = all columns.

@@ -21,6 +21,8 @@ pub mod keys {
     pub const SOURCE_ORDERS: &str = "dms2iceberg.source-orders";
     /// DMS order key of the last file applied to the table (cumulative).
     pub const WATERMARK: &str = "dms2iceberg.watermark";
+    /// Table property: files up to this DMS order count as applied (their snapshots expired).
+    pub const EXPIRED_WATERMARK: &str = "dms2iceberg.expired-watermark";
     /// Greatest change sequence applied to the table (cumulative), when configured.
     pub const CHANGE_SEQ: &str = "dms2iceberg.change-seq";
     pub const ROWS_INSERTED: &str = "dms2iceberg.rows-inserted";
@@ -109,15 +111,14 @@ pub fn watermark(metadata: &TableMetadata) -> Watermark {
 pub struct AppliedFiles {
     /// Order key → object key.
     pub files: BTreeMap<OrderKey, String>,
-    /// Expired snapshots took older records with them: anything before the oldest recorded
-    /// file counts as applied.
-    pub truncated: bool,
+    /// Expired snapshots took older records with them: files up to here count as applied (a
+    /// file arriving later than the snapshot retention is not told apart from an applied one).
+    pub horizon: Option<OrderKey>,
 }
 
 impl AppliedFiles {
     pub fn contains(&self, order: &OrderKey) -> bool {
-        self.files.contains_key(order)
-            || (self.truncated && self.files.keys().next().is_some_and(|first| order < first))
+        self.files.contains_key(order) || self.horizon.as_ref().is_some_and(|h| order <= h)
     }
 
     /// Applied files after `order`, in DMS order.
@@ -133,10 +134,22 @@ impl AppliedFiles {
 pub fn applied_files(metadata: &TableMetadata) -> AppliedFiles {
     let mut out = AppliedFiles::default();
     let chain = ancestry(metadata);
-    out.truncated = chain
+    let truncated = chain
         .last()
         .and_then(|root| root.parent_snapshot_id())
         .is_some();
+    out.horizon = metadata
+        .properties()
+        .get(keys::EXPIRED_WATERMARK)
+        .and_then(|w| OrderKey::parse(w));
+    if truncated && out.horizon.is_none() {
+        // Expired by another tool: the oldest retained snapshot's watermark is the best bound.
+        out.horizon = chain
+            .iter()
+            .rev()
+            .find_map(|s| s.summary().additional_properties.get(keys::WATERMARK))
+            .and_then(|w| OrderKey::parse(w));
+    }
     for s in chain {
         let p = &s.summary().additional_properties;
         let orders: Vec<String> = p

@@ -17,11 +17,13 @@ use iceberg::io::FileIO;
 use iceberg::spec::{PrimitiveType, TableMetadata, Type};
 use iceberg::{NamespaceIdent, TableIdent};
 
-use super::{Catalog, Pointer, SwapError};
+use super::{Catalog, ListedFile, Pointer, SwapError};
 use crate::error::{Error, Result};
 
 pub struct GlueCatalog {
     client: Client,
+    /// For listing table folders (orphan files).
+    s3: aws_sdk_s3::Client,
     catalog_id: Option<String>,
     /// `s3://bucket/prefix`: new tables go to `<warehouse>/<database>.db/<table>`.
     warehouse: String,
@@ -31,12 +33,14 @@ pub struct GlueCatalog {
 impl GlueCatalog {
     pub fn new(
         client: Client,
+        s3: aws_sdk_s3::Client,
         catalog_id: Option<String>,
         warehouse: &str,
         file_io: FileIO,
     ) -> Self {
         GlueCatalog {
             client,
+            s3,
             catalog_id,
             warehouse: warehouse.trim_end_matches('/').to_string(),
             file_io,
@@ -297,6 +301,22 @@ impl Catalog for GlueCatalog {
                 }
             }
         }
+    }
+
+    async fn list_files(&self, location: &str) -> Result<Vec<ListedFile>> {
+        let (bucket, prefix) = crate::aws::split_s3_uri(location)?;
+        let prefix = format!("{}/", prefix.trim_end_matches('/'));
+        let objects = crate::aws::S3Objects::new(self.s3.clone(), std::env::temp_dir())
+            .list(bucket, &prefix)
+            .await?;
+        Ok(objects
+            .into_iter()
+            .map(|o| ListedFile {
+                path: format!("s3://{bucket}/{}", o.key),
+                size: o.size,
+                modified_ms: o.last_modified_ms.unwrap_or(0),
+            })
+            .collect())
     }
 
     async fn list_tables(&self) -> Result<Vec<TableIdent>> {

@@ -66,4 +66,55 @@ pub trait Catalog: Send + Sync {
     ) -> std::result::Result<(), SwapError>;
 
     async fn list_tables(&self) -> Result<Vec<TableIdent>>;
+
+    /// Every file under `location` (a table's folder), for finding orphans.
+    async fn list_files(&self, location: &str) -> Result<Vec<ListedFile>>;
+}
+
+/// A file found by listing storage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedFile {
+    /// As table metadata would reference it (`file:///…`, `s3://…`).
+    pub path: String,
+    pub size: u64,
+    pub modified_ms: i64,
+}
+
+/// Lists a local folder (`file:///abs/path` or `/abs/path`) recursively.
+pub fn list_local(location: &str) -> Result<Vec<ListedFile>> {
+    let (prefix, root) = match location.strip_prefix("file://") {
+        Some(p) => ("file://", p),
+        None => ("", location),
+    };
+    let mut out = Vec::new();
+    let mut stack = vec![std::path::PathBuf::from(root)];
+    while let Some(dir) = stack.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(crate::Error::io(dir.display().to_string(), e)),
+        };
+        for e in entries {
+            let e = e.map_err(|e| crate::Error::io(dir.display().to_string(), e))?;
+            let meta = e
+                .metadata()
+                .map_err(|err| crate::Error::io(e.path().display().to_string(), err))?;
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else {
+                let modified_ms = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_millis() as i64);
+                out.push(ListedFile {
+                    path: format!("{prefix}{}", e.path().display()),
+                    size: meta.len(),
+                    modified_ms,
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
 }

@@ -10,7 +10,7 @@ use iceberg::spec::TableMetadata;
 use iceberg::{NamespaceIdent, TableIdent};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Catalog, Pointer, SwapError};
+use super::{Catalog, ListedFile, Pointer, SwapError, list_local};
 use crate::error::{Error, Result};
 
 /// Catalog name PyIceberg's `SqlCatalog("default", ...)` and Java's JdbcCatalog use.
@@ -154,6 +154,10 @@ impl Catalog for SqliteCatalog {
         } else {
             Err(SwapError::Conflict)
         }
+    }
+
+    async fn list_files(&self, location: &str) -> Result<Vec<ListedFile>> {
+        list_local(location)
     }
 
     async fn list_tables(&self) -> Result<Vec<TableIdent>> {

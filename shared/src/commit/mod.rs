@@ -120,6 +120,11 @@ pub struct Staged {
     pub files: Vec<String>,
     /// Data files our position deletes point into: must still be live when we commit.
     pub referenced_data_files: BTreeSet<String>,
+    /// Rewrites (compaction): manifests of the base that `manifests` replace, and the data
+    /// files they remove. Every replaced manifest must still be current, and no commit since the
+    /// base may have added deletes against a removed file.
+    pub replaced_manifests: BTreeSet<String>,
+    pub removed_data_files: BTreeSet<String>,
     pub added: Added,
     /// Our summary properties (source files, watermark, row counts).
     pub properties: BTreeMap<String, String>,
@@ -197,14 +202,17 @@ pub fn failpoint(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Writes the manifests for `data` and `deletes` (one per partition spec and content), with
-/// unassigned sequence numbers.
+/// Writes the manifests for `data` and `deletes` (one per partition spec and content). Data
+/// sequence numbers are left unassigned (the manifest list gives the snapshot's), except for
+/// rewritten data, which keeps the sequence number of the snapshot it was read from
+/// (`data_sequence_number`).
 pub async fn write_manifests(
     file_io: &FileIO,
     metadata: &TableMetadata,
     snapshot_id: i64,
     data: &[(i32, DataFile)],
     deletes: &[(i32, DataFile)],
+    data_sequence_number: Option<i64>,
 ) -> Result<Vec<ManifestFile>> {
     let schema: SchemaRef = metadata.current_schema().clone();
     let mut out = Vec::new();
@@ -238,8 +246,12 @@ pub async fn write_manifests(
             } else {
                 builder.build_v2_data()
             };
+            let seq = match (content, data_sequence_number) {
+                (false, Some(s)) => s,
+                _ => iceberg::spec::UNASSIGNED_SEQUENCE_NUMBER,
+            };
             for f in files {
-                w.add_file(f, iceberg::spec::UNASSIGNED_SEQUENCE_NUMBER)?;
+                w.add_file(f, seq)?;
             }
             out.push(w.write_manifest_file().await?);
         }
@@ -376,6 +388,9 @@ async fn build_attempt(
         parent.as_ref().map(|p| p.snapshot_id()),
         sequence_number,
     );
+    let parent_manifests = parent_manifests
+        .into_iter()
+        .filter(|m| !staged.replaced_manifests.contains(&m.manifest_path));
     writer.add_manifests(staged.manifests.iter().cloned().chain(parent_manifests))?;
     writer.close().await?;
     failpoint("after-manifest-list")?;
@@ -456,3 +471,64 @@ pub fn new_snapshot_id(metadata: Option<&TableMetadata>) -> i64 {
 
 /// Format version for new tables: v2 (position deletes, read by every engine; see README).
 pub const FORMAT_VERSION: FormatVersion = FormatVersion::V2;
+
+/// Commits a metadata-only change (no new snapshot), such as expiring snapshots: `change`
+/// derives the new metadata from the current one (`None`: nothing to do) and is re-run on every
+/// attempt, so it always applies to the table as it is. Returns the committed metadata.
+pub async fn commit_metadata<F>(
+    catalog: &dyn Catalog,
+    ident: &TableIdent,
+    change: F,
+) -> Result<Option<TableMetadata>>
+where
+    F: Fn(&TableMetadata, &str) -> Result<Option<TableMetadata>>,
+{
+    let file_io = catalog.file_io();
+    let mut attempt: u32 = 0;
+    loop {
+        attempt += 1;
+        let current = LoadedTable::load(catalog, ident)
+            .await?
+            .ok_or_else(|| Error::Other(format!("table {ident} does not exist")))?;
+        let policy = RetryPolicy::from_properties(current.metadata.properties());
+        let Some(new) = change(&current.metadata, &current.pointer.metadata_location)? else {
+            return Ok(None);
+        };
+        let location = MetadataLocation::from_str(&current.pointer.metadata_location)?
+            .with_next_version()
+            .with_new_metadata(&new)
+            .to_string();
+        new.write_to(file_io, &MetadataLocation::from_str(&location)?)
+            .await?;
+        match catalog
+            .swap(ident, Some(&current.pointer), &location, &new)
+            .await
+        {
+            Ok(()) => {
+                cleanup_expired(file_io, Some(&current), &new).await;
+                return Ok(Some(new));
+            }
+            Err(SwapError::Conflict) => {
+                let _ = file_io.delete(&location).await;
+            }
+            Err(SwapError::Unknown(reason)) => {
+                if LoadedTable::load(catalog, ident)
+                    .await?
+                    .is_some_and(|t| t.pointer.metadata_location == location)
+                {
+                    return Ok(Some(new));
+                }
+                warn!(table = %ident, %reason, "metadata commit outcome unknown; retrying");
+            }
+            Err(SwapError::Failed(e)) => return Err(e),
+        }
+        if attempt > policy.num_retries {
+            return Err(Error::CommitFailed {
+                table: ident.to_string(),
+                attempts: attempt,
+                reason: "too many concurrent commits".into(),
+            });
+        }
+        tokio::time::sleep(policy.backoff(attempt)).await;
+    }
+}

@@ -101,9 +101,11 @@ fn schema_and_spec_unchanged(staged: &Staged, now: &TableMetadata) -> Check {
     Ok(None)
 }
 
-/// Commits since our base: only compaction (`replace`) may have landed, and only if it left
-/// every data file our position deletes reference in place. Any other commit may have changed
-/// rows of our keys: the live rows must be located again.
+/// Commits since our base. An ingest may only be preceded by compaction (`replace`), and only
+/// if every data file its position deletes reference is still live; any other commit may have
+/// changed rows of its keys, so they must be located again. A rewrite (compaction) may follow
+/// anything that left the manifests it replaces in place and added no deletes against the files
+/// it removes (else those deletes would be lost with the files).
 async fn intervening_commits_are_compatible(
     staged: &Staged,
     now: &TableMetadata,
@@ -113,24 +115,32 @@ async fn intervening_commits_are_compatible(
     if now.current_snapshot_id() == base_snapshot {
         return Ok(None);
     }
+    let mut intervening = Vec::new();
     let mut found_base = base_snapshot.is_none();
     for s in ancestry(now) {
         if Some(s.snapshot_id()) == base_snapshot {
             found_base = true;
             break;
         }
-        if s.summary().operation != Operation::Replace {
-            return Err(replan(format!(
-                "snapshot {} ({}) was committed concurrently",
-                s.snapshot_id(),
-                s.summary().operation.as_str()
-            )));
-        }
+        intervening.push(s.clone());
     }
     if !found_base {
         return Err(replan(
             "the table's history was rolled back or rewritten since it was read",
         ));
+    }
+    if staged.operation == Operation::Replace {
+        return rewrite_still_valid(staged, now, &intervening, file_io).await;
+    }
+    if let Some(s) = intervening
+        .iter()
+        .find(|s| s.summary().operation != Operation::Replace)
+    {
+        return Err(replan(format!(
+            "snapshot {} ({}) was committed concurrently",
+            s.snapshot_id(),
+            s.summary().operation.as_str()
+        )));
     }
     if staged.referenced_data_files.is_empty() {
         return Ok(None);
@@ -144,6 +154,63 @@ async fn intervening_commits_are_compatible(
         return Err(replan(format!(
             "data file {gone} was rewritten concurrently (compaction)"
         )));
+    }
+    Ok(None)
+}
+
+async fn rewrite_still_valid(
+    staged: &Staged,
+    now: &TableMetadata,
+    intervening: &[std::sync::Arc<iceberg::spec::Snapshot>],
+    file_io: &FileIO,
+) -> Check {
+    if let Some(current) = now.current_snapshot() {
+        let listed: BTreeSet<String> = crate::table::manifest_list(file_io, now, current)
+            .await?
+            .into_iter()
+            .map(|m| m.manifest_path)
+            .collect();
+        if let Some(m) = staged
+            .replaced_manifests
+            .iter()
+            .find(|m| !listed.contains(*m))
+        {
+            return Err(replan(format!("manifest {m} was rewritten concurrently")));
+        }
+    }
+    for s in intervening {
+        for m in crate::table::manifest_list(file_io, now, s).await? {
+            if m.content != ManifestContentType::Deletes || m.added_snapshot_id != s.snapshot_id() {
+                continue;
+            }
+            let manifest = m.load_manifest(file_io).await.map_err(crate::Error::from)?;
+            for e in manifest.entries() {
+                if e.status() != iceberg::spec::ManifestStatus::Added {
+                    continue;
+                }
+                let f = e.data_file();
+                let targets: Vec<String> = match f.referenced_data_file() {
+                    Some(r) => vec![r],
+                    None => crate::lookup::read_position_deletes(
+                        file_io,
+                        f.file_path(),
+                        f.file_size_in_bytes(),
+                    )
+                    .await?
+                    .into_keys()
+                    .collect(),
+                };
+                if let Some(t) = targets
+                    .iter()
+                    .find(|t| staged.removed_data_files.contains(*t))
+                {
+                    return Err(replan(format!(
+                        "snapshot {} deleted rows of {t}, which this rewrite replaces",
+                        s.snapshot_id()
+                    )));
+                }
+            }
+        }
     }
     Ok(None)
 }

@@ -515,7 +515,8 @@ impl<'a> Ingest<'a> {
             failpoint("after-delete-files")?;
             let snapshot_id = commit::new_snapshot_id(Some(&planned));
             let manifests =
-                commit::write_manifests(&file_io, &planned, snapshot_id, &data, &deletes).await?;
+                commit::write_manifests(&file_io, &planned, snapshot_id, &data, &deletes, None)
+                    .await?;
             prepared.extend(manifests.iter().map(|m| m.manifest_path.clone()));
             failpoint("after-manifests")?;
             Ok::<_, Error>((data, deletes, snapshot_id, manifests))
@@ -621,6 +622,8 @@ impl<'a> Ingest<'a> {
             manifests,
             files: prepared,
             referenced_data_files: located.deletes.keys().cloned().collect(),
+            replaced_manifests: Default::default(),
+            removed_data_files: Default::default(),
             added,
             properties,
             input_order,

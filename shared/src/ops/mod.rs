@@ -2,9 +2,11 @@
 //! [`ingest`] applies DMS files; [`scan`] reads a table (time travel included); [`history`]
 //! lists snapshots with what they applied.
 
+pub mod compact;
 pub mod discover;
 pub mod history;
 pub mod ingest;
+pub mod maintain;
 pub mod scan;
 
 use iceberg::TableIdent;
