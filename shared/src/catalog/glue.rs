@@ -28,6 +28,8 @@ pub struct GlueCatalog {
     /// `s3://bucket/prefix`: new tables go to `<warehouse>/<database>.db/<table>`.
     warehouse: String,
     file_io: FileIO,
+    /// List only this database (a function granted one database cannot call GetDatabases).
+    only_database: Option<String>,
 }
 
 impl GlueCatalog {
@@ -44,7 +46,14 @@ impl GlueCatalog {
             catalog_id,
             warehouse: warehouse.trim_end_matches('/').to_string(),
             file_io,
+            only_database: None,
         }
+    }
+
+    /// Restrict `list_tables` to one database.
+    pub fn only_database(mut self, database: Option<String>) -> Self {
+        self.only_database = database;
+        self
     }
 
     fn database(ident: &TableIdent) -> String {
@@ -323,7 +332,10 @@ impl Catalog for GlueCatalog {
         let mut out = Vec::new();
         let mut databases = Vec::new();
         let mut token = None;
-        loop {
+        if let Some(db) = &self.only_database {
+            databases.push(db.clone());
+        }
+        while self.only_database.is_none() {
             let r = self
                 .client
                 .get_databases()

@@ -146,10 +146,11 @@ fn objects_of(v: &Value) -> Result<Vec<S3Ref>> {
         let bucket = v.pointer("/detail/bucket/name").and_then(Value::as_str);
         let key = v.pointer("/detail/object/key").and_then(Value::as_str);
         return match (bucket, key) {
-            // EventBridge carries the key as stored, not URL-encoded.
+            // AWS does not say whether EventBridge keys are URL-encoded (emulators encode them).
+            // Decoding is safe either way for DMS keys: table names cannot hold `%` or `+`.
             (Some(b), Some(k)) => Ok(vec![S3Ref {
                 bucket: b.to_string(),
-                key: k.to_string(),
+                key: decode_event_key(k).unwrap_or_else(|_| k.to_string()),
             }]),
             _ => Err(Error::Other(
                 "EventBridge event without detail.bucket.name / detail.object.key".into(),
@@ -214,7 +215,7 @@ mod tests {
             "detail": {"bucket": {"name": "b"}, "object": {"key": "dms/s/t/a+b.csv"}}});
         let inv = parse(&eb).unwrap();
         assert_eq!(inv.source, Source::EventBridge);
-        assert_eq!(inv.records[0].objects[0].key, "dms/s/t/a+b.csv");
+        assert_eq!(inv.records[0].objects[0].key, "dms/s/t/a b.csv");
         assert!(
             parse(&json!({"Service": "Amazon S3", "Event": "s3:TestEvent"}))
                 .unwrap()

@@ -60,7 +60,9 @@ impl IngestHandler {
         let inv = events::parse(&event)?;
         // Tables named by the event, each processed once however many records name it.
         let mut tables: BTreeMap<(String, String), (String, String)> = BTreeMap::new();
-        let mut record_keys: Vec<Vec<(String, Option<(String, String)>)>> = Vec::new();
+        // Per record: each object URI and its table folder (bucket, prefix), if it has one.
+        type TableFolder = (String, String);
+        let mut record_keys: Vec<Vec<(String, Option<TableFolder>)>> = Vec::new();
         let mut bad_keys: BTreeMap<String, String> = BTreeMap::new();
         for r in &inv.records {
             let mut keys = Vec::new();
@@ -151,7 +153,8 @@ impl IngestHandler {
             applied: BTreeSet::new(),
             error: None,
         };
-        let result: Result<(TableReport, Vec<(DmsObject, Option<i64>)>)> = async {
+        type Listed = Vec<(DmsObject, Option<i64>)>;
+        let result: Result<(TableReport, Listed)> = async {
             let listing = self.objects.list(bucket, prefix).await?;
             let mut files: Vec<(DmsObject, Option<i64>)> = Vec::new();
             for o in listing {

@@ -1,6 +1,7 @@
 //! The Lambda functions' logic (handlers only wire clients and call these), and the
 //! environment they are configured by. See README "Run on AWS".
 
+pub mod compact;
 pub mod events;
 pub mod ingest;
 pub mod metrics;

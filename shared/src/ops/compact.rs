@@ -272,7 +272,7 @@ impl<'a> Compact<'a> {
                 groups.push(g);
             }
         }
-        groups.sort_by(|a, b| b.files.len().cmp(&a.files.len()));
+        groups.sort_by_key(|g| std::cmp::Reverse(g.files.len()));
         groups
     }
 
