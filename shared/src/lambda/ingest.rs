@@ -30,6 +30,9 @@ use crate::table::{LoadedTable, applied_files};
 
 pub struct IngestHandler {
     env: FunctionEnv,
+    aws: Aws,
+    /// Config as loaded at start; an `s3://` config is re-read by every invocation, so an
+    /// operator's `skip_files` change takes effect without a redeploy.
     config: Config,
     catalog: GlueCatalog,
     objects: Arc<S3Objects>,
@@ -51,6 +54,7 @@ impl IngestHandler {
             objects: Arc::new(S3Objects::new(aws.s3.clone(), env.spool.clone())),
             cache: Arc::new(LookupCache::with_key_budget(env.key_cache_bytes)),
             env,
+            aws: aws.clone(),
             config,
             catalog,
         })
@@ -58,6 +62,18 @@ impl IngestHandler {
 
     pub async fn handle(&self, event: Value) -> Result<Value> {
         let inv = events::parse(&event)?;
+        let reloaded;
+        let config = if self
+            .env
+            .config
+            .as_deref()
+            .is_some_and(|c| c.starts_with("s3://"))
+        {
+            reloaded = self.env.load_config(&self.aws).await?;
+            &reloaded
+        } else {
+            &self.config
+        };
         // Tables named by the event, each processed once however many records name it.
         let mut tables: BTreeMap<(String, String), (String, String)> = BTreeMap::new();
         // Per record: each object URI and its table folder (bucket, prefix), if it has one.
@@ -68,7 +84,7 @@ impl IngestHandler {
             let mut keys = Vec::new();
             for o in &r.objects {
                 let uri = format!("s3://{}/{}", o.bucket, o.key);
-                match locate(&uri, &self.config.source) {
+                match locate(&uri, &config.source) {
                     Ok(Some(obj)) => match table_prefix(&obj) {
                         Some(prefix) => {
                             tables.insert(
@@ -97,7 +113,9 @@ impl IngestHandler {
         }
         let mut outcomes: BTreeMap<(String, String), TableOutcome> = BTreeMap::new();
         for ((bucket, prefix), (schema, table)) in &tables {
-            let outcome = self.process_table(bucket, prefix, schema, table).await;
+            let outcome = self
+                .process_table(config, bucket, prefix, schema, table)
+                .await;
             outcomes.insert((bucket.clone(), prefix.clone()), outcome);
         }
         // A record succeeds when every DMS file it names is applied.
@@ -143,6 +161,7 @@ impl IngestHandler {
     /// Applies the pending files of one table.
     async fn process_table(
         &self,
+        config: &Config,
         bucket: &str,
         prefix: &str,
         schema: &str,
@@ -159,14 +178,14 @@ impl IngestHandler {
             let mut files: Vec<(DmsObject, Option<i64>)> = Vec::new();
             for o in listing {
                 let uri = format!("s3://{bucket}/{}", o.key);
-                match locate(&uri, &self.config.source) {
+                match locate(&uri, &config.source) {
                     Ok(Some(obj)) if obj.schema == schema && obj.table == table => files.push((obj, o.last_modified_ms)),
                     Ok(_) => {}
                     Err(e) => warn!(object = %uri, error = %e, "ignoring a malformed key in the table folder"),
                 }
             }
             files.sort_by(|a, b| a.0.order.cmp(&b.0.order));
-            let cfg = self.config.table(schema, table)?;
+            let cfg = config.table(schema, table)?;
             let ident = iceberg::TableIdent::from_strs([&cfg.namespace, &cfg.table])?;
             let applied = LoadedTable::load(&self.catalog, &ident)
                 .await?
@@ -178,7 +197,7 @@ impl IngestHandler {
                 .take(self.env.files_per_invocation)
                 .map(|(o, _)| FileInput { object: o.clone(), data: None })
                 .collect();
-            let report = Ingest::new(&self.catalog, &self.config)
+            let report = Ingest::new(&self.catalog, config)
                 .cache(self.cache.clone())
                 .objects(self.objects.clone())
                 .files_per_commit(self.env.files_per_commit)
@@ -196,7 +215,7 @@ impl IngestHandler {
             }
         };
         // What the table holds now (including files applied by concurrent invocations).
-        if let Ok(cfg) = self.config.table(schema, table)
+        if let Ok(cfg) = config.table(schema, table)
             && let Ok(ident) = iceberg::TableIdent::from_strs([&cfg.namespace, &cfg.table])
             && let Ok(Some(t)) = LoadedTable::load(&self.catalog, &ident).await
         {
