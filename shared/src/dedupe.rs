@@ -63,7 +63,7 @@ struct Meta {
     op: Op,
 }
 
-/// `only_keys_of`: keep only keys that file (index into `files`) touches. A file that arrives
+/// `only_keys_of`: keep only keys these files (indexes into `files`) touch. A file that arrives
 /// after later files were applied is re-merged this way: its changes and every later change
 /// to the same keys, in source order, decide those keys' rows.
 pub fn dedupe(
@@ -71,7 +71,7 @@ pub fn dedupe(
     files: Vec<FileChanges>,
     key: &[String],
     order_column: Option<&str>,
-    only_keys_of: Option<usize>,
+    only_keys_of: Option<&[usize]>,
 ) -> Result<Deduped> {
     let mut metas: Vec<Meta> = Vec::new();
     let mut batches: Vec<RecordBatch> = Vec::new();
@@ -205,10 +205,10 @@ pub fn dedupe(
         }
         let group = &events[group_start..=i];
         group_start = i + 1;
-        let wanted = only_keys_of.is_none_or(|f| {
+        let wanted = only_keys_of.is_none_or(|files| {
             group
                 .iter()
-                .any(|g| metas[g.row as usize].file as usize == f)
+                .any(|g| files.contains(&(metas[g.row as usize].file as usize)))
         });
         if wanted {
             winners.push(e);
@@ -420,7 +420,7 @@ mod tests {
             vec![file(FileKind::Cdc, late), file(FileKind::Cdc, later)],
             &["id".into()],
             None,
-            Some(0),
+            Some(&[0]),
         )
         .unwrap();
         let (up, keys) = result(&d);

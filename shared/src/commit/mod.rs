@@ -128,8 +128,9 @@ pub struct Staged {
     pub added: Added,
     /// Our summary properties (source files, watermark, row counts).
     pub properties: BTreeMap<String, String>,
-    /// DMS order of the (last) input: if the table's watermark reached it, it was applied.
-    pub input_order: Option<OrderKey>,
+    /// DMS order of every input file: if the table records all of them as applied, the commit
+    /// is a no-op; if it records some, the commit is planned again without them.
+    pub input_orders: Vec<OrderKey>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -76,11 +76,22 @@ fn table_is_the_planned_one(staged: &Staged, now: &TableMetadata) -> Check {
 /// Idempotency: an input the table's snapshots record as applied (by us earlier, or by a
 /// concurrent worker) must not be applied again.
 fn input_not_applied(staged: &Staged, now: &TableMetadata) -> Check {
-    let applied = staged
-        .input_order
-        .as_ref()
-        .is_some_and(|ours| applied_files(now).contains(ours));
-    Ok(applied.then_some(Verdict::AlreadyApplied))
+    if staged.input_orders.is_empty() {
+        return Ok(None);
+    }
+    let applied = applied_files(now);
+    let done = staged
+        .input_orders
+        .iter()
+        .filter(|o| applied.contains(o))
+        .count();
+    if done == staged.input_orders.len() {
+        Ok(Some(Verdict::AlreadyApplied))
+    } else if done > 0 {
+        Err(replan("some of the input files were applied concurrently"))
+    } else {
+        Ok(None)
+    }
 }
 
 /// Our files were written with the schema and partition spec planned from the base; a

@@ -411,7 +411,7 @@ impl<'a> Compact<'a> {
             removed_data_files: paths,
             added: added.clone(),
             properties,
-            input_order: None,
+            input_orders: Vec::new(),
         };
         match commit::commit(self.catalog, &staged).await {
             Ok(o) => Ok((o, added)),

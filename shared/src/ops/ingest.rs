@@ -202,8 +202,10 @@ impl<'a> Ingest<'a> {
         mut files: Vec<FileInput>,
         mut on_commit: impl FnMut(&CommitReport),
     ) -> TableReport {
+        // A file's identity is its place in DMS order (its name): copies of one file under two
+        // roots are one file.
         files.sort_by(|a, b| a.object.order.cmp(&b.object.order));
-        files.dedup_by(|a, b| a.object.order == b.object.order && a.object.key == b.object.key);
+        files.dedup_by(|a, b| a.object.order == b.object.order);
         let mut report = TableReport {
             source: format!("{schema}.{table}"),
             table: String::new(),
@@ -239,35 +241,18 @@ impl<'a> Ingest<'a> {
             }
             !skip
         });
-        // Late files (older than files already applied) commit alone; others in groups.
-        let applied = match LoadedTable::load(self.catalog, &ident).await {
-            Ok(t) => t.map(|t| (applied_files(&t.metadata), t.watermark().file)),
-            Err(e) => {
-                report.error = Some(e.to_string());
-                report.files_waiting = files.len();
-                return report;
-            }
-        };
-        let is_late = |f: &FileInput| {
-            applied.as_ref().is_some_and(|(a, w)| {
-                !a.contains(&f.object.order) && w.as_ref().is_some_and(|w| f.object.order < *w)
-            })
-        };
+        // Groups of `files_per_commit`; each commit re-checks which of its files are applied
+        // and whether they are late (the table may move while this runs).
         let mut i = 0;
         while i < files.len() {
-            let n = if is_late(&files[i]) {
-                1
-            } else {
-                (1..=self.files_per_commit.min(files.len() - i))
-                    .take_while(|&k| k == 1 || !is_late(&files[i + k - 1]))
-                    .last()
-                    .unwrap_or(1)
-            };
+            let n = self.files_per_commit.min(files.len() - i);
             let group = &files[i..i + n];
             match self.apply(&cfg, &ident, group).await {
-                Ok(r) => {
-                    on_commit(&r);
-                    report.commits.push(r);
+                Ok(reports) => {
+                    for r in reports {
+                        on_commit(&r);
+                        report.commits.push(r);
+                    }
                 }
                 Err(e) => {
                     warn!(table = %ident, files = ?group.iter().map(|f| &f.object.key).collect::<Vec<_>>(), error = %e, "file not applied");
@@ -281,23 +266,34 @@ impl<'a> Ingest<'a> {
         report
     }
 
-    /// One commit for `files`, replanning when a concurrent writer invalidates the plan.
+    /// One commit for the files of `group` the table does not hold yet (reported first as
+    /// skipped: the others), replanning when a concurrent writer invalidates the plan.
     async fn apply(
         &self,
         cfg: &TableConfig,
         ident: &TableIdent,
-        files: &[FileInput],
-    ) -> Result<CommitReport> {
+        group: &[FileInput],
+    ) -> Result<Vec<CommitReport>> {
         let started = Instant::now();
         let mut replans = 0;
+        let mut out = Vec::new();
+        let mut pending: Vec<FileInput> = group.to_vec();
         loop {
             let table = LoadedTable::load(self.catalog, ident).await?;
             if let Some(t) = &table {
                 let applied = applied_files(&t.metadata);
-                if files.iter().all(|f| applied.contains(&f.object.order)) {
-                    return Ok(CommitReport::skipped(files, started));
+                let (done, rest): (Vec<FileInput>, Vec<FileInput>) = pending
+                    .into_iter()
+                    .partition(|f| applied.contains(&f.object.order));
+                if !done.is_empty() {
+                    out.push(CommitReport::skipped(&done, started));
                 }
+                pending = rest;
             }
+            if pending.is_empty() {
+                return Ok(out);
+            }
+            let files = pending.as_slice();
             let (staged, mut report) = self.plan(cfg, ident, table, files).await?;
             match commit::commit(self.catalog, &staged).await {
                 Ok(Outcome::Committed {
@@ -314,11 +310,13 @@ impl<'a> Ingest<'a> {
                         inserted = report.inserted, updated = report.updated, deleted = report.deleted,
                         snapshot_id, attempts, replans, elapsed_ms = report.elapsed_ms, "applied"
                     );
-                    return Ok(report);
+                    out.push(report);
+                    return Ok(out);
                 }
                 Ok(Outcome::AlreadyApplied { .. }) => {
                     staged.discard(self.catalog.file_io()).await;
-                    return Ok(CommitReport::skipped(files, started));
+                    out.push(CommitReport::skipped(files, started));
+                    return Ok(out);
                 }
                 Err(CommitError::Replan(reason)) => {
                     staged.discard(self.catalog.file_io()).await;
@@ -370,21 +368,20 @@ impl<'a> Ingest<'a> {
         // A late file is read with every applied file after it; only its keys are rewritten.
         let mut inputs = files.to_vec();
         let mut late = false;
-        if let (Some(t), [only]) = (&table, files)
-            && t.watermark()
-                .file
-                .as_ref()
-                .is_some_and(|w| only.object.order < *w)
+        let oldest = files.iter().map(|f| f.object.order.clone()).min();
+        if let (Some(t), Some(oldest)) = (&table, &oldest)
+            && t.watermark().file.as_ref().is_some_and(|w| oldest < w)
         {
+            // Older than files already applied: re-merge with every applied file after it.
             late = true;
-            for (_, key) in applied_files(&t.metadata).after(&only.object.order) {
+            for (_, key) in applied_files(&t.metadata).after(oldest) {
                 let object =
                     crate::locate::locate(&key, &self.config.source)?.ok_or_else(|| {
                         Error::Other(format!("applied object {key} is not a DMS file any more"))
                     })?;
                 inputs.push(FileInput { object, data: None });
             }
-            info!(table = %ident, file = %only.object.key, later_files = inputs.len() - 1, "late file: re-merging with later files");
+            info!(table = %ident, files = files.len(), later_files = inputs.len() - files.len(), "late input: re-merging with later files");
         }
         // Fetch what is not local yet; release it once read, whatever the outcome.
         let mut fetched = Vec::new();
@@ -408,7 +405,7 @@ impl<'a> Ingest<'a> {
             let schema = current
                 .as_ref()
                 .map(|m| (m.current_schema().as_ref().clone(), m.last_column_id()));
-            let only_keys_of = late.then_some(0);
+            let only_keys_of = late.then_some(files.len());
             tokio::task::spawn_blocking(move || {
                 read_files(&cfg, &key, schema, inputs, only_keys_of)
             })
@@ -571,6 +568,7 @@ impl<'a> Ingest<'a> {
         added.changed_partitions = partitions.len() as u64;
 
         let input_order: Option<OrderKey> = files.iter().map(|f| f.object.order.clone()).max();
+        let input_orders: Vec<OrderKey> = files.iter().map(|f| f.object.order.clone()).collect();
         let mut properties = BTreeMap::new();
         properties.insert(
             keys::SOURCE_FILES.to_string(),
@@ -626,7 +624,7 @@ impl<'a> Ingest<'a> {
             removed_data_files: Default::default(),
             added,
             properties,
-            input_order,
+            input_orders,
         };
         Ok((staged, report))
     }
@@ -660,12 +658,21 @@ fn read_files(
     key: &[String],
     current: Option<(Schema, i32)>,
     mut files: Vec<FileInput>,
-    only_keys_of: Option<usize>,
+    only_keys_of_first: Option<usize>,
 ) -> Result<ReadResult> {
-    // Source order across files is DMS order; remember which one restricts the keys.
-    let only_keys_of = only_keys_of.map(|i| files[i].object.order.clone());
+    // `only_keys_of_first = Some(n)`: only keys the first n inputs touch are rewritten (a late
+    // input re-merged with files applied after it). Source order across files is DMS order.
+    let restrict: Option<Vec<OrderKey>> =
+        only_keys_of_first.map(|n| files[..n].iter().map(|f| f.object.order.clone()).collect());
     files.sort_by(|a, b| a.object.order.cmp(&b.object.order));
-    let only_keys_of = only_keys_of.and_then(|o| files.iter().position(|f| f.object.order == o));
+    let only_keys_of: Option<Vec<usize>> = restrict.map(|r| {
+        files
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| r.contains(&f.object.order))
+            .map(|(i, _)| i)
+            .collect()
+    });
     let table_name = cfg.target();
     let mut schema: Option<Schema> = current.as_ref().map(|(s, _)| s.clone());
     let mut last_column_id = current.as_ref().map_or(0, |(_, l)| *l);
@@ -812,7 +819,7 @@ fn read_files(
         changes,
         key,
         order_column.as_deref(),
-        only_keys_of,
+        only_keys_of.as_deref(),
     )?;
     Ok(ReadResult {
         schema,
