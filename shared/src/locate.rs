@@ -99,6 +99,9 @@ pub fn locate(key: &str, source: &SourceSettings) -> Result<Option<DmsObject>> {
     let Some(file_name) = parts.pop() else {
         return Ok(None);
     };
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(bad("contains an empty path segment"));
+    }
     let Some((kind, format, stem_order)) = parse_file_name(file_name) else {
         return Ok(None);
     };
@@ -260,6 +263,7 @@ pub fn decode_event_key(key: &str) -> Result<String> {
             b'%' => {
                 let hex = bytes
                     .get(i + 1..i + 3)
+                    .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
                     .and_then(|h| std::str::from_utf8(h).ok())
                     .and_then(|h| u8::from_str_radix(h, 16).ok())
                     .ok_or_else(|| Error::Key {

@@ -3,6 +3,7 @@
 //! with or without an `Op` column (`IncludeOpForFullLoad`, `CdcInsertsOnly`).
 
 use std::io::Read;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
 use arrow_schema::{Field, Schema};
@@ -39,7 +40,7 @@ impl CsvFile {
         table_columns: Option<&[String]>,
     ) -> Result<CsvFile> {
         let label = obj.key.clone();
-        let mut reader = reader(&data, &label, &cfg.delimiter)?;
+        let (mut reader, _) = reader(&data, &label, &cfg.delimiter)?;
         let mut first = csv::ByteRecord::new();
         let got = reader
             .read_byte_record(&mut first)
@@ -73,6 +74,17 @@ impl CsvFile {
             Some(names) => looks_like_header(&first_fields, names, cfg),
         };
         let names: Vec<String> = if has_header {
+            if let Some(long) = first_fields.iter().find(|f| f.len() > MAX_COLUMN_NAME) {
+                return Err(InputError::new(
+                    &label,
+                    format!(
+                        "the header has a column name of {} bytes (at most {MAX_COLUMN_NAME})",
+                        long.len()
+                    ),
+                )
+                .at(Position::Line(1))
+                .into());
+            }
             if let Some(bad) = first_fields.iter().find(|f| !is_column_name(f)) {
                 return Err(InputError::new(
                     &label,
@@ -121,7 +133,7 @@ impl CsvFile {
     }
 
     fn records(&self) -> Result<Records> {
-        let mut reader = reader(&self.data, &self.label, &self.delimiter)?;
+        let (mut reader, lines) = reader(&self.data, &self.label, &self.delimiter)?;
         if self.has_header {
             let mut skip = csv::ByteRecord::new();
             reader
@@ -132,7 +144,7 @@ impl CsvFile {
             reader,
             label: self.label.clone(),
             fields: self.fields,
-            embedded_newlines: 0,
+            lines,
         })
     }
 
@@ -223,7 +235,15 @@ fn unreachable_headerless(label: &str) -> Result<Vec<String>> {
     Err(InputError::new(label, "no header and no configured columns").into())
 }
 
-fn reader(data: &SourceData, label: &str, delimiter: &[u8]) -> Result<Reader> {
+/// Longest column name accepted in a header (Glue's limit is 255 characters).
+const MAX_COLUMN_NAME: usize = 1024;
+
+/// Longest CSV record: the parser holds a whole record in memory, so a file without line breaks
+/// (or a decompression bomb of one line) must fail instead of growing without bound. DMS writes
+/// LOBs truncated to `LobMaxSize` (32 KB by default).
+pub const MAX_RECORD_BYTES: u64 = 128 << 20;
+
+fn reader(data: &SourceData, label: &str, delimiter: &[u8]) -> Result<(Reader, Arc<Mutex<Lines>>)> {
     let input = data.open(label, DEFAULT_MAX_DECOMPRESSED_BYTES)?;
     let (input, delimiter): (Box<dyn Read + Send>, u8) = match delimiter {
         [d] => (input, *d),
@@ -232,37 +252,120 @@ fn reader(data: &SourceData, label: &str, delimiter: &[u8]) -> Result<Reader> {
             MultiByteDelimiter::<Box<dyn Read + Send>>::SEPARATOR,
         ),
     };
-    Ok(csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .delimiter(delimiter)
-        .double_quote(true)
-        .buffer_capacity(1 << 16)
-        .from_reader(input))
+    let lines = Arc::new(Mutex::new(Lines::default()));
+    let tracked = LineTracker {
+        inner: input,
+        lines: lines.clone(),
+        offset: 0,
+        label: label.to_string(),
+    };
+    Ok((
+        csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .delimiter(delimiter)
+            .double_quote(true)
+            .buffer_capacity(1 << 16)
+            .from_reader(Box::new(tracked) as Box<dyn Read + Send>),
+        lines,
+    ))
+}
+
+/// Newline positions of the stream the parser reads: a record's line is one more than the
+/// newlines before its first byte, whatever quoted newlines or CRLF endings came before.
+#[derive(Default)]
+struct Lines {
+    /// Offsets of newlines read but not yet before an asked position.
+    pending: std::collections::VecDeque<u64>,
+    /// Newlines before `asked`.
+    before: u64,
+    /// Start of the record being read: bytes past it count toward the record-size cap.
+    record_start: u64,
+}
+
+impl Lines {
+    fn line_of(&mut self, byte: u64) -> u64 {
+        // After a CR the parser starts the next record at the LF that follows: a newline at the
+        // record's start offset is still before it.
+        while self.pending.front().is_some_and(|&n| n <= byte) {
+            self.pending.pop_front();
+            self.before += 1;
+        }
+        self.record_start = byte;
+        self.before + 1
+    }
+}
+
+struct LineTracker<R> {
+    inner: R,
+    lines: Arc<Mutex<Lines>>,
+    offset: u64,
+    label: String,
+}
+
+impl<R: Read> Read for LineTracker<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let mut lines = self
+            .lines
+            .lock()
+            .map_err(|_| std::io::Error::other("line index poisoned"))?;
+        for (i, b) in buf[..n].iter().enumerate() {
+            if *b == b'\n' {
+                lines.pending.push_back(self.offset + i as u64);
+            }
+        }
+        self.offset += n as u64;
+        if self.offset - lines.record_start > MAX_RECORD_BYTES + (1 << 16) {
+            return Err(std::io::Error::other(format!(
+                "{}: a record is longer than {MAX_RECORD_BYTES} bytes (missing line breaks or an unterminated quote?)",
+                self.label
+            )));
+        }
+        Ok(n)
+    }
 }
 
 /// DMS allows a multi-character `CsvDelimiter`; the CSV parser takes one byte. This rewrites
-/// each delimiter outside quoted fields to the ASCII unit separator, leaving quoted text as is.
+/// each delimiter outside quoted fields to the ASCII unit separator (0x1F), leaving quoted text
+/// as is. Matching is Knuth–Morris–Pratt, so overlapping partial matches are not missed. A raw
+/// 0x1F outside quotes could not be told from a delimiter and is refused.
 struct MultiByteDelimiter<R> {
     inner: R,
     delimiter: Vec<u8>,
+    /// KMP failure function of `delimiter`.
+    fail: Vec<usize>,
     in_quotes: bool,
     matched: usize,
     out: std::collections::VecDeque<u8>,
     eof: bool,
+    error: Option<String>,
 }
 
 impl<R: Read> MultiByteDelimiter<R> {
     const SEPARATOR: u8 = 0x1f;
 
     fn new(inner: R, delimiter: Vec<u8>) -> Self {
+        let mut fail = vec![0usize; delimiter.len()];
+        let mut k = 0;
+        for i in 1..delimiter.len() {
+            while k > 0 && delimiter[i] != delimiter[k] {
+                k = fail[k - 1];
+            }
+            if delimiter[i] == delimiter[k] {
+                k += 1;
+            }
+            fail[i] = k;
+        }
         Self {
             inner,
             delimiter,
+            fail,
             in_quotes: false,
             matched: 0,
             out: Default::default(),
             eof: false,
+            error: None,
         }
     }
 
@@ -274,6 +377,20 @@ impl<R: Read> MultiByteDelimiter<R> {
             self.out.push_back(b);
             return;
         }
+        if b == Self::SEPARATOR {
+            self.error.get_or_insert_with(|| {
+                "byte 0x1F outside quotes cannot be read with a multi-character delimiter".into()
+            });
+            return;
+        }
+        while self.matched > 0 && b != self.delimiter[self.matched] {
+            // The bytes that can no longer start a match are data.
+            let keep = self.fail[self.matched - 1];
+            for i in 0..self.matched - keep {
+                self.out.push_back(self.delimiter[i]);
+            }
+            self.matched = keep;
+        }
         if b == self.delimiter[self.matched] {
             self.matched += 1;
             if self.matched == self.delimiter.len() {
@@ -281,13 +398,6 @@ impl<R: Read> MultiByteDelimiter<R> {
                 self.matched = 0;
             }
             return;
-        }
-        if self.matched > 0 {
-            // A partial match was data after all; the byte may start a new match.
-            let partial = self.delimiter[..self.matched].to_vec();
-            self.out.extend(partial);
-            self.matched = 0;
-            return self.push(b);
         }
         if b == b'"' {
             self.in_quotes = true;
@@ -299,7 +409,7 @@ impl<R: Read> MultiByteDelimiter<R> {
 impl<R: Read> Read for MultiByteDelimiter<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let mut chunk = [0u8; 1 << 14];
-        while self.out.len() < buf.len() && !self.eof {
+        while self.out.len() < buf.len() && !self.eof && self.error.is_none() {
             let n = self.inner.read(&mut chunk)?;
             if n == 0 {
                 self.eof = true;
@@ -311,6 +421,11 @@ impl<R: Read> Read for MultiByteDelimiter<R> {
             for &b in &chunk[..n] {
                 self.push(b);
             }
+        }
+        if self.out.is_empty()
+            && let Some(e) = &self.error
+        {
+            return Err(std::io::Error::other(e.clone()));
         }
         let n = buf.len().min(self.out.len());
         for (i, b) in self.out.drain(..n).enumerate() {
@@ -341,8 +456,18 @@ fn is_column_name(s: &str) -> bool {
         && chars.all(|c| c.is_alphanumeric() || c == '_' || c == '$' || c == '#')
 }
 
-/// With configured columns, the first record is a header when most of its fields name them.
+/// With configured columns, the first record is a header when it starts with `Op`, or when most
+/// of its fields name columns and it does not start like a change row (`I`, `U`, `D`).
 fn looks_like_header(first: &[String], configured: &[String], cfg: &TableConfig) -> bool {
+    if first.first().is_some_and(|f| f.eq_ignore_ascii_case("op")) {
+        return true;
+    }
+    if first
+        .first()
+        .is_some_and(|f| Op::parse(f.as_bytes()).is_some())
+    {
+        return false;
+    }
     let names: Vec<String> = configured.iter().map(|n| cfg.column_name(n)).collect();
     let prefix = cfg.column_name(&cfg.before_image_prefix);
     let hits = first
@@ -362,8 +487,7 @@ struct Records {
     reader: Reader,
     label: String,
     fields: usize,
-    /// Newlines inside quoted fields so far: the csv crate's line numbers do not count them.
-    embedded_newlines: u64,
+    lines: Arc<Mutex<Lines>>,
 }
 
 impl Records {
@@ -376,8 +500,12 @@ impl Records {
         {
             return Ok(None);
         }
-        let line = rec.position().map_or(0, |p| p.line()) + self.embedded_newlines;
-        self.embedded_newlines += rec.as_slice().iter().filter(|b| **b == b'\n').count() as u64;
+        let byte = rec.position().map_or(0, |p| p.byte());
+        let line = self
+            .lines
+            .lock()
+            .map_err(|_| Error::Other("line index poisoned".into()))?
+            .line_of(byte);
         if rec.len() != self.fields {
             return Err(InputError::new(
                 &self.label,

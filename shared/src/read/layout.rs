@@ -33,6 +33,7 @@ impl Layout {
         cfg: &TableConfig,
     ) -> Layout {
         let norm: Vec<String> = names.iter().map(|n| cfg.column_name(n)).collect();
+        let present: std::collections::HashSet<&str> = norm.iter().map(String::as_str).collect();
         let key: Vec<String> = cfg.primary_key.clone().unwrap_or_default();
         let prefix = cfg.column_name(&cfg.before_image_prefix);
         let roles = norm
@@ -49,7 +50,7 @@ impl Layout {
                 // of non-key columns (column-filter `all`) are not table data.
                 if let Some(base) = n.strip_prefix(prefix.as_str())
                     && !prefix.is_empty()
-                    && norm.iter().any(|m| m == base)
+                    && present.contains(base)
                 {
                     return match key.iter().position(|k| k == base) {
                         Some(key_index) => Role::BeforeImage { key_index },
@@ -94,12 +95,10 @@ impl Layout {
 
     /// Names of data columns that appear twice (after normalisation): ambiguous, refused.
     pub fn duplicate_column(&self) -> Option<String> {
-        let cols = self.data_columns();
-        for (i, c) in cols.iter().enumerate() {
-            if cols[..i].iter().any(|d| d.name == c.name) {
-                return Some(c.name.clone());
-            }
-        }
-        None
+        let mut seen = std::collections::HashSet::new();
+        self.data_columns()
+            .into_iter()
+            .find(|c| !seen.insert(c.name.clone()))
+            .map(|c| c.name)
     }
 }

@@ -174,14 +174,22 @@ impl SourceFile {
         if data.is_empty()? {
             return Err(InputError::new(&obj.key, "the file is empty (0 bytes)").into());
         }
-        Ok(match obj.format {
+        let file = match obj.format {
             FileFormat::Csv => {
                 SourceFile::Csv(Box::new(CsvFile::open(obj, data, cfg, table_columns)?))
             }
             FileFormat::Parquet => {
                 SourceFile::Parquet(Box::new(ParquetFile::open(obj, data, cfg)?))
             }
-        })
+        };
+        if file.columns().is_empty() {
+            return Err(InputError::new(
+                &obj.key,
+                "the file has no data columns (only Op, before-images or dropped columns)",
+            )
+            .into());
+        }
+        Ok(file)
     }
 
     pub fn layout(&self) -> &Layout {

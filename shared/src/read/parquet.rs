@@ -37,8 +37,27 @@ fn builder(
         ),
         SourceData::Bytes(b) => ParquetSource::Bytes(b.clone()),
     };
-    ParquetRecordBatchReaderBuilder::try_new(src)
-        .map_err(|e| InputError::new(label, format!("not a readable Parquet file: {e}")).into())
+    // Types come from the Parquet schema; the embedded Arrow schema hint (`ARROW:schema`) is
+    // not needed and a corrupt one must not reach the IPC decoder.
+    let options =
+        parquet::arrow::arrow_reader::ArrowReaderOptions::new().with_skip_arrow_metadata(true);
+    guarded(label, || {
+        ParquetRecordBatchReaderBuilder::try_new_with_options(src, options)
+    })?
+    .map_err(|e| InputError::new(label, format!("not a readable Parquet file: {e}")).into())
+}
+
+/// The Parquet crate asserts on some malformed footers instead of returning an error; a file
+/// is input, so such a panic becomes an error naming the file.
+fn guarded<T>(label: &str, f: impl FnOnce() -> T) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let why = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        InputError::new(label, format!("corrupt Parquet file ({why})")).into()
+    })
 }
 
 /// Random access to either kind of source, as the Parquet reader needs.
@@ -119,9 +138,8 @@ impl ParquetFile {
         types: Vec<PrimitiveType>,
         key_types: Vec<PrimitiveType>,
     ) -> Result<Box<dyn Iterator<Item = Result<ChangeBatch>> + Send>> {
-        let reader = builder(&self.data, &self.label)?
-            .with_batch_size(BATCH_ROWS)
-            .build()
+        let b = builder(&self.data, &self.label)?.with_batch_size(BATCH_ROWS);
+        let reader = guarded(&self.label, || b.build())?
             .map_err(|e| InputError::new(&self.label, e.to_string()))?;
         let data_cols: Vec<(usize, String)> = self
             .layout
@@ -317,7 +335,14 @@ impl Iterator for ParquetBatches {
         if self.done {
             return None;
         }
-        match self.reader.next() {
+        let next = match guarded(&self.label, || self.reader.next()) {
+            Ok(n) => n,
+            Err(e) => {
+                self.done = true;
+                return Some(Err(e));
+            }
+        };
+        match next {
             None => {
                 self.done = true;
                 None

@@ -259,7 +259,7 @@ fn split_zone(s: &str) -> Option<(&str, i64)> {
     if let Some(r) = s.strip_suffix('Z') {
         return Some((r, 0));
     }
-    if s.len() >= 6 {
+    if s.len() >= 6 && s.is_char_boundary(s.len() - 6) {
         let (time, zone) = s.split_at(s.len() - 6);
         let zb = zone.as_bytes();
         if (zb[0] == b'+' || zb[0] == b'-') && zb[3] == b':' {
