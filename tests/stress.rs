@@ -93,7 +93,12 @@ fn make_workers(w: &Work, meta: &Meta, n: usize, seed: u64, batch: usize) -> Vec
                 }
             }
         };
-        workers.push(Worker { name, kind, feed });
+        workers.push(Worker {
+            name,
+            kind,
+            feed,
+            faults: vec![],
+        });
     }
     workers
 }

@@ -256,6 +256,8 @@ pub struct Worker {
     pub name: String,
     pub kind: Kind,
     pub feed: Feed,
+    /// Processes only: `DMS2ICEBERG_FAILPOINT` for the n-th run (none where absent).
+    pub faults: Vec<Option<String>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -263,6 +265,8 @@ pub struct Outcome {
     pub name: String,
     pub reports: Vec<Value>,
     pub errors: Vec<String>,
+    /// Runs that failed at the failpoint they were given.
+    pub crashes: Vec<String>,
     pub runs: usize,
 }
 
@@ -308,12 +312,26 @@ pub fn run_workers(w: &Work, workers: Vec<Worker>) -> (Vec<Outcome>, Duration) {
                     }
                 };
                 barrier.wait();
-                for (paths, extra) in runs {
-                    let r = run_env(&bin(), &args_of(&paths, &extra), &[]);
+                for (n, (paths, extra)) in runs.into_iter().enumerate() {
+                    let fault = wk.faults.get(n).cloned().flatten();
+                    let env: Vec<(&str, &str)> = fault
+                        .as_deref()
+                        .map(|f| ("DMS2ICEBERG_FAILPOINT", f))
+                        .into_iter()
+                        .collect();
+                    let r = run_env(&bin(), &args_of(&paths, &extra), &env);
                     o.runs += 1;
                     o.reports.extend(parse_reports(&r));
                     if !r.status.success() {
-                        o.errors.push(r.describe());
+                        let at_fault = fault.as_ref().is_some_and(|f| {
+                            let point = f.split(':').next().unwrap();
+                            r.stderr.contains(&format!("failpoint {point}"))
+                                || r.stderr.contains("may or may not have landed")
+                        });
+                        match fault {
+                            Some(f) if at_fault => o.crashes.push(f),
+                            _ => o.errors.push(r.describe()),
+                        }
                     }
                 }
                 o
@@ -562,6 +580,17 @@ pub fn check_history(w: &Work, table: &str, meta: &Meta) -> Vec<Value> {
         dump()
     );
     hist
+}
+
+/// How many snapshots of `hist` record each DMS name.
+pub fn files_in_history(hist: &[Value]) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for s in hist {
+        for f in s["source_files"].as_array().unwrap() {
+            *m.entry(dms_name(f.as_str().unwrap())).or_default() += 1;
+        }
+    }
+    m
 }
 
 // ------------------------------------------------------------------------------------------
