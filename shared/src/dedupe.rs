@@ -37,6 +37,9 @@ pub struct Deduped {
     pub keys: RecordBatch,
     /// Per row of `keys`: true if upserted, false if deleted.
     pub upserted: BooleanArray,
+    /// Per row of `keys`: the ordering column's value of the winning change (when an ordering
+    /// column is configured), to compare with the row the table holds.
+    pub order_values: Option<ArrayRef>,
     /// Rows read from the files.
     pub rows_read: usize,
 }
@@ -121,14 +124,18 @@ pub fn dedupe(
     }
     let converter = key_converter(&key_arrays)?;
     let key_rows = converter.convert_columns(&key_arrays)?;
-    let order_rows: Option<Rows> = match order_column {
-        Some(c) => {
-            let col = all
-                .column_by_name(c)
+    let order_col: Option<ArrayRef> = match order_column {
+        Some(c) => Some(
+            all.column_by_name(c)
                 .ok_or_else(|| Error::Other(format!("ordering column `{c}` is not in the file")))?
-                .clone();
+                .clone(),
+        ),
+        None => None,
+    };
+    let order_rows: Option<Rows> = match &order_col {
+        Some(col) => {
             let conv = RowConverter::new(vec![SortField::new(col.data_type().clone())])?;
-            Some(conv.convert_columns(&[col])?)
+            Some(conv.convert_columns(std::slice::from_ref(col))?)
         }
         None => None,
     };
@@ -226,10 +233,19 @@ pub fn dedupe(
     ));
     let keys = RecordBatch::try_new(key_schema, parsed)?;
     let upserted = BooleanArray::from(winners.iter().map(|e| !e.delete).collect::<Vec<_>>());
+    let order_values = match &order_col {
+        Some(col) => Some(arrow_select::take::take(
+            col,
+            &UInt32Array::from_iter_values(winners.iter().map(|e| e.row)),
+            None,
+        )?),
+        None => None,
+    };
     Ok(Deduped {
         upserts,
         keys,
         upserted,
+        order_values,
         rows_read,
     })
 }

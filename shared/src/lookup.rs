@@ -51,6 +51,8 @@ pub struct Located {
     pub deletes: BTreeMap<String, FileDeletes>,
     /// Per key (row of the lookup's key batch): a live row was found.
     pub found: Vec<bool>,
+    /// Per key: the live row is newer (by the ordering column) than the change: leave it.
+    pub stale: Vec<bool>,
     pub stats: LookupStats,
 }
 
@@ -359,15 +361,20 @@ struct DeleteFile {
 
 /// Finds the live rows of `keys` (one column per key column, in the table's current types,
 /// distinct) in the table's current snapshot.
+/// With `order = (field id, incoming values per key)`, a live row whose ordering column is
+/// greater than the incoming change's is marked stale and not deleted: an older change never
+/// overwrites a newer row.
 pub async fn locate_rows(
     file_io: &FileIO,
     metadata: &TableMetadata,
     keys: &RecordBatch,
     key_field_ids: Vec<i32>,
+    order: Option<(i32, ArrayRef)>,
     cache: &LookupCache,
 ) -> Result<Located> {
     let mut out = Located {
         found: vec![false; keys.num_rows()],
+        stale: vec![false; keys.num_rows()],
         ..Default::default()
     };
     let Some(snapshot) = metadata.current_snapshot() else {
@@ -462,6 +469,7 @@ pub async fn locate_rows(
         .buffer_unordered(8)
         .try_collect()
         .await?;
+    let mut live_hits: Vec<(usize, Vec<(i64, usize)>)> = Vec::new();
     for (i, scan) in results {
         let c = &candidates[i];
         out.stats.data_files_read += scan.opened as usize;
@@ -470,14 +478,48 @@ pub async fn locate_rows(
         out.stats.row_groups_pruned_by_bloom += scan.pruned_by_bloom;
         out.stats.key_cache_hits += scan.cache_hit as usize;
         let dead = dead.get(&c.path);
-        let positions: Vec<i64> = scan
+        let hits: Vec<(i64, usize)> = scan
             .hits
             .into_iter()
             .filter(|(pos, _)| dead.is_none_or(|d| !d.contains(pos)))
-            .map(|(pos, key)| {
-                out.found[key] = true;
-                pos
-            })
+            .collect();
+        for (_, key) in &hits {
+            out.found[*key] = true;
+        }
+        if !hits.is_empty() {
+            live_hits.push((i, hits));
+        }
+    }
+    // Rows newer than the change (by the ordering column) stay.
+    if let Some((field_id, incoming)) = &order {
+        let conv = RowConverter::new(vec![SortField::new(incoming.data_type().clone())])?;
+        let incoming_rows = conv.convert_columns(std::slice::from_ref(incoming))?;
+        for (i, hits) in &live_hits {
+            let c = &candidates[*i];
+            let positions: Vec<i64> = hits.iter().map(|(p, _)| *p).collect();
+            let values = read_values_at(
+                file_io,
+                &c.path,
+                c.size,
+                *field_id,
+                incoming.data_type(),
+                &positions,
+            )
+            .await?;
+            let table_rows = conv.convert_columns(&[values])?;
+            for (j, (_, key)) in hits.iter().enumerate() {
+                if table_rows.row(j) > incoming_rows.row(*key) {
+                    out.stale[*key] = true;
+                }
+            }
+        }
+    }
+    for (i, hits) in live_hits {
+        let c = &candidates[i];
+        let positions: Vec<i64> = hits
+            .into_iter()
+            .filter(|(_, key)| !out.stale[*key])
+            .map(|(pos, _)| pos)
             .collect();
         if !positions.is_empty() {
             out.deletes.insert(
@@ -774,6 +816,67 @@ pub async fn read_position_deletes(
         }
     }
     Ok(map)
+}
+
+/// Values of column `field_id` at `positions` of a data file, cast to `data_type` (NULL where
+/// the file predates the column). Reads only the row groups that hold those positions.
+async fn read_values_at(
+    file_io: &FileIO,
+    path: &str,
+    size: u64,
+    field_id: i32,
+    data_type: &DataType,
+    positions: &[i64],
+) -> Result<ArrayRef> {
+    let input = file_io.new_input(path)?;
+    let reader = ArrowFileReader::new(FileMetadata { size }, input.reader().await?);
+    let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
+    let md = builder.metadata().clone();
+    let descr = md.file_metadata().schema_descr_ptr();
+    let leaf = (0..descr.num_columns()).find(|&i| {
+        let t = descr.column(i).self_type_ptr();
+        t.get_basic_info().has_id() && t.get_basic_info().id() == field_id
+    });
+    let Some(leaf) = leaf else {
+        return Ok(arrow_array::new_null_array(data_type, positions.len()));
+    };
+    let mut starts = Vec::with_capacity(md.num_row_groups());
+    let mut start = 0i64;
+    for rg in 0..md.num_row_groups() {
+        starts.push(start);
+        start += md.row_group(rg).num_rows();
+    }
+    let rg_of = |p: i64| starts.partition_point(|s| *s <= p).saturating_sub(1);
+    let mut groups: Vec<usize> = positions.iter().map(|p| rg_of(*p)).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let stream = builder
+        .with_projection(ProjectionMask::leaves(&descr, [leaf]))
+        .with_row_groups(groups.clone())
+        .build()?;
+    let batches: Vec<RecordBatch> = stream.try_collect().await?;
+    let columns: Vec<ArrayRef> = batches
+        .iter()
+        .map(|b| arrow_cast::cast(b.column(0), data_type))
+        .collect::<std::result::Result<_, _>>()?;
+    let refs: Vec<&dyn Array> = columns.iter().map(|c| c.as_ref()).collect();
+    let all = if refs.is_empty() {
+        arrow_array::new_empty_array(data_type)
+    } else {
+        arrow_select::concat::concat(&refs)?
+    };
+    // Offset of each selected row group within `all`.
+    let mut offset = std::collections::HashMap::new();
+    let mut at = 0i64;
+    for g in &groups {
+        offset.insert(*g, at);
+        at += md.row_group(*g).num_rows();
+    }
+    let idx = arrow_array::UInt64Array::from_iter_values(positions.iter().map(|p| {
+        let g = rg_of(*p);
+        (offset[&g] + (p - starts[g])) as u64
+    }));
+    Ok(arrow_select::take::take(&all, &idx, None)?)
 }
 
 /// Reads whole columns of a (small) Parquet file; `None` = all columns.

@@ -88,6 +88,8 @@ pub struct CommitReport {
     pub deleted: usize,
     /// `D` rows for keys the table did not hold.
     pub deletes_of_absent_keys: usize,
+    /// Changes older (by the ordering column) than the row the table holds: not applied.
+    pub stale_changes: usize,
     pub snapshot_id: Option<i64>,
     pub attempts: u32,
     pub replans: u32,
@@ -111,6 +113,7 @@ impl CommitReport {
             updated: 0,
             deleted: 0,
             deletes_of_absent_keys: 0,
+            stale_changes: 0,
             snapshot_id: None,
             attempts: 0,
             replans: 0,
@@ -486,21 +489,43 @@ impl<'a> Ingest<'a> {
                             .ok_or_else(|| Error::Other(format!("key column `{k}` not in table")))
                     })
                     .collect::<Result<Vec<_>>>()?;
-                locate_rows(&file_io, md, &deduped.keys, ids, &self.cache).await?
+                // With an ordering column the table already has, an older change never
+                // overwrites a newer row (a file applied out of order, a replayed change).
+                let order = cfg
+                    .change_sequence_column
+                    .as_ref()
+                    .or(cfg.commit_timestamp_column.as_ref())
+                    .and_then(|c| md.current_schema().field_id_by_name(c))
+                    .zip(deduped.order_values.clone());
+                locate_rows(&file_io, md, &deduped.keys, ids, order, &self.cache).await?
             }
             None => crate::lookup::Located {
                 found: vec![false; deduped.keys.num_rows()],
+                stale: vec![false; deduped.keys.num_rows()],
                 ..Default::default()
             },
         };
         failpoint("after-lookup")?;
+        // Upserts of stale keys are dropped (their live row stays as it is).
+        let upserts = if located.stale.iter().any(|s| *s) {
+            let keep: arrow_array::BooleanArray = deduped
+                .upserted
+                .iter()
+                .zip(&located.stale)
+                .filter(|(up, _)| up.unwrap_or(false))
+                .map(|(_, stale)| Some(!stale))
+                .collect();
+            arrow_select::filter::filter_record_batch(&deduped.upserts, &keep)?
+        } else {
+            deduped.upserts.clone()
+        };
 
         let mut prepared: Vec<String> = Vec::new();
         let result = async {
             let data = write_data_files(
                 &file_io,
                 &planned,
-                &deduped.upserts,
+                &upserts,
                 &key,
                 cfg.target_file_size_bytes,
             )
@@ -534,6 +559,10 @@ impl<'a> Ingest<'a> {
         report.late = late;
         report.rows_read = deduped.rows_read;
         for (i, up) in deduped.upserted.iter().enumerate() {
+            if located.stale[i] {
+                report.stale_changes += 1;
+                continue;
+            }
             match (up.unwrap_or(false), located.found[i]) {
                 (true, true) => report.updated += 1,
                 (true, false) => report.inserted += 1,
