@@ -478,6 +478,13 @@ async fn ingest(
                 started.elapsed().as_secs_f64()
             )?;
         }
+        let rejected = sum(|c| c.rows_rejected);
+        if rejected > 0 {
+            eprintln!(
+                "warning: {}: {rejected} rows could not be read and were set aside in {}__rejected",
+                report.source, report.table
+            );
+        }
         if let Some(e) = &report.error {
             all_ok = false;
             eprintln!("error: {}: {e}", report.source);

@@ -71,8 +71,19 @@ pub struct TableSettings {
     /// DMS objects (keys, or file names) never to apply: the operator's way past a file that
     /// cannot be applied. Listed files are reported as skipped; later files go on.
     pub skip_files: Option<Vec<String>>,
+    /// What a row that cannot be read does: `fail` (default: the file fails, nothing is
+    /// committed) or `quarantine` (the row goes to `<table>__rejected`, the rest applies).
+    pub bad_rows: Option<BadRows>,
     /// Table properties set when the table is created.
     pub properties: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BadRows {
+    #[default]
+    Fail,
+    Quarantine,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -104,6 +115,7 @@ impl TableSettings {
             infer_types,
             target_file_size_bytes,
             skip_files,
+            bad_rows,
             properties
         )
     }
@@ -130,6 +142,7 @@ pub struct TableConfig {
     pub infer_types: bool,
     pub target_file_size_bytes: u64,
     pub skip_files: Vec<String>,
+    pub bad_rows: BadRows,
     pub properties: BTreeMap<String, String>,
 }
 
@@ -293,6 +306,7 @@ impl Config {
             infer_types: s.infer_types.unwrap_or(true),
             target_file_size_bytes: s.target_file_size_bytes.unwrap_or(DEFAULT_TARGET_FILE_SIZE),
             skip_files: s.skip_files.clone().unwrap_or_default(),
+            bad_rows: s.bad_rows.unwrap_or_default(),
             properties: s.properties.clone().unwrap_or_default(),
         })
     }

@@ -292,6 +292,7 @@ mod tests {
             data,
             ops: rows.iter().map(|r| r.3).collect(),
             positions: (2..2 + rows.len() as u64).collect(),
+            rejected: vec![],
             before: before.map(|b| {
                 RecordBatch::try_new(
                     Arc::new(Schema::new(vec![Field::new("key0", DataType::Int64, true)])),
@@ -499,6 +500,7 @@ mod tests {
             ops: vec![Op::Insert; 2],
             positions: vec![2, 3],
             before: None,
+            rejected: vec![],
         };
         let e = dedupe(s, vec![file(FileKind::Load, b)], &["id".into()], None, None)
             .unwrap_err()

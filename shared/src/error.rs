@@ -62,6 +62,14 @@ impl fmt::Display for InputError {
     }
 }
 
+/// A row set aside under the `quarantine` bad-row policy: why, and the row as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    pub error: InputError,
+    /// The record's fields as text (CSV), when it could be read.
+    pub record: Option<String>,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("bad input: {0}")]

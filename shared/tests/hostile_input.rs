@@ -351,7 +351,8 @@ fn read_through(
 }
 
 /// The checks every error from a reader must pass: it names the file; when one record is at
-/// fault (an error from the row iterator of a plain file), it names the line.
+/// fault, it names the line (CSV) or row (Parquet). Errors from the row iterator must be input
+/// errors (not Arrow or I/O errors that name no file).
 ///
 /// Record-level means: a value of a column, a field count, or invalid UTF-8. Errors of the byte
 /// stream under the parser (gzip, the record-size cap, a 0x1F byte with a multi-character
@@ -409,6 +410,12 @@ fn check_locate(key: &str, source: &SourceSettings) -> TestCaseResult {
                 "`.`/`..` segment accepted: {key:?}"
             );
             prop_assert!(!key.contains('\\') && !key.chars().any(char::is_control));
+            prop_assert!(
+                key.trim_start_matches('/')
+                    .split('/')
+                    .all(|s| !s.is_empty()),
+                "empty segment accepted: {key:?}"
+            );
             prop_assert!(
                 segments
                     .windows(2)
@@ -1723,10 +1730,11 @@ fn measure(scenario: &str, line_mb: Option<usize>) -> MemResult {
 /// cap (128 MiB) memory follows the line, since the csv crate buffers a whole record; above it the
 /// cap bounds it (`slow_record_size_cap_bounds_memory`). Measured before the fixes of 488c9d4
 /// (debug build, 24 and 200 MiB lines alike): data ~2.5x, gzip ~2.5x, header ~9x (the name was
-/// copied into every layer); now the header is refused as a column name.
+/// copied into every layer); now the header is refused as a column name (~4x: the record buffer
+/// and one copy).
 #[test]
 fn enormous_single_line_memory_is_a_bounded_multiple_of_the_line() {
-    for (scenario, factor) in [("data_line", 4), ("header_line", 4), ("gzip_line", 4)] {
+    for (scenario, factor) in [("data_line", 4), ("header_line", 6), ("gzip_line", 4)] {
         let m = measure(scenario, None);
         if scenario == "header_line" {
             assert!(m.outcome.starts_with("Open-error"), "{}", m.outcome);
@@ -2319,7 +2327,7 @@ fn enormous_header_name_is_refused() {
 #[test]
 fn files_without_data_columns_are_named() {
     let s = CsvSettings::simple(",", "");
-    for text in [&b"Op\nI\n"[..], b"Op,BI_id\nU,1\n", b"Op,dropme\nI,1\n"] {
+    for text in [&b"Op\nI\n"[..], b"Op,dropme\nI,1\n", b"op,DROPME\n"] {
         let mut s = s.clone();
         s.drop_v = true;
         let r = read_through(open(text, &s), &Typing::Strings, vec![]);

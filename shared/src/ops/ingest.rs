@@ -22,9 +22,9 @@ use tracing::{info, warn};
 
 use crate::catalog::Catalog;
 use crate::commit::{self, Added, Base, CommitError, MetadataChanges, Outcome, Staged, failpoint};
-use crate::config::{Config, TableConfig};
+use crate::config::{BadRows, Config, TableConfig};
 use crate::dedupe::{Deduped, FileChanges, dedupe};
-use crate::error::{Error, InputError, Result};
+use crate::error::{Error, InputError, Rejected, Result};
 use crate::evolve::{self, SchemaChange};
 use crate::locate::{DmsObject, OrderKey};
 use crate::lookup::{LookupCache, LookupStats, locate_rows};
@@ -90,6 +90,8 @@ pub struct CommitReport {
     pub deletes_of_absent_keys: usize,
     /// Changes older (by the ordering column) than the row the table holds: not applied.
     pub stale_changes: usize,
+    /// Rows set aside in `<table>__rejected` (bad-row policy `quarantine`).
+    pub rows_rejected: usize,
     pub snapshot_id: Option<i64>,
     pub attempts: u32,
     pub replans: u32,
@@ -114,6 +116,7 @@ impl CommitReport {
             deleted: 0,
             deletes_of_absent_keys: 0,
             stale_changes: 0,
+            rows_rejected: 0,
             snapshot_id: None,
             attempts: 0,
             replans: 0,
@@ -297,7 +300,21 @@ impl<'a> Ingest<'a> {
                 return Ok(out);
             }
             let files = pending.as_slice();
-            let (staged, mut report) = self.plan(cfg, ident, table, files).await?;
+            let (staged, mut report, rejected) = self.plan(cfg, ident, table, files).await?;
+            // Rejected rows land first (idempotent per file), then the table's commit.
+            if !rejected.is_empty() {
+                let inputs: Vec<(String, OrderKey)> = files
+                    .iter()
+                    .map(|f| (f.object.key.clone(), f.object.order.clone()))
+                    .collect();
+                if let Err(e) =
+                    crate::ops::rejected::record(self.catalog, ident, &inputs, &rejected).await
+                {
+                    staged.discard(self.catalog.file_io()).await;
+                    return Err(e);
+                }
+                warn!(table = %ident, rows = rejected.len(), first = %rejected[0].error, "rows set aside in the rejected-rows table");
+            }
             match commit::commit(self.catalog, &staged).await {
                 Ok(Outcome::Committed {
                     snapshot_id,
@@ -354,7 +371,7 @@ impl<'a> Ingest<'a> {
         ident: &TableIdent,
         table: Option<LoadedTable>,
         files: &[FileInput],
-    ) -> Result<(Staged, CommitReport)> {
+    ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
         let file_io = self.catalog.file_io().clone();
         let current = table.as_ref().map(|t| t.metadata.clone());
         let key: Vec<String> = match current
@@ -424,6 +441,7 @@ impl<'a> Ingest<'a> {
             change,
             deduped,
             max_seq,
+            rejected,
         } = read;
 
         // Metadata the files are written against: the new table, or the current one changed.
@@ -655,7 +673,8 @@ impl<'a> Ingest<'a> {
             properties,
             input_orders,
         };
-        Ok((staged, report))
+        report.rows_rejected = rejected.len();
+        Ok((staged, report, rejected))
     }
 }
 
@@ -679,6 +698,8 @@ struct ReadResult {
     change: SchemaChange,
     deduped: Deduped,
     max_seq: Option<String>,
+    /// Rows set aside (bad-row policy `quarantine`).
+    rejected: Vec<Rejected>,
 }
 
 /// Opens every file, settles the schema, reads and dedupes (blocking I/O and CPU).
@@ -818,6 +839,7 @@ fn read_files(
     };
     let mut changes = Vec::with_capacity(opened.len());
     let mut max_seq: Option<String> = None;
+    let mut rejected: Vec<Rejected> = Vec::new();
     for (src, f) in opened.into_iter().zip(&files) {
         let types: Vec<PrimitiveType> = src
             .columns()
@@ -826,7 +848,11 @@ fn read_files(
             .collect::<Result<_>>()?;
         let mut batches = Vec::new();
         for b in src.read(types, key_types.clone())? {
-            let b = align(b?, &processing)?;
+            let mut b = align(b?, &processing)?;
+            rejected.append(&mut b.rejected);
+            if cfg.bad_rows == BadRows::Quarantine {
+                b = reject_null_keys(b, key, f, &mut rejected)?;
+            }
             if let Some(seq) = &cfg.change_sequence_column
                 && let Some(col) = b.data.column_by_name(seq)
                 && let Some(m) = col.as_string::<i32>().iter().flatten().max()
@@ -855,7 +881,40 @@ fn read_files(
         change,
         deduped,
         max_seq,
+        rejected,
     })
+}
+
+/// Quarantine: rows whose key is NULL cannot be applied; set them aside.
+fn reject_null_keys(
+    b: ChangeBatch,
+    key: &[String],
+    f: &FileInput,
+    rejected: &mut Vec<Rejected>,
+) -> Result<ChangeBatch> {
+    let cols: Vec<(&String, &ArrayRef)> = key
+        .iter()
+        .filter_map(|k| b.data.column_by_name(k).map(|c| (k, c)))
+        .collect();
+    if cols.iter().all(|(_, c)| c.null_count() == 0) {
+        return Ok(b);
+    }
+    let mut keep = Vec::with_capacity(b.data.num_rows());
+    for r in 0..b.data.num_rows() {
+        match cols.iter().find(|(_, c)| c.is_null(r)) {
+            Some((k, _)) => {
+                rejected.push(Rejected {
+                    error: InputError::new(&f.object.key, "primary key value is NULL")
+                        .at(crate::read::position(f.object.format, b.positions[r]))
+                        .column(k.as_str()),
+                    record: None,
+                });
+                keep.push(Some(false));
+            }
+            None => keep.push(Some(true)),
+        }
+    }
+    b.filter(&arrow_array::BooleanArray::from(keep))
 }
 
 fn primitive(schema: &Schema, name: &str) -> Result<PrimitiveType> {

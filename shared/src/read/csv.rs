@@ -13,7 +13,7 @@ use super::layout::{Layout, Role};
 use super::text::{ColumnBuilder, TypeGuess};
 use super::{BATCH_ROWS, ChangeBatch, DEFAULT_MAX_DECOMPRESSED_BYTES, Op, SourceData};
 use crate::config::TableConfig;
-use crate::error::{Error, InputError, Position, Result};
+use crate::error::{Error, InputError, Position, Rejected, Result};
 use crate::locate::DmsObject;
 use crate::types::arrow_type;
 
@@ -27,6 +27,7 @@ pub struct CsvFile {
     has_header: bool,
     /// Fields every record must have.
     fields: usize,
+    quarantine: bool,
     key_len: usize,
 }
 
@@ -122,6 +123,7 @@ impl CsvFile {
             delimiter: cfg.delimiter.clone(),
             null_value: cfg.null_value.as_bytes().to_vec(),
             fields: names.len(),
+            quarantine: cfg.bad_rows == crate::config::BadRows::Quarantine,
             layout,
             has_header,
             key_len,
@@ -163,7 +165,10 @@ impl CsvFile {
         let mut guesses = vec![TypeGuess::default(); names.len()];
         let mut records = self.records()?;
         let mut rec = csv::ByteRecord::new();
-        while records.next(&mut rec)?.is_some() {
+        while let Some(line) = records.next(&mut rec)? {
+            if records.count_error(&rec, line).is_some() {
+                continue;
+            }
             for (g, &i) in guesses.iter_mut().zip(&idx) {
                 let v = rec.get(i).unwrap_or_default();
                 if v != self.null_value.as_slice() {
@@ -226,6 +231,7 @@ impl CsvFile {
             types,
             schema,
             before: before.zip(before_schema).map(|(c, s)| (c, key_types, s)),
+            quarantine: self.quarantine,
             done: false,
         }))
     }
@@ -491,7 +497,7 @@ struct Records {
 }
 
 impl Records {
-    /// Next record, checked for its field count; returns the line it starts on.
+    /// Next record; returns the line it starts on.
     fn next(&mut self, rec: &mut csv::ByteRecord) -> Result<Option<u64>> {
         if !self
             .reader
@@ -506,15 +512,18 @@ impl Records {
             .lock()
             .map_err(|_| Error::Other("line index poisoned".into()))?
             .line_of(byte);
-        if rec.len() != self.fields {
-            return Err(InputError::new(
+        Ok(Some(line))
+    }
+
+    /// A record with the wrong number of fields.
+    fn count_error(&self, rec: &csv::ByteRecord, line: u64) -> Option<InputError> {
+        (rec.len() != self.fields).then(|| {
+            InputError::new(
                 &self.label,
                 format!("expected {} fields, found {}", self.fields, rec.len()),
             )
             .at(Position::Line(line))
-            .into());
-        }
-        Ok(Some(line))
+        })
     }
 }
 
@@ -527,6 +536,8 @@ struct CsvBatches {
     types: Vec<PrimitiveType>,
     schema: arrow_schema::SchemaRef,
     before: Option<(Vec<usize>, Vec<PrimitiveType>, arrow_schema::SchemaRef)>,
+    /// Bad-row policy `quarantine`: set bad rows aside instead of failing.
+    quarantine: bool,
     done: bool,
 }
 
@@ -550,49 +561,97 @@ impl CsvBatches {
         let mut ops = Vec::with_capacity(BATCH_ROWS);
         let mut positions = Vec::with_capacity(BATCH_ROWS);
         let mut rec = csv::ByteRecord::new();
-        while ops.len() < BATCH_ROWS {
+        let mut rejected: Vec<Rejected> = Vec::new();
+        // Rows appended to the builders but set aside (a value failed half-way through).
+        let mut drop_rows: Vec<usize> = Vec::new();
+        let quarantine = self.quarantine;
+        let label = self.label.clone();
+        let reject =
+            |rec: &csv::ByteRecord, e: InputError, rejected: &mut Vec<Rejected>| -> Result<()> {
+                if !quarantine {
+                    return Err(e.into());
+                }
+                let fields: Vec<String> = rec
+                    .iter()
+                    .map(|f| String::from_utf8_lossy(f).into_owned())
+                    .collect();
+                rejected.push(Rejected {
+                    error: e,
+                    record: serde_json::to_string(&fields).ok(),
+                });
+                Ok(())
+            };
+        while ops.len() < BATCH_ROWS && rejected.len() < BATCH_ROWS {
             let Some(line) = self.records.next(&mut rec)? else {
                 break;
             };
-            let at = |col: &str, reason: String| -> Error {
-                InputError::new(&self.label, reason)
+            if let Some(e) = self.records.count_error(&rec, line) {
+                reject(&rec, e, &mut rejected)?;
+                continue;
+            }
+            let at = |col: &str, reason: String| -> InputError {
+                InputError::new(&label, reason)
                     .at(Position::Line(line))
                     .column(col)
-                    .into()
             };
             let op = match self.op_index {
                 Some(i) => {
                     let v = rec.get(i).unwrap_or_default();
-                    Op::parse(v).ok_or_else(|| {
-                        at(
-                            "Op",
-                            format!(
-                                "unknown operation `{}` (expected I, U or D)",
-                                String::from_utf8_lossy(v)
-                            ),
-                        )
-                    })?
+                    match Op::parse(v) {
+                        Some(op) => op,
+                        None => {
+                            let e = at(
+                                "Op",
+                                format!(
+                                    "unknown operation `{}` (expected I, U or D)",
+                                    String::from_utf8_lossy(v)
+                                ),
+                            );
+                            reject(&rec, e, &mut rejected)?;
+                            continue;
+                        }
+                    }
                 }
                 None => Op::Insert,
             };
+            let mut failed: Option<InputError> = None;
             for (b, (i, name)) in builders.iter_mut().zip(&self.data_cols) {
+                if failed.is_some() {
+                    b.push_null();
+                    continue;
+                }
                 let v = rec.get(*i).unwrap_or_default();
                 let v = (v != self.null_value.as_slice()).then_some(v);
-                b.push(v).map_err(|e| at(name, e))?;
+                if let Err(e) = b.push(v) {
+                    b.push_null();
+                    failed = Some(at(name, e));
+                }
             }
             if let (Some(bb), Some((cols, _, _))) = (before_builders.as_mut(), &self.before) {
                 for (b, i) in bb.iter_mut().zip(cols) {
+                    if failed.is_some() {
+                        b.push_null();
+                        continue;
+                    }
                     let v = rec.get(*i).unwrap_or_default();
                     let v = (v != self.null_value.as_slice() && !v.is_empty()).then_some(v);
-                    b.push(v).map_err(|e| at("before-image", e))?;
+                    if let Err(e) = b.push(v) {
+                        b.push_null();
+                        failed = Some(at("before-image", e));
+                    }
                 }
+            }
+            if let Some(e) = failed {
+                reject(&rec, e, &mut rejected)?;
+                drop_rows.push(ops.len());
             }
             ops.push(op);
             positions.push(line);
         }
-        if ops.is_empty() {
+        if ops.is_empty() && rejected.is_empty() {
             return Ok(None);
         }
+
         let columns = builders.iter_mut().map(|b| b.finish()).collect();
         let data = RecordBatch::try_new(self.schema.clone(), columns)?;
         let before = match (before_builders, &self.before) {
@@ -602,12 +661,20 @@ impl CsvBatches {
             )?),
             _ => None,
         };
-        Ok(Some(ChangeBatch {
+        let batch = ChangeBatch {
             data,
             ops,
             positions,
             before,
-        }))
+            rejected,
+        };
+        if drop_rows.is_empty() {
+            return Ok(Some(batch));
+        }
+        let keep: arrow_array::BooleanArray = (0..batch.ops.len())
+            .map(|r| Some(drop_rows.binary_search(&r).is_err()))
+            .collect();
+        Ok(Some(batch.filter(&keep)?))
     }
 }
 

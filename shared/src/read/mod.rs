@@ -61,6 +61,34 @@ pub struct ChangeBatch {
     /// `BI_<key>` values, one column per key column (named like the key column), when the file
     /// has before-image columns for every key column.
     pub before: Option<RecordBatch>,
+    /// Rows set aside (bad-row policy `quarantine`); they are not in `data`.
+    pub rejected: Vec<crate::error::Rejected>,
+}
+
+impl ChangeBatch {
+    /// Keeps the rows where `keep` is true.
+    pub fn filter(self, keep: &arrow_array::BooleanArray) -> Result<ChangeBatch> {
+        let data = arrow_select::filter::filter_record_batch(&self.data, keep)?;
+        let before = match &self.before {
+            Some(b) => Some(arrow_select::filter::filter_record_batch(b, keep)?),
+            None => None,
+        };
+        let mask: Vec<bool> = keep.iter().map(|k| k.unwrap_or(false)).collect();
+        fn pick<T>(v: Vec<T>, mask: &[bool]) -> Vec<T> {
+            v.into_iter()
+                .zip(mask)
+                .filter(|(_, k)| **k)
+                .map(|(x, _)| x)
+                .collect()
+        }
+        Ok(ChangeBatch {
+            data,
+            ops: pick(self.ops, &mask),
+            positions: pick(self.positions, &mask),
+            before,
+            rejected: self.rejected,
+        })
+    }
 }
 
 /// Bytes of one object: a local file or a buffer (downloaded object).

@@ -16,7 +16,9 @@ use super::layout::{Layout, Role};
 use super::text::ColumnBuilder;
 use super::{BATCH_ROWS, ChangeBatch, Op, SourceData};
 use crate::config::TableConfig;
-use crate::error::{Error, InputError, Position, Result};
+use std::collections::BTreeMap;
+
+use crate::error::{Error, InputError, Position, Rejected, Result};
 use crate::locate::DmsObject;
 use crate::types::{arrow_type, iceberg_type_for_arrow};
 
@@ -25,6 +27,7 @@ pub struct ParquetFile {
     data: SourceData,
     layout: Layout,
     key_len: usize,
+    quarantine: bool,
 }
 
 fn builder(
@@ -122,6 +125,7 @@ impl ParquetFile {
             data,
             layout,
             key_len: cfg.primary_key.as_ref().map_or(0, |k| k.len()),
+            quarantine: cfg.bad_rows == crate::config::BadRows::Quarantine,
         })
     }
 
@@ -171,6 +175,7 @@ impl ParquetFile {
             schema,
             before,
             key_types,
+            quarantine: self.quarantine,
             row: 0,
             done: false,
         }))
@@ -194,6 +199,7 @@ struct ParquetBatches {
     schema: SchemaRef,
     before: Option<Vec<usize>>,
     key_types: Vec<PrimitiveType>,
+    quarantine: bool,
     row: u64,
     done: bool,
 }
@@ -202,44 +208,65 @@ impl ParquetBatches {
     fn convert(&self, batch: RecordBatch) -> Result<ChangeBatch> {
         let n = batch.num_rows();
         let first_row = self.row;
+        // Bad rows by index (policy `quarantine`); with `fail` the first one is returned.
+        let mut bad: BTreeMap<usize, InputError> = BTreeMap::new();
+        let quarantine = self.quarantine;
         let ops = match self.op_index {
             Some(i) => {
                 let col = as_strings(batch.column(i), &self.label, "Op")?;
                 let col = col.as_string::<i32>();
-                (0..n)
-                    .map(|r| {
-                        let v = if col.is_null(r) { "" } else { col.value(r) };
-                        Op::parse(v.as_bytes()).ok_or_else(|| {
-                            InputError::new(
+                let mut ops = Vec::with_capacity(n);
+                for r in 0..n {
+                    let v = if col.is_null(r) { "" } else { col.value(r) };
+                    match Op::parse(v.as_bytes()) {
+                        Some(op) => ops.push(op),
+                        None => {
+                            let e = InputError::new(
                                 &self.label,
                                 format!("unknown operation `{v}` (expected I, U or D)"),
                             )
                             .at(Position::Row(first_row + r as u64))
-                            .column("Op")
-                            .into()
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()?
+                            .column("Op");
+                            if !quarantine {
+                                return Err(e.into());
+                            }
+                            bad.insert(r, e);
+                            ops.push(Op::Insert);
+                        }
+                    }
+                }
+                ops
             }
             None => vec![Op::Insert; n],
         };
-        let columns = self
-            .data_cols
-            .iter()
-            .zip(&self.types)
-            .map(|((i, name), t)| convert(batch.column(*i), t, &self.label, name, first_row))
-            .collect::<Result<Vec<_>>>()?;
+        let mut columns = Vec::with_capacity(self.data_cols.len());
+        for ((i, name), t) in self.data_cols.iter().zip(&self.types) {
+            let bad = quarantine.then_some(&mut bad);
+            columns.push(convert(
+                batch.column(*i),
+                t,
+                &self.label,
+                name,
+                first_row,
+                bad,
+            )?);
+        }
         let data = RecordBatch::try_new(self.schema.clone(), columns)?;
         let before = match &self.before {
             Some(cols) => {
-                let arrays = cols
-                    .iter()
-                    .zip(&self.key_types)
-                    .map(|(i, t)| {
-                        let name = batch.schema().field(*i).name().clone();
-                        convert(batch.column(*i), t, &self.label, &name, first_row)
-                    })
-                    .collect::<Result<Vec<_>>>()?;
+                let mut arrays = Vec::with_capacity(cols.len());
+                for (i, t) in cols.iter().zip(&self.key_types) {
+                    let name = batch.schema().field(*i).name().clone();
+                    let bad = quarantine.then_some(&mut bad);
+                    arrays.push(convert(
+                        batch.column(*i),
+                        t,
+                        &self.label,
+                        &name,
+                        first_row,
+                        bad,
+                    )?);
+                }
                 let fields = arrays
                     .iter()
                     .enumerate()
@@ -249,12 +276,25 @@ impl ParquetBatches {
             }
             None => None,
         };
-        Ok(ChangeBatch {
+        let keep: Option<arrow_array::BooleanArray> =
+            (!bad.is_empty()).then(|| (0..n).map(|r| Some(!bad.contains_key(&r))).collect());
+        let batch = ChangeBatch {
             data,
             ops,
             positions: (first_row..first_row + n as u64).collect(),
             before,
-        })
+            rejected: bad
+                .into_values()
+                .map(|error| Rejected {
+                    error,
+                    record: None,
+                })
+                .collect(),
+        };
+        match keep {
+            Some(k) => batch.filter(&k),
+            None => Ok(batch),
+        }
     }
 }
 
@@ -275,12 +315,16 @@ fn as_strings(a: &ArrayRef, label: &str, column: &str) -> Result<ArrayRef> {
 }
 
 /// Casts a source column to the Arrow type of its table type, refusing lossy casts.
+/// `bad`: with the `quarantine` policy, rows whose value does not convert are recorded there
+/// (and hold NULL) instead of failing the file. Only text conversions fail per row; a Parquet
+/// column whose type cannot be cast fails the file either way.
 fn convert(
     a: &ArrayRef,
     t: &PrimitiveType,
     label: &str,
     column: &str,
     first_row: u64,
+    mut bad: Option<&mut BTreeMap<usize, InputError>>,
 ) -> Result<ArrayRef> {
     let target = arrow_type(t)?;
     if a.data_type() == &target {
@@ -300,13 +344,18 @@ fn convert(
         let mut b = ColumnBuilder::new(t, s.len()).map_err(|e| InputError::new(label, e))?;
         for r in 0..s.len() {
             let v = (!s.is_null(r) && !s.value(r).is_empty()).then(|| s.value(r).as_bytes());
-            b.push(v).map_err(|e| {
-                Error::from(
-                    InputError::new(label, e)
-                        .at(Position::Row(first_row + r as u64))
-                        .column(column),
-                )
-            })?;
+            if let Err(e) = b.push(v) {
+                let e = InputError::new(label, e)
+                    .at(Position::Row(first_row + r as u64))
+                    .column(column);
+                match bad.as_deref_mut() {
+                    Some(bad) => {
+                        bad.entry(r).or_insert(e);
+                        b.push_null();
+                    }
+                    None => return Err(e.into()),
+                }
+            }
         }
         return Ok(b.finish());
     }
