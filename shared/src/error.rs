@@ -147,3 +147,35 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A message fit for logs at the default level: values quoted in backticks (row values, which
+/// may be personal data) are replaced by `…`; file, line, column and the kind of problem stay.
+/// Column names are quoted too and lost with them, but `InputError` carries the column apart.
+pub fn redact(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut inside = false;
+    for c in message.chars() {
+        if c == '`' {
+            if inside {
+                out.push('…');
+            }
+            out.push(c);
+            inside = !inside;
+        } else if !inside {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn redacts_quoted_values() {
+        assert_eq!(
+            super::redact("f.csv, line 3, column `n`: cannot parse `4111 1111` as long"),
+            "f.csv, line 3, column `…`: cannot parse `…` as long"
+        );
+        assert_eq!(super::redact("no quotes"), "no quotes");
+    }
+}

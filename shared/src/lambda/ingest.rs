@@ -136,6 +136,7 @@ impl IngestHandler {
                 }
             }
             if let Some(reason) = reason {
+                let reason = crate::error::redact(&reason);
                 warn!(record = ?r.id, %reason, "record failed");
                 reasons.push(reason);
                 if let Some(id) = &r.id {
@@ -209,8 +210,9 @@ impl IngestHandler {
         let (report, files) = match result {
             Ok(r) => r,
             Err(e) => {
+                let e = crate::error::redact(&e.to_string());
                 error!(table = %format!("{schema}.{table}"), error = %e, "table not processed");
-                outcome.error = Some(e.to_string());
+                outcome.error = Some(e);
                 return outcome;
             }
         };
@@ -226,7 +228,7 @@ impl IngestHandler {
                 .map(|(o, _)| o.key.clone())
                 .collect();
         }
-        outcome.error = report.error.clone();
+        outcome.error = report.error.as_deref().map(crate::error::redact);
         self.log_table(&report, &files, started);
         outcome
     }
@@ -274,7 +276,7 @@ impl IngestHandler {
             commit_attempts = attempts,
             conflicts,
             files_waiting = report.files_waiting,
-            error = ?report.error,
+            error = ?report.error.as_deref().map(crate::error::redact),
             duration_ms = started.elapsed().as_millis() as u64,
             "table processed"
         );

@@ -261,7 +261,8 @@ impl<'a> Ingest<'a> {
                     }
                 }
                 Err(e) => {
-                    warn!(table = %ident, files = ?group.iter().map(|f| &f.object.key).collect::<Vec<_>>(), error = %e, "file not applied");
+                    warn!(table = %ident, files = ?group.iter().map(|f| &f.object.key).collect::<Vec<_>>(), error = %crate::error::redact(&e.to_string()), "file not applied");
+                    tracing::debug!(table = %ident, error = %e, "file not applied (unredacted)");
                     report.error = Some(e.to_string());
                     report.files_waiting = files.len() - i - n;
                     return report;
@@ -313,7 +314,7 @@ impl<'a> Ingest<'a> {
                     staged.discard(self.catalog.file_io()).await;
                     return Err(e);
                 }
-                warn!(table = %ident, rows = rejected.len(), first = %rejected[0].error, "rows set aside in the rejected-rows table");
+                warn!(table = %ident, rows = rejected.len(), first = %crate::error::redact(&rejected[0].error.to_string()), "rows set aside in the rejected-rows table");
             }
             match commit::commit(self.catalog, &staged).await {
                 Ok(Outcome::Committed {
