@@ -160,11 +160,16 @@ fn stress(name: &str, gen_args: &[&str], n_workers: usize, seed: u64, batch: usi
             .flat_map(|o| o.reports.iter()),
     );
     let runs: usize = outcomes.iter().map(|o| o.runs).sum();
+    let gave_up: Vec<String> = outcomes
+        .iter()
+        .flat_map(|o| o.gave_up.iter().map(move |e| format!("{}: {e}", o.name)))
+        .collect();
     let figures = format!(
         "{name}: {n_workers} workers ({layout})\n  {} DMS files, {runs} ingest runs, wall {:.2}s: \
          {} snapshots committed ({:.1} commits/s), {} late re-merges, {} file deliveries skipped; \
          conflicts {} (replans {} + extra swap attempts {}), attempts/commit {:.2}; \
-         threads: {} commits {} attempts {} replans; processes: {} commits {} attempts {} replans",
+         threads: {} commits {} attempts {} replans; processes: {} commits {} attempts {} replans; \
+         {} run(s) gave up on contention and were delivered again",
         meta.files.len(),
         wall.as_secs_f64(),
         fig.applied_commits,
@@ -181,8 +186,12 @@ fn stress(name: &str, gen_args: &[&str], n_workers: usize, seed: u64, batch: usi
         procs.applied_commits,
         procs.attempts,
         procs.replans,
+        gave_up.len(),
     );
     eprintln!("{figures}");
+    for g in &gave_up {
+        eprintln!("  gave up: {g}");
+    }
     assert!(
         fig.late_commits > 0 && fig.conflicts() > 0,
         "no late file or no conflict: the run did not exercise what it should\n{figures}"
@@ -237,14 +246,14 @@ fn stress(name: &str, gen_args: &[&str], n_workers: usize, seed: u64, batch: usi
 
     w.check_readers(TABLE, &w.expected_path(TABLE), None);
     let line = format!(
-        "{figures}\n  checked: rows == expected ({} rows, scan + PyIceberg + DuckDB), {} snapshots \
+        "  checked: rows == expected ({} rows, scan + PyIceberg + DuckDB), {} snapshots \
          in one chain, each file once, 0 orphans; test wall {:.1}s",
         expected.len(),
         hist.len(),
         started.elapsed().as_secs_f64()
     );
     eprintln!("{line}");
-    line
+    format!("{figures}\n{line}")
 }
 
 const STRESS_TREE: &[&str] = &[

@@ -267,7 +267,28 @@ pub struct Outcome {
     pub errors: Vec<String>,
     /// Runs that failed at the failpoint they were given.
     pub crashes: Vec<String>,
+    /// Runs that gave up on contention ("the table kept changing concurrently") and were run
+    /// again (a queue redelivers them).
+    pub gave_up: Vec<String>,
     pub runs: usize,
+}
+
+/// How often a run that gave up on contention is delivered again.
+pub const MAX_REDELIVERIES: usize = 5;
+
+/// The ingest's documented give-up under contention: "the input was not applied and can be
+/// retried" (commit retries or replans exhausted).
+pub fn is_give_up(message: &str) -> bool {
+    message.contains("kept changing concurrently")
+        || message.contains("too many concurrent commits")
+}
+
+fn give_up_line(stderr: &str) -> String {
+    stderr
+        .lines()
+        .find(|l| l.starts_with("error:") && is_give_up(l))
+        .unwrap_or("gave up")
+        .to_string()
 }
 
 /// Runs every worker at once (released together by a barrier); returns their outcomes and the
@@ -319,9 +340,22 @@ pub fn run_workers(w: &Work, workers: Vec<Worker>) -> (Vec<Outcome>, Duration) {
                         .map(|f| ("DMS2ICEBERG_FAILPOINT", f))
                         .into_iter()
                         .collect();
-                    let r = run_env(&bin(), &args_of(&paths, &extra), &env);
+                    let mut r = run_env(&bin(), &args_of(&paths, &extra), &env);
                     o.runs += 1;
                     o.reports.extend(parse_reports(&r));
+                    // A documented, retriable give-up: redeliver, as SQS would.
+                    let mut tries = 1;
+                    while !r.status.success()
+                        && fault.is_none()
+                        && is_give_up(&r.stderr)
+                        && tries < MAX_REDELIVERIES
+                    {
+                        o.gave_up.push(give_up_line(&r.stderr));
+                        r = run_env(&bin(), &args_of(&paths, &extra), &env);
+                        o.runs += 1;
+                        tries += 1;
+                        o.reports.extend(parse_reports(&r));
+                    }
                     if !r.status.success() {
                         let at_fault = fault.as_ref().is_some_and(|f| {
                             let point = f.split(':').next().unwrap();
@@ -390,15 +424,25 @@ fn library_worker(wk: &Worker, wh: &Path, config: &Path, barrier: &Barrier) -> O
                     fresh = Ingest::new(&catalog, &config).files_per_commit(fpc);
                     &fresh
                 };
-                let reports = &mut o.reports;
-                let report = ingest
-                    .execute(&t.schema, &t.table, local_inputs(files), |c| {
-                        reports.push(serde_json::to_value(c).unwrap())
-                    })
-                    .await;
-                o.runs += 1;
-                if let Some(e) = report.error {
-                    o.errors.push(format!("{}: {e}", t.table));
+                let mut tries = 0;
+                loop {
+                    tries += 1;
+                    let reports = &mut o.reports;
+                    let report = ingest
+                        .execute(&t.schema, &t.table, local_inputs(files.clone()), |c| {
+                            reports.push(serde_json::to_value(c).unwrap())
+                        })
+                        .await;
+                    o.runs += 1;
+                    match report.error {
+                        // A documented, retriable give-up: redeliver, as SQS would.
+                        Some(e) if is_give_up(&e) && tries < MAX_REDELIVERIES => o.gave_up.push(e),
+                        Some(e) => {
+                            o.errors.push(format!("{}: {e}", t.table));
+                            break;
+                        }
+                        None => break,
+                    }
                 }
             }
         }
