@@ -14,7 +14,6 @@ use std::sync::Arc;
 use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
 use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::SchemaRef;
-use arrow_select::take::take_record_batch;
 
 use crate::error::{Error, InputError, Result};
 use crate::locate::FileKind;
@@ -98,9 +97,25 @@ pub fn dedupe(
             batches.push(b.data);
         }
     }
-    let all = arrow_select::concat::concat_batches(&schema, &batches)?;
-    drop(batches);
-    let rows_read = all.num_rows();
+    // No copy of the whole input: only the key (and ordering) columns are concatenated; the
+    // winning rows are gathered straight from the batches at the end.
+    let rows_read: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let starts: Vec<usize> = batches
+        .iter()
+        .scan(0usize, |acc, b| {
+            let s = *acc;
+            *acc += b.num_rows();
+            Some(s)
+        })
+        .collect();
+    let column = |i: usize| -> Result<ArrayRef> {
+        let parts: Vec<&dyn arrow_array::Array> =
+            batches.iter().map(|b| b.column(i).as_ref()).collect();
+        if parts.is_empty() {
+            return Ok(arrow_array::new_empty_array(schema.field(i).data_type()));
+        }
+        Ok(arrow_select::concat::concat(&parts)?)
+    };
 
     let key_idx: Vec<usize> = key
         .iter()
@@ -110,7 +125,7 @@ pub fn dedupe(
                 .map_err(|_| Error::Other(format!("key column `{k}` missing from the batch")))
         })
         .collect::<Result<_>>()?;
-    let key_arrays: Vec<ArrayRef> = key_idx.iter().map(|&i| all.column(i).clone()).collect();
+    let key_arrays: Vec<ArrayRef> = key_idx.iter().map(|&i| column(i)).collect::<Result<_>>()?;
     for (k, a) in key.iter().zip(&key_arrays) {
         if a.null_count() > 0 {
             let r = (0..a.len()).find(|&r| a.is_null(r)).unwrap_or(0);
@@ -125,11 +140,9 @@ pub fn dedupe(
     let converter = key_converter(&key_arrays)?;
     let key_rows = converter.convert_columns(&key_arrays)?;
     let order_col: Option<ArrayRef> = match order_column {
-        Some(c) => Some(
-            all.column_by_name(c)
-                .ok_or_else(|| Error::Other(format!("ordering column `{c}` is not in the file")))?
-                .clone(),
-        ),
+        Some(c) => Some(column(schema.index_of(c).map_err(|_| {
+            Error::Other(format!("ordering column `{c}` is not in the file"))
+        })?)?),
         None => None,
     };
     let order_rows: Option<Rows> = match &order_col {
@@ -221,9 +234,22 @@ pub fn dedupe(
             winners.push(e);
         }
     }
-    let upsert_idx =
-        UInt32Array::from_iter_values(winners.iter().filter(|e| !e.delete).map(|e| e.row));
-    let upserts = take_record_batch(&all, &upsert_idx)?;
+    // (batch, row) of each winning upsert, in key order.
+    let upsert_at: Vec<(usize, usize)> = winners
+        .iter()
+        .filter(|e| !e.delete)
+        .map(|e| {
+            let r = e.row as usize;
+            let b = starts.partition_point(|s| *s <= r) - 1;
+            (b, r - starts[b])
+        })
+        .collect();
+    let upserts = if batches.is_empty() {
+        RecordBatch::new_empty(schema.clone())
+    } else {
+        let refs: Vec<&RecordBatch> = batches.iter().collect();
+        arrow_select::interleave::interleave_record_batch(&refs, &upsert_at)?
+    };
     let parsed = converter.convert_rows(winners.iter().map(|e| key_of(e)))?;
     let key_schema = Arc::new(arrow_schema::Schema::new(
         key_idx

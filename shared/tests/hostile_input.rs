@@ -1379,6 +1379,18 @@ fn round_trip_case(rt: RoundTrip) -> TestCaseResult {
             text.clone()
         };
         let text = Text(text);
+        // Headerless: a first row with a value equal to a column name is still taken for a
+        // header (bug_headerless_row_with_a_column_name_value_is_taken_for_a_header).
+        if !rt.header
+            && let Some((_, first)) = rt.rows.first()
+        {
+            prop_assume!(!first.iter().flatten().any(|v| {
+                let v = v.to_lowercase();
+                v == "op"
+                    || names.contains(&v.as_str())
+                    || v.to_lowercase() == rt.null_value.to_lowercase()
+            }));
+        }
         if rt.rows.is_empty() && !rt.header {
             let e = open(&bytes, &settings)
                 .err()
@@ -2354,6 +2366,57 @@ fn headerless_first_row_of_column_names_is_data() {
     let b = read_through(open(b"I,id,v\nD,1,b\n", &s), &Typing::Strings, vec![]).unwrap();
     let ops: Vec<Op> = b.iter().flat_map(|b| b.ops.clone()).collect();
     assert_eq!(ops, vec![Op::Insert, Op::Delete]);
+}
+
+/// Still open for files without `Op`: a headerless first row counts as a header when at least half
+/// its fields are `op` or column names (read/csv.rs `looks_like_header`). A full load (no `Op`)
+/// of a two-column table whose first row has one value equal to a column name, or a NULL token
+/// that is an identifier (`NULL`) next to one, loses that row and names the columns after its
+/// values. Found by `csv_round_trip` (10,000 cases): `NULL,c0` with columns `c0, c1`.
+#[test]
+#[ignore = "BUG: headerless CSV without Op: a first row with a value equal to a column name is \
+            taken for a header (row lost, columns renamed; read/csv.rs looks_like_header)"]
+fn bug_headerless_row_with_a_column_name_value_is_taken_for_a_header() {
+    let mut s = CsvSettings::simple(",", "NULL");
+    s.columns = Some(vec![("c0", None), ("c1", None)]);
+    let b = read_through(
+        open(
+            b"NULL,c0
+x,y
+",
+            &s,
+        ),
+        &Typing::Strings,
+        vec![],
+    )
+    .unwrap();
+    let cols: Vec<String> = open(
+        b"NULL,c0
+x,y
+",
+        &s,
+    )
+    .unwrap()
+    .columns()
+    .into_iter()
+    .map(|c| c.name)
+    .collect();
+    assert_eq!(cols, vec!["c0", "c1"]);
+    assert_eq!(b.iter().map(|b| b.data.num_rows()).sum::<usize>(), 2);
+    let mut s = CsvSettings::simple(",", "");
+    s.columns = Some(vec![("id", None), ("status", None)]);
+    let b = read_through(
+        open(
+            b"1,status
+2,ok
+",
+            &s,
+        ),
+        &Typing::Strings,
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(b.iter().map(|b| b.data.num_rows()).sum::<usize>(), 2);
 }
 
 /// Was: a raw 0x1F byte split an unquoted field silently (multi-character delimiters are
