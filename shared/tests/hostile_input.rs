@@ -1089,12 +1089,14 @@ fn csv_field() -> BoxedStrategy<Vec<u8>> {
     .boxed()
 }
 
+/// (Op field, other fields, record terminator index, wrong-delimiter flag)
+type CsvRow = (Vec<u8>, Vec<Vec<u8>>, u8, bool);
+
 #[derive(Debug, Clone)]
 struct CsvSpec {
     bom: bool,
     header: Option<&'static str>,
-    /// (Op field, other fields, record terminator index, wrong-delimiter flag)
-    rows: Vec<(Vec<u8>, Vec<Vec<u8>>, u8, bool)>,
+    rows: Vec<CsvRow>,
 }
 
 fn csv_spec() -> impl Strategy<Value = CsvSpec> {
@@ -1166,7 +1168,7 @@ fn render(spec: &CsvSpec, delimiter: &[u8]) -> Vec<u8> {
 fn csv_like_text_never_panics_and_errors_name_file_and_line() {
     check(
         "csv_like_text_never_panics_and_errors_name_file_and_line",
-        1500,
+        1200,
         (
             csv_settings(),
             csv_spec(),
@@ -1183,7 +1185,10 @@ fn csv_like_text_never_panics_and_errors_name_file_and_line() {
                     check_error(stage, &e, KEY)?;
                     // Types inferred from the file must read the file back.
                     if let (Typing::Infer, Stage::Rows, Error::Input(ie)) = (&typing, stage, &e) {
+                        // (Ingest refuses files with a duplicate column before inferring.)
                         let inferred: Vec<String> = open(&bytes, &settings)
+                            .ok()
+                            .filter(|s| s.layout().duplicate_column().is_none())
                             .map(|s| s.columns())
                             .unwrap_or_default()
                             .into_iter()
@@ -1220,7 +1225,7 @@ fn arbitrary_bytes_as_csv_never_panic() {
     ];
     check(
         "arbitrary_bytes_as_csv_never_panic",
-        1500,
+        1200,
         (csv_settings(), bytes, typing(), key_types(), wrapping()),
         |(settings, bytes, typing, key_types, wrapping)| {
             let bytes = wrap(bytes, &wrapping);
@@ -1362,7 +1367,7 @@ fn gzip_members(bytes: &[u8], members: usize) -> Vec<u8> {
 /// line each record starts on; header or configured columns; plain or gzip.
 #[test]
 fn csv_round_trip() {
-    check("csv_round_trip", 700, round_trip(), round_trip_case);
+    check("csv_round_trip", 500, round_trip(), round_trip_case);
 }
 
 fn round_trip_case(rt: RoundTrip) -> TestCaseResult {
@@ -1386,15 +1391,13 @@ fn round_trip_case(rt: RoundTrip) -> TestCaseResult {
         {
             prop_assume!(!first.iter().flatten().any(|v| {
                 let v = v.to_lowercase();
-                v == "op"
-                    || names.contains(&v.as_str())
-                    || v.to_lowercase() == rt.null_value.to_lowercase()
+                v == "op" || names.contains(&v.as_str())
             }));
         }
         if rt.rows.is_empty() && !rt.header {
-            let e = open(&bytes, &settings)
-                .err()
-                .expect("an empty file is an error");
+            let Err(e) = open(&bytes, &settings) else {
+                panic!("an empty file is an error")
+            };
             prop_assert!(e.to_string().contains(KEY));
             return Ok(());
         }
@@ -1517,7 +1520,7 @@ fn record_errors_name_line_and_column() {
         &Typing::Fixed(vec![PrimitiveType::Long, PrimitiveType::String]),
         vec![PrimitiveType::Long],
     );
-    let m = r.err().expect("x is not a long").1.to_string();
+    let m = r.expect_err("x is not a long").1.to_string();
     assert!(
         m.contains("line 3") && m.contains("`id`") && m.contains("`x`"),
         "{m}"
@@ -2053,7 +2056,7 @@ fn parquet_with_types_dms_never_writes() {
     // An `Op` column that is a list: refused when read, naming the column.
     let batch = RecordBatch::try_from_iter(vec![("Op", list), ("id", ids.clone())]).unwrap();
     let r = read_parquet(open_parquet(write_parquet(&batch, None)));
-    let (_, e) = r.err().expect("a list Op column is an error");
+    let (_, e) = r.expect_err("a list Op column is an error");
     let m = e.to_string();
     assert!(m.contains(PARQUET_KEY) && m.contains("Op"), "{m}");
     // An `Op` column of numbers: the value is named with its row.
@@ -2085,7 +2088,7 @@ fn null_keys_pass_through_the_readers() {
         vec![PrimitiveType::Long],
     );
     // With the NULL token `\N`, an empty key is an empty string, which is not a long.
-    let (_, e) = b.err().expect("empty string is not a long");
+    let (_, e) = b.expect_err("empty string is not a long");
     let m = e.to_string();
     assert!(m.contains("line 3") && m.contains("`id`"), "{m}");
     let b = read_through(
@@ -2194,7 +2197,7 @@ fn timestamptz_text_with_multibyte_tail_is_an_error() {
             vec![PrimitiveType::Long],
         )
     });
-    let (_, e) = r.err().expect("not a timestamp");
+    let (_, e) = r.expect_err("not a timestamp");
     let m = e.to_string();
     assert!(
         m.contains(KEY) && m.contains("line 2") && m.contains("`ts`"),
@@ -2213,7 +2216,7 @@ fn timestamptz_text_with_multibyte_tail_is_an_error() {
             vec![],
         )
     });
-    let (_, e) = r.err().expect("not a timestamp");
+    let (_, e) = r.expect_err("not a timestamp");
     let m = e.to_string();
     assert!(
         m.contains(PARQUET_KEY) && m.contains("row 0") && m.contains("`ts`"),
@@ -2343,7 +2346,7 @@ fn files_without_data_columns_are_named() {
         let mut s = s.clone();
         s.drop_v = true;
         let r = read_through(open(text, &s), &Typing::Strings, vec![]);
-        let (_, e) = r.err().expect("no data columns");
+        let (_, e) = r.expect_err("no data columns");
         assert!(e.to_string().contains(KEY), "{e}");
     }
     let batch = RecordBatch::try_from_iter(vec![(
@@ -2351,9 +2354,8 @@ fn files_without_data_columns_are_named() {
         Arc::new(StringArray::from(vec!["I"])) as ArrayRef,
     )])
     .unwrap();
-    let (_, e) = read_parquet(open_parquet(write_parquet(&batch, None)))
-        .err()
-        .expect("no data columns");
+    let (_, e) =
+        read_parquet(open_parquet(write_parquet(&batch, None))).expect_err("no data columns");
     assert!(e.to_string().contains(PARQUET_KEY), "{e}");
 }
 
@@ -2430,7 +2432,7 @@ fn multi_byte_delimiter_overlaps_and_unit_separator() {
         &Typing::Strings,
         vec![],
     );
-    let (_, e) = r.err().expect("0x1F must not split a field silently");
+    let (_, e) = r.expect_err("0x1F must not split a field silently");
     assert!(e.to_string().contains(KEY), "{e}");
     let s = CsvSettings::simple("--|", "");
     let b = read_through(
@@ -2476,7 +2478,7 @@ fn bug_stream_errors_lack_the_line() {
         &Typing::Strings,
         vec![],
     );
-    let (_, e) = r.err().expect("0x1F is refused");
+    let (_, e) = r.expect_err("0x1F is refused");
     let m = e.to_string();
     assert_eq!(m.matches(KEY).count(), 1, "{m}");
     assert!(m.contains("line 3"), "{m}");
@@ -2531,7 +2533,7 @@ fn slow_gzip_bomb_past_the_default_cap() {
     let start = Instant::now();
     let s = CsvSettings::simple(",", "");
     let r = read_through(open(&bomb, &s), &Typing::Strings, vec![]);
-    let (_, e) = r.err().expect("the cap must stop the bomb");
+    let (_, e) = r.expect_err("the cap must stop the bomb");
     let m = e.to_string();
     if verbose() {
         eprintln!(
