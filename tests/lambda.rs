@@ -1,0 +1,688 @@
+//! End-to-end tests of the ingest Lambda (`dms2iceberg-ingest`) against a local S3 + Glue.
+//!
+//! The real binary runs its real `lambda_runtime` loop against a Lambda Runtime API emulator
+//! (`tests/support/lambda_runtime_api.py`), with S3 and Glue from moto in server mode
+//! (`tests/support/moto_server.py`, whose Glue refuses a stale `UpdateTable` `VersionId` as AWS
+//! does). DMS trees come from `tests/support/dmsgen.py`, uploaded under `dms/<schema>/<table>/`
+//! of a landing bucket; events are S3 notifications (as dmsgen writes them, keys URL-encoded),
+//! SQS batches wrapping S3 notifications or EventBridge events, and EventBridge events. After each
+//! scenario the whole table is read back through Glue by our CLI (`scan --catalog glue`) and by
+//! PyIceberg's GlueCatalog, and compared with the state dmsgen computed independently.
+//!
+//! Run through `scripts/test` (it provides DMS2ICEBERG_PYTHON with moto and PyIceberg). Figures
+//! (cold start, warm per-file latency) are printed with `--nocapture`:
+//! `DMS2ICEBERG_PYTHON=$PWD/.venv/bin/python cargo test --test lambda -- --nocapture`.
+
+mod common;
+#[path = "common/lambda.rs"]
+mod lambda;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::python;
+use lambda::*;
+use serde_json::{Value, json};
+
+/// dmsgen arguments from one string (no argument contains a space).
+fn args(s: &str) -> Vec<&str> {
+    s.split_whitespace().collect()
+}
+
+/// Fails loudly, with instructions, when the Python test environment is not set up.
+fn require_python() {
+    let _ = python();
+}
+
+fn keys_of(lab: &Lab, table: &str) -> Vec<String> {
+    lab.files(table)
+}
+
+/// Every recorded source file appears once, and exactly `files` are recorded.
+fn assert_each_file_once(lab: &Lab, glue_table: &str, files: &[String]) {
+    let applied = lab.applied_files(glue_table);
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for f in &applied {
+        *counts.entry(f.clone()).or_default() += 1;
+    }
+    let dup: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        dup.is_empty(),
+        "{glue_table}: files applied more than once: {dup:?}"
+    );
+    for f in files {
+        assert!(
+            applied.iter().any(|a| a.ends_with(f.as_str())),
+            "{glue_table}: {f} is not recorded as applied; recorded: {applied:?}"
+        );
+    }
+    assert_eq!(
+        applied.len(),
+        files.len(),
+        "{glue_table}: recorded {applied:?}, expected exactly {files:?}"
+    );
+}
+
+/// The EMF metric lines the function printed, summed per metric.
+fn emf_totals(log: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for l in log.lines() {
+        let Ok(v) = serde_json::from_str::<Value>(l) else {
+            continue;
+        };
+        if v.get("_aws").is_none() {
+            continue;
+        }
+        for (k, x) in v.as_object().unwrap() {
+            if let Some(n) = x.as_f64() {
+                *out.entry(k.clone()).or_insert(0.0) += n;
+            }
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn glue_update_table_refuses_a_stale_version_id() {
+    require_python();
+    let lab = Lab::new("glue_version");
+    let m = &lab.moto;
+    m.glue("CreateDatabase", &json!({"DatabaseInput": {"Name": "vdb"}}))
+        .unwrap();
+    let input = |loc: &str| {
+        json!({"Name": "t", "TableType": "EXTERNAL_TABLE",
+               "Parameters": {"table_type": "ICEBERG", "metadata_location": loc}})
+    };
+    m.glue(
+        "CreateTable",
+        &json!({"DatabaseName": "vdb", "TableInput": input("m0")}),
+    )
+    .unwrap();
+    // Two writers read the same version ...
+    let base = m.glue_table("vdb", "t")["VersionId"]
+        .as_str()
+        .expect("GetTable returns a VersionId")
+        .to_string();
+    // ... the first update from it succeeds ...
+    m.glue(
+        "UpdateTable",
+        &json!({"DatabaseName": "vdb", "TableInput": input("a1"), "VersionId": base}),
+    )
+    .expect("the first update from the current version is accepted");
+    // ... the second from the same base is refused, as AWS Glue does.
+    let err = m
+        .glue(
+            "UpdateTable",
+            &json!({"DatabaseName": "vdb", "TableInput": input("b1"), "VersionId": base}),
+        )
+        .expect_err("a second update from the same base must be refused");
+    assert_eq!(err.0, "ConcurrentModificationException", "{err:?}");
+    let t = m.glue_table("vdb", "t");
+    assert_eq!(t["Parameters"]["metadata_location"], "a1", "{t}");
+    let v1 = t["VersionId"].as_str().unwrap().to_string();
+    assert_ne!(v1, base, "a successful update bumps the version");
+    // The loser retries from what it now reads: accepted.
+    m.glue(
+        "UpdateTable",
+        &json!({"DatabaseName": "vdb", "TableInput": input("b1"), "VersionId": v1}),
+    )
+    .unwrap();
+    assert_eq!(
+        m.glue_table("vdb", "t")["Parameters"]["metadata_location"],
+        "b1"
+    );
+    let s = m.stats();
+    assert_eq!(s["update_table"]["refused"], 1, "{s}");
+    assert_eq!(s["update_table"]["applied"], 2, "{s}");
+}
+
+#[test]
+fn s3_notifications_apply_each_file_as_it_lands() {
+    require_python();
+    let lab = Lab::new("s3");
+    // CSV product example; a CSV table whose folder name is URL-encoded in events (`$` -> `%24`)
+    // and that gains a column at its 3rd change file; a Parquet table that gains one at its 2nd.
+    lab.generate("product", &[]);
+    lab.generate("synthetic", &args("--schema shop --table order$items --target shop.order_items --rows 150 --cdc-files 6 --cdc-rows 8 --add-column-at-file 3 --seed 7"));
+    lab.generate("synthetic", &args("--format parquet --schema pq --table orders --rows 150 --cdc-files 3 --cdc-rows 40 --add-column-at-file 2 --seed 11"));
+    lab.upload_config(&[]);
+    let mut f = Function::start(&lab, "ingest", &[]);
+    let cold_start_ms = f.cold_start_ms;
+    let mut warm = Vec::new();
+    for table in ["sales.product", "shop.order_items", "pq.orders"] {
+        let steps = lab.work.asof(table);
+        let meta = lab.work.meta(table);
+        let name = lab.glue_name(&meta);
+        for (i, key) in keys_of(&lab, table).iter().enumerate() {
+            lab.upload(key);
+            let ev = lab.s3_event(key);
+            if table == "shop.order_items" {
+                let k = ev["Records"][0]["s3"]["object"]["key"].as_str().unwrap();
+                assert!(k.contains("order%24items"), "dmsgen encodes the key: {k}");
+            }
+            let o = f.invoke_ok(&ev);
+            assert_eq!(
+                o.body["tables"].as_array().map(Vec::len),
+                Some(1),
+                "{}",
+                o.body
+            );
+            if !key.contains("LOAD") && table != "pq.orders" {
+                warm.push(o.duration_ms);
+            }
+            // After each file the table is exactly the state after that file.
+            let got = lab.scan(&name);
+            common::assert_rows(&format!("{name} after {key}"), &meta, &steps[i].rows, &got);
+        }
+        lab.assert_table(table);
+        assert_each_file_once(&lab, &name, &meta.files);
+    }
+    for (table, col) in [("shop.order_items", "channel"), ("pq.orders", "channel")] {
+        let t = lab.assert_glue_entry(table);
+        let cols: Vec<&str> = t["StorageDescriptor"]["Columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["Name"].as_str().unwrap())
+            .collect();
+        assert!(
+            cols.contains(&col),
+            "{table}: the column a later file added is not in Glue: {cols:?}"
+        );
+    }
+    eprintln!(
+        "lambda-measure: cold start {cold_start_ms} ms (spawn -> first /next), init_ms {:?}; \
+         warm per-file latency (one small change file per S3 event) median {} ms, min {} ms, \
+         max {} ms over {} invocations",
+        f.init_ms(),
+        median(&warm),
+        warm.iter().min().unwrap(),
+        warm.iter().max().unwrap(),
+        warm.len()
+    );
+}
+
+#[test]
+fn sqs_batches_report_partial_failures() {
+    require_python();
+    let lab = Lab::new("sqs");
+    lab.generate("synthetic", &args("--schema shop --table orders --rows 120 --cdc-files 4 --cdc-rows 30 --before-image --pk-update-ratio 0.1 --seed 3"));
+    lab.generate("product", &["--format", "parquet"]);
+    lab.upload_config(&[]);
+    let mut files = Vec::new();
+    for t in ["sales.product", "shop.orders"] {
+        for k in keys_of(&lab, t) {
+            let size = lab.upload(&k);
+            files.push((t, k, size));
+        }
+    }
+    // At most 3 files per table per invocation: the rest of a backlog is retried via SQS.
+    let mut f = Function::start(
+        &lab,
+        "ingest",
+        &[("DMS2ICEBERG_MAX_FILES_PER_INVOCATION", "3")],
+    );
+    // One message per object, alternating S3-notification and EventBridge bodies (S3 can
+    // notify SQS directly, or through EventBridge), plus a malformed message and S3's TestEvent.
+    let mut records = Vec::new();
+    let mut id_of: BTreeMap<String, String> = BTreeMap::new();
+    for (i, (_, key, size)) in files.iter().enumerate() {
+        let body = if i % 2 == 0 {
+            lab.s3_event(key)
+        } else {
+            eventbridge_event(LANDING, key, *size)
+        };
+        let (id, rec) = sqs_record(&body.to_string());
+        id_of.insert(key.clone(), id);
+        records.push(rec);
+    }
+    let (bad_id, bad) = sqs_record("this is not JSON");
+    let (_, test) = sqs_record(
+        &json!({"Service": "Amazon S3", "Event": "s3:TestEvent", "Time": "2026-11-30T12:00:00Z",
+                "Bucket": LANDING, "RequestId": "R", "HostId": "H"})
+        .to_string(),
+    );
+    records.push(bad);
+    records.push(test);
+    Rng::new(5).shuffle(&mut records);
+    assert_eq!(records.len(), 10);
+    let o = f.invoke_ok(&sqs_event(&records));
+    // Failed: the malformed message, and orders' 4th and 5th files (beyond the cap of 3).
+    let orders = keys_of(&lab, "shop.orders");
+    let mut expected: Vec<String> = vec![
+        bad_id.clone(),
+        id_of[&orders[3]].clone(),
+        id_of[&orders[4]].clone(),
+    ];
+    expected.sort();
+    assert_eq!(o.batch_item_failures(), expected, "response: {}", o.body);
+    lab.assert_table("sales.product");
+    let steps = lab.work.asof("shop.orders");
+    lab.assert_table_rows("shop.orders", &steps[2].rows, "after-cap");
+
+    // SQS redelivers the failed messages: the backlog completes, the malformed one fails again.
+    let retry: Vec<Value> = records
+        .iter()
+        .filter(|r| expected.contains(&r["messageId"].as_str().unwrap().to_string()))
+        .cloned()
+        .collect();
+    let o = f.invoke_ok(&sqs_event(&retry));
+    assert_eq!(
+        o.batch_item_failures(),
+        vec![bad_id],
+        "response: {}",
+        o.body
+    );
+    lab.assert_table("shop.orders");
+    for t in ["sales.product", "shop.orders"] {
+        let meta = lab.work.meta(t);
+        assert_each_file_once(&lab, &lab.glue_name(&meta), &meta.files);
+    }
+}
+
+#[test]
+fn eventbridge_object_created_events() {
+    require_python();
+    // A `+` in the BucketFolder: EventBridge keys are not URL-encoded, so it must stay a `+`
+    // (decoded, it would be a space, match no DMS folder, and the objects would be ignored).
+    let lab = Lab::with_folder("eventbridge", "dms+eb");
+    lab.generate("synthetic", &args("--format parquet --schema shop --table line$items --target shop.line_items --date-folders --rows 100 --cdc-files 3 --cdc-rows 30 --seed 5"));
+    lab.upload_config(&[]);
+    let mut f = Function::start(&lab, "ingest", &[]);
+    let keys = keys_of(&lab, "shop.line_items");
+    assert!(
+        keys[0].contains("/2022/"),
+        "date folders expected: {keys:?}"
+    );
+    for key in &keys {
+        let size = lab.upload(key);
+        f.invoke_ok(&eventbridge_event(LANDING, key, size));
+    }
+    // Events that name no DMS data file are accepted and change nothing.
+    f.invoke_ok(&eventbridge_event(LANDING, CONFIG_KEY, 10));
+    let mut deleted = eventbridge_event(LANDING, &keys[1], 10);
+    deleted["detail-type"] = json!("Object Deleted");
+    f.invoke_ok(&deleted);
+    lab.assert_table("shop.line_items");
+    let meta = lab.work.meta("shop.line_items");
+    assert_each_file_once(&lab, &lab.glue_name(&meta), &meta.files);
+}
+
+#[test]
+fn duplicated_shuffled_and_late_events() {
+    require_python();
+    let lab = Lab::new("shuffled");
+    lab.generate("synthetic", &args("--schema shop --table orders --rows 100 --cdc-files 6 --cdc-rows 25 --before-image --pk-update-ratio 0.1 --seed 21"));
+    lab.generate("product", &[]);
+    lab.upload_config(&[]);
+    let mut f = Function::start(&lab, "ingest", &[]);
+
+    // 1. Objects land in DMS order; their events come late, shuffled and duplicated, as direct
+    //    S3 events or in SQS batches. Whatever arrives, every object already uploaded is applied.
+    let table = "shop.orders";
+    let meta = lab.work.meta(table);
+    let name = lab.glue_name(&meta);
+    let steps = lab.work.asof(table);
+    let files = meta.files.clone();
+    let mut rng = Rng::new(42);
+    let mut pool: Vec<String> = Vec::new();
+    for (i, key) in files.iter().enumerate() {
+        lab.upload(key);
+        pool.push(key.clone());
+        let k = rng.below(4);
+        if k == 0 {
+            continue; // this object's event is still "in flight"
+        }
+        let picks: Vec<String> = (0..k)
+            .map(|_| pool[rng.below(pool.len())].clone())
+            .collect();
+        if rng.below(2) == 0 {
+            for p in &picks {
+                f.invoke_ok(&lab.s3_event(p));
+            }
+        } else {
+            let recs: Vec<Value> = picks
+                .iter()
+                .map(|p| sqs_record(&lab.s3_event(p).to_string()).1)
+                .collect();
+            let o = f.invoke_ok(&sqs_event(&recs));
+            assert!(o.batch_item_failures().is_empty(), "{}", o.body);
+        }
+        let got = lab.scan(&name);
+        common::assert_rows(
+            &format!(
+                "{name} after events {picks:?} with {} object(s) uploaded",
+                i + 1
+            ),
+            &meta,
+            &steps[i].rows,
+            &got,
+        );
+    }
+    // Every event once more, twice each, shuffled, in batches of 10.
+    let mut all: Vec<String> = files.iter().chain(files.iter()).cloned().collect();
+    rng.shuffle(&mut all);
+    for chunk in all.chunks(10) {
+        let recs: Vec<Value> = chunk
+            .iter()
+            .map(|p| sqs_record(&lab.s3_event(p).to_string()).1)
+            .collect();
+        let o = f.invoke_ok(&sqs_event(&recs));
+        assert!(o.batch_item_failures().is_empty(), "{}", o.body);
+    }
+    lab.assert_table(table);
+    assert_each_file_once(&lab, &name, &files);
+
+    // 2. A later change file lands (and is applied) before an earlier one: the earlier one is a
+    //    late file, re-merged so the table ends as if both had been applied in DMS order.
+    let table = "sales.product";
+    let meta = lab.work.meta(table);
+    let name = lab.glue_name(&meta);
+    let [load, first, second] = <[String; 3]>::try_from(meta.files.clone()).unwrap();
+    lab.upload(&load);
+    f.invoke_ok(&lab.s3_event(&load));
+    lab.upload(&second);
+    f.invoke_ok(&lab.s3_event(&second));
+    let got = lab.scan(&name);
+    let ids: Vec<i64> = got
+        .iter()
+        .map(|r| r["product_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![100, 101, 102, 104, 105],
+        "after {second} only: {got:?}"
+    );
+    assert_eq!(got[2]["quantity_available"], 11, "{got:?}");
+    lab.upload(&first);
+    let (_, a) = sqs_record(&lab.s3_event(&first).to_string());
+    let (_, b) = sqs_record(&lab.s3_event(&first).to_string());
+    let o = f.invoke_ok(&sqs_event(&[a, b]));
+    assert!(o.batch_item_failures().is_empty(), "{}", o.body);
+    // 102 keeps the later file's 11 (not the late file's 16); 106 from the late file is there.
+    lab.assert_table(table);
+    assert_each_file_once(&lab, &name, &meta.files);
+}
+
+/// A bad file (unknown Op on line 37) in the middle of sales.product, applied in one SQS batch
+/// with a later valid file of the same table and files of another table.
+struct BadFile {
+    lab: Lab,
+    /// The warm function that met the bad file.
+    f: Option<Function>,
+    bad_key: String,
+    later_key: String,
+    bad_rec: Value,
+    later_rec: Value,
+    product_name: String,
+}
+
+fn blocked_by_bad_file(name: &str) -> BadFile {
+    require_python();
+    let lab = Lab::new(name);
+    // sales.product gets a 4th change file with an unknown Op on line 37 (held back by dmsgen).
+    lab.generate("product", &["--corrupt", "unknown-op"]);
+    lab.generate(
+        "synthetic",
+        &args("--schema shop --table orders --rows 80 --cdc-files 3 --cdc-rows 20 --seed 9"),
+    );
+    lab.upload_config(&[]);
+    let corrupt = lab.work.corrupt("sales.product");
+    let bad_key = corrupt
+        .file
+        .clone()
+        .unwrap()
+        .strip_prefix("dms/")
+        .unwrap()
+        .to_string();
+    assert!(bad_key.ends_with("20220302-1136010000.csv"), "{bad_key}");
+    // A valid change file after the bad one.
+    let later_key = "dms/sales/product/20220302-1140010000.csv".to_string();
+    let later = "Op,product_id,category,product_name,quantity_available,last_update_time\n\
+                 I,107,Phone,Pixel 7,9,2022-03-02 11:40:01.000000\n\
+                 D,100,Smartphone,Apple iPhone 12,30,2022-03-02 11:30:01.000000\n";
+    let product = keys_of(&lab, "sales.product");
+    let orders = keys_of(&lab, "shop.orders");
+    for k in product.iter().chain(&orders[..2]) {
+        lab.upload(k);
+    }
+    let mut f = Function::start(&lab, "ingest", &[]);
+    let recs: Vec<Value> = product
+        .iter()
+        .chain(&orders[..2])
+        .map(|k| sqs_record(&lab.s3_event(k).to_string()).1)
+        .collect();
+    let o = f.invoke_ok(&sqs_event(&recs));
+    assert!(o.batch_item_failures().is_empty(), "{}", o.body);
+    let product_name = lab.glue_name(&lab.work.meta("sales.product"));
+    let snapshots_before = lab.history(&product_name).len();
+    let pointer_before =
+        lab.moto.glue_table(DB, "product")["Parameters"]["metadata_location"].clone();
+
+    // The bad file, a later file of the same table and the rest of orders, in one batch.
+    lab.upload(&bad_key);
+    lab.moto.put(LANDING, &later_key, later.as_bytes());
+    for k in &orders[2..] {
+        lab.upload(k);
+    }
+    let (bad_id, bad_rec) = sqs_record(&lab.s3_event(&bad_key).to_string());
+    let later_event = {
+        let mut e = lab.s3_event(&product[2]);
+        e["Records"][0]["s3"]["object"]["key"] = json!(later_key);
+        e
+    };
+    let (later_id, later_rec) = sqs_record(&later_event.to_string());
+    let mut recs = vec![bad_rec.clone(), later_rec.clone()];
+    recs.extend(
+        orders[2..]
+            .iter()
+            .map(|k| sqs_record(&lab.s3_event(k).to_string()).1),
+    );
+    Rng::new(3).shuffle(&mut recs);
+    let o = f.invoke_ok(&sqs_event(&recs));
+    let mut expected = vec![bad_id.clone(), later_id.clone()];
+    expected.sort();
+    assert_eq!(o.batch_item_failures(), expected, "{}", o.body);
+    // The reason names the file, the line and the column.
+    let log = f.log();
+    let reason = log
+        .lines()
+        .find(|l| l.contains("record failed") && l.contains("20220302-1136010000.csv"))
+        .unwrap_or_else(|| panic!("no `record failed` log line for the bad file:\n{log}"));
+    assert!(
+        common::mentions_number(reason, corrupt.line.unwrap()) && reason.contains("Op"),
+        "the reason should name line {} and column Op: {reason}",
+        corrupt.line.unwrap()
+    );
+    // Nothing of the bad file and nothing after it; the other table went on.
+    lab.assert_table_rows(
+        "sales.product",
+        &lab.work.expected("sales.product"),
+        "blocked",
+    );
+    assert_eq!(lab.history(&product_name).len(), snapshots_before);
+    assert_eq!(
+        lab.moto.glue_table(DB, "product")["Parameters"]["metadata_location"],
+        pointer_before
+    );
+    lab.assert_table("shop.orders");
+    BadFile {
+        lab,
+        f: Some(f),
+        bad_key,
+        later_key,
+        bad_rec,
+        later_rec,
+        product_name,
+    }
+}
+
+impl BadFile {
+    /// The operator lists the bad file under `skip_files` and re-uploads the config.
+    fn skip_bad_file(&self) {
+        let line = format!("skip_files = [\"{}\"]", self.bad_key);
+        self.lab.upload_config(&[("sales.product", &line)]);
+    }
+
+    /// SQS redelivers the two failed messages to `f`: both succeed, the later file is applied,
+    /// the bad one never.
+    fn redeliver_and_check(&self, f: &mut Function) {
+        let o = f.invoke_ok(&sqs_event(&[self.bad_rec.clone(), self.later_rec.clone()]));
+        assert!(
+            o.batch_item_failures().is_empty(),
+            "after skip_files: {}",
+            o.body
+        );
+        let mut rows: Vec<Value> = self
+            .lab
+            .work
+            .expected("sales.product")
+            .into_iter()
+            .filter(|r| r["product_id"] != 100)
+            .collect();
+        rows.push(
+            json!({"product_id": 107, "category": "Phone", "product_name": "Pixel 7",
+                         "quantity_available": 9,
+                         "last_update_time": "2022-03-02 11:40:01.000000"}),
+        );
+        self.lab
+            .assert_table_rows("sales.product", &rows, "skipped");
+        let applied = self.lab.applied_files(&self.product_name);
+        assert!(
+            !applied.iter().any(|a| a.ends_with(&self.bad_key)),
+            "the skipped file is recorded as applied: {applied:?}"
+        );
+        assert!(
+            applied.iter().any(|a| a.ends_with(&self.later_key)),
+            "{applied:?}"
+        );
+    }
+}
+
+#[test]
+fn bad_file_blocks_its_table_until_skipped() {
+    let b = blocked_by_bad_file("badfile");
+    // The function reads its config at initialisation: the change reaches new execution
+    // environments (here: a new process; on AWS, e.g. after a configuration update).
+    let mut b = b;
+    b.skip_bad_file();
+    drop(b.f.take());
+    let mut f2 = Function::start(&b.lab, "ingest-2", &[]);
+    b.redeliver_and_check(&mut f2);
+}
+
+/// BUG (contract): a warm execution environment keeps the config it read at initialisation, so
+/// an operator's `skip_files` (re-uploaded config.toml) does not reach it: SQS redeliveries to
+/// warm environments keep failing until Lambda recycles them (hours), and the table stays
+/// blocked. Fix: re-read an `s3://` config when its ETag changes (a HeadObject per invocation),
+/// or document that a config change needs a forced cold start (e.g. an environment update).
+#[test]
+#[ignore = "BUG: a warm function does not see a re-uploaded config (skip_files)"]
+fn skip_files_reaches_a_warm_function() {
+    let mut b = blocked_by_bad_file("badfile_warm");
+    b.skip_bad_file();
+    let mut f = b.f.take().unwrap();
+    b.redeliver_and_check(&mut f);
+}
+
+#[test]
+fn racing_functions_end_exact() {
+    require_python();
+    let lab = Lab::new("race");
+    lab.generate("synthetic", &args("--schema shop --table orders --rows 150 --cdc-files 6 --cdc-rows 30 --before-image --pk-update-ratio 0.1 --seed 13"));
+    lab.upload_config(&[]);
+    let meta = lab.work.meta("shop.orders");
+    let name = lab.glue_name(&meta);
+    let files = meta.files.clone();
+    let mut a = Function::start(&lab, "ingest-a", &[]);
+    let mut b = Function::start(&lab, "ingest-b", &[]);
+
+    let race = |a: &mut Function, b: &mut Function, ea: Value, eb: Value| -> (Outcome, Outcome) {
+        std::thread::scope(|s| {
+            let ha = s.spawn(move || a.invoke(&ea));
+            let hb = s.spawn(move || b.invoke(&eb));
+            (ha.join().unwrap(), hb.join().unwrap())
+        })
+    };
+    // 1. Both create the table from the full load at the same time (CreateTable races).
+    lab.upload(&files[0]);
+    let ev = lab.s3_event(&files[0]);
+    let (oa, ob) = race(&mut a, &mut b, ev.clone(), ev);
+    assert!(
+        oa.is_response() && ob.is_response(),
+        "a: {oa:?}\nb: {ob:?}\nlog a:\n{}\nlog b:\n{}",
+        tail(&a.log(), 4000),
+        tail(&b.log(), 4000)
+    );
+    lab.assert_table_rows("shop.orders", &lab.work.asof("shop.orders")[0].rows, "load");
+
+    // 2. Six change files, both functions apply the backlog at once. Every UpdateTable waits
+    //    300 ms before its atomic check, so both pass the pointer check from the same base and
+    //    Glue's VersionId decides.
+    for k in &files[1..] {
+        lab.upload(k);
+    }
+    lab.moto.set_update_table_delay_ms(300);
+    let refused_before = lab.moto.stats()["update_table"]["refused"]
+        .as_i64()
+        .unwrap();
+    let last = lab.s3_event(files.last().unwrap());
+    let batch = sqs_event(
+        &files[1..]
+            .iter()
+            .map(|k| sqs_record(&lab.s3_event(k).to_string()).1)
+            .collect::<Vec<_>>(),
+    );
+    let (oa, ob) = race(&mut a, &mut b, last, batch);
+    lab.moto.set_update_table_delay_ms(0);
+    assert!(
+        oa.is_response() && ob.is_response(),
+        "a: {oa:?}\nb: {ob:?}\nlog a:\n{}\nlog b:\n{}",
+        tail(&a.log(), 4000),
+        tail(&b.log(), 4000)
+    );
+    assert!(ob.batch_item_failures().is_empty(), "{}", ob.body);
+    let stats = lab.moto.stats();
+    let refused = stats["update_table"]["refused"].as_i64().unwrap() - refused_before;
+    assert!(
+        refused >= 1,
+        "no UpdateTable was refused for a stale VersionId: the race did not reach Glue's \
+         compare-and-swap ({stats})"
+    );
+    lab.assert_table("shop.orders");
+    assert_each_file_once(&lab, &name, &files);
+    let (ta, tb) = (emf_totals(&a.log()), emf_totals(&b.log()));
+    let applied = ta.get("FilesApplied").unwrap_or(&0.0) + tb.get("FilesApplied").unwrap_or(&0.0);
+    assert_eq!(
+        applied as usize,
+        files.len(),
+        "each file applied by exactly one function (a: {ta:?}, b: {tb:?})"
+    );
+    eprintln!(
+        "lambda-measure: race: {refused} UpdateTable refused (stale VersionId); conflicts a {:?} b {:?}; \
+         files applied a {:?} b {:?}",
+        ta.get("CommitConflicts"),
+        tb.get("CommitConflicts"),
+        ta.get("FilesApplied"),
+        tb.get("FilesApplied")
+    );
+}
+
+/// Not a scenario: checks the test tooling's own pieces that the scenarios rely on.
+#[test]
+fn tooling_event_keys_and_work_dirs() {
+    assert_eq!(
+        decode_event_key("dms/shop/order+items/a%2Bb%20c.csv"),
+        "dms/shop/order items/a+b c.csv"
+    );
+    assert_eq!(
+        encode_key("dms/shop/line+items/x y.csv"),
+        "dms/shop/line%2Bitems/x%20y.csv"
+    );
+    let mut r = Rng::new(1);
+    let mut v: Vec<u32> = (0..10).collect();
+    r.shuffle(&mut v);
+    assert_eq!(v.iter().copied().collect::<BTreeSet<_>>().len(), 10);
+    assert_eq!(median(&[5, 1, 3]), 3);
+}
