@@ -278,9 +278,6 @@ fn sixteen_workers_one_table_every_file_exactly_once() {
 /// The same with tree workers committing several files per snapshot (`--files-per-commit 3`)
 /// while single-file workers make files late under them.
 #[test]
-#[ignore = "BUG: a multi-file commit is never re-merged and only its last file is checked for \
-            'already applied': batches planned before a later file landed overwrite newer rows, \
-            and files already applied are applied again (see the two batch_* tests below)"]
 fn sixteen_workers_batched_commits_every_file_exactly_once() {
     stress("stress16_batched", STRESS_TREE, 16, 0xBA7C4, 3);
 }
@@ -313,9 +310,6 @@ fn small_tree(name: &str, seed: &str, cdc_files: usize) -> (Work, Meta) {
 /// --files-per-commit 2`. Expected: c1 skipped, c4 applied, table exact. Deterministic, no
 /// concurrency involved.
 #[test]
-#[ignore = "BUG: Ingest::apply skips a batch only when ALL its files are applied and \
-            validate::input_not_applied checks only the batch's last file, so c1 is read again and \
-            committed on top of c2/c3 (rows lost/resurrected, c1 recorded in two snapshots)"]
 fn batch_with_a_redelivered_old_file_is_exact() {
     let (w, meta) = small_tree("batch_redelivered", "91", 6);
     let p = |i: usize| w.dms().join(&meta.files[i]);
@@ -338,9 +332,6 @@ fn batch_with_a_redelivered_old_file_is_exact() {
 /// The same DMS file under two roots in one run with `--files-per-commit 3`: it must be applied
 /// once, recorded once.
 #[test]
-#[ignore = "BUG: copies of one DMS file under two roots are not deduplicated before batching \
-            (execute dedups by order AND key); the file is listed twice in one snapshot or applied \
-            in two snapshots"]
 fn batch_with_the_same_file_under_two_roots_is_applied_once() {
     let (w, meta) = small_tree("batch_two_roots", "92", 6);
     let copy = w.dir.join("copy");
@@ -360,9 +351,6 @@ fn batch_with_the_same_file_under_two_roots_is_applied_once() {
 /// lands while it runs. Every batch after that is older than the table's watermark and must be
 /// re-merged (or split), not committed on top of the newer file.
 #[test]
-#[ignore = "BUG: Ingest::execute decides lateness once, before the run; Ingest::plan re-merges \
-            only single-file inputs, so a batch planned after a newer file landed overwrites the \
-            newer file's rows"]
 fn batch_planned_before_a_concurrent_later_file_is_exact() {
     let mut failures = Vec::new();
     for (round, seed) in ["93", "94", "95"].into_iter().enumerate() {

@@ -188,7 +188,7 @@ impl RetryPolicy {
 }
 
 /// Test hook: `DMS2ICEBERG_FAILPOINT=<name>` fails at that step with an error,
-/// `<name>:kill` aborts the process there (crash tests).
+/// `<name>:kill` aborts the process there, `<name>:sleep=MS` pauses there (to force races).
 pub fn failpoint(name: &str) -> Result<()> {
     if let Ok(v) = std::env::var("DMS2ICEBERG_FAILPOINT") {
         let (point, action) = v.split_once(':').unwrap_or((v.as_str(), "error"));
@@ -196,6 +196,13 @@ pub fn failpoint(name: &str) -> Result<()> {
             if action == "kill" {
                 eprintln!("failpoint {name}: killing the process");
                 std::process::abort();
+            }
+            if let Some(ms) = action
+                .strip_prefix("sleep=")
+                .and_then(|m| m.parse::<u64>().ok())
+            {
+                std::thread::sleep(Duration::from_millis(ms));
+                return Ok(());
             }
             return Err(Error::Other(format!("failpoint {name}")));
         }
@@ -297,7 +304,12 @@ pub async fn commit(
         }
         let (new_metadata, location, list_path) =
             build_attempt(staged, current.as_ref(), file_io, attempt).await?;
-        failpoint("after-metadata")?;
+        if let Err(e) = failpoint("after-metadata") {
+            for f in [&list_path, &location] {
+                let _ = file_io.delete(f).await;
+            }
+            return Err(e.into());
+        }
         let base_pointer = current.as_ref().map(|t| &t.pointer);
         match catalog
             .swap(&staged.ident, base_pointer, &location, &new_metadata)
@@ -394,7 +406,10 @@ async fn build_attempt(
         .filter(|m| !staged.replaced_manifests.contains(&m.manifest_path));
     writer.add_manifests(staged.manifests.iter().cloned().chain(parent_manifests))?;
     writer.close().await?;
-    failpoint("after-manifest-list")?;
+    if let Err(e) = failpoint("after-manifest-list") {
+        let _ = file_io.delete(&list_path).await;
+        return Err(e);
+    }
 
     let mut props: HashMap<String, String> =
         summary::summarize(parent.as_ref().map(|p| p.summary()), &staged.added);

@@ -350,6 +350,12 @@ impl<'a> Ingest<'a> {
                         });
                     }
                     info!(table = %ident, %reason, "replanning");
+                    // Spread contending writers out before reading again.
+                    let cap = (50u64 << replans.min(6)).min(2_000);
+                    tokio::time::sleep(std::time::Duration::from_millis(rand::random_range(
+                        cap / 2..=cap,
+                    )))
+                    .await;
                 }
                 Err(CommitError::Failed(e)) => {
                     staged.discard(self.catalog.file_io()).await;
