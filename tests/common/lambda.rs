@@ -546,9 +546,20 @@ fn newest_mtime(path: &Path) -> Option<SystemTime> {
 /// (`cargo build --workspace --bins --tests`, the feature set of `cargo test --workspace`, so it
 /// shares their artifacts). If it is missing or older than its sources, it is built here with
 /// that same command.
+///
+/// `DMS2ICEBERG_INGEST_BIN` runs another build instead (e.g. the release binary, to measure it).
 pub fn ingest_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("DMS2ICEBERG_INGEST_BIN").filter(|p| !p.is_empty()) {
+            let p = PathBuf::from(p);
+            assert!(
+                p.exists(),
+                "DMS2ICEBERG_INGEST_BIN={} does not exist",
+                p.display()
+            );
+            return p;
+        }
         let cli = PathBuf::from(env!("CARGO_BIN_EXE_dms2iceberg"));
         let profile_dir = cli.parent().unwrap().to_path_buf();
         let target_dir = profile_dir.parent().unwrap().to_path_buf();
