@@ -88,7 +88,7 @@ def rows_only(t: pa.Table) -> pa.Table:
 def iceberg_catalog(table_dir: Path):
     from pyiceberg.catalog.sql import SqlCatalog
     table_dir.mkdir(parents=True, exist_ok=True)
-    return SqlCatalog("bench", uri=f"sqlite:///{table_dir}/catalog.db",
+    return SqlCatalog("default", uri=f"sqlite:///{table_dir}/catalog.db",
                       warehouse=f"file://{table_dir}")
 
 
