@@ -301,8 +301,78 @@ def memory_case(work: Path, timeout: float, rows: int, changes: int) -> dict:
     return res
 
 
-def cold_start(work: Path) -> dict:
-    res = {"binary": str(LAMBDA.relative_to(ROOT))}
+EMULATOR = ROOT / "tests" / "support" / "lambda_runtime_api.py"
+MOTO = ROOT / "tests" / "support" / "moto_server.py"
+
+
+def wait_port(port_file: Path, proc: subprocess.Popen, what: str, timeout: float = 60) -> int:
+    end = time.time() + timeout
+    while time.time() < end:
+        if port_file.exists() and port_file.read_text().strip():
+            return int(port_file.read_text().strip())
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not start")
+
+
+def stop(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    p.wait()
+
+
+def invoke_fresh(d: Path, tag: str, event: dict, env_extra: dict, timeout: float = 300) -> dict:
+    """A fresh function process (a cold sandbox) under the Runtime API emulator, given one
+    event queued before it starts: process start -> first `next` -> response."""
+    (d / f"ev-{tag}").mkdir(parents=True)
+    (d / f"ev-{tag}" / "001.json").write_text(json.dumps(event))
+    port_file, results = d / f"port-{tag}", d / f"results-{tag}.jsonl"
+    emu = subprocess.Popen([PY, EMULATOR, "--port", "0", "--port-file", port_file, "--event",
+                            d / f"ev-{tag}", "--results", results],
+                           stdout=subprocess.DEVNULL, stderr=open(d / f"emu-{tag}.log", "w"),
+                           start_new_session=True)
+    fn = None
+    try:
+        port = wait_port(port_file, emu, "lambda_runtime_api.py")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update({
+            "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{port}",
+            "AWS_LAMBDA_FUNCTION_NAME": "dms2iceberg-ingest",
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(LAMBDA_BUDGET_MB),
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_LAMBDA_LOG_STREAM_NAME": "bench", "AWS_LAMBDA_LOG_GROUP_NAME": "bench",
+            "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_EC2_METADATA_DISABLED": "true",
+            "DMS2ICEBERG_SPOOL_DIR": str(d / f"spool-{tag}"),
+        })
+        env.update(env_extra)
+        t0 = time.time() * 1000
+        fn = subprocess.Popen([LAMBDA], env=env, stdout=open(d / f"fn-{tag}.log", "w"),
+                              stderr=subprocess.STDOUT, start_new_session=True)
+        end = time.time() + timeout
+        while time.time() < end:
+            if results.exists() and results.read_text().strip():
+                o = json.loads(results.read_text().strip().splitlines()[0])
+                # the event is queued before the function starts: its first `next` gets it
+                return {"outcome": o["outcome"], "first_next_ms": o["served_at_ms"] - t0,
+                        "first_event_handled_ms": o["finished_at_ms"] - t0,
+                        "handler_ms": o.get("duration_ms"), "body": o.get("body")}
+            if fn.poll() is not None:
+                break
+            time.sleep(0.005)
+        return {"outcome": "none", "log": (d / f"fn-{tag}.log").read_text()[-1500:]}
+    finally:
+        if fn is not None:
+            stop(fn)
+        stop(emu)
+
+
+def cold_start(work: Path, meta: dict | None, timeout: float) -> dict:
+    res = {"binary": str(LAMBDA.relative_to(ROOT)) if LAMBDA.is_relative_to(ROOT) else str(LAMBDA)}
     if not LAMBDA.exists():
         res["problem"] = "binary not built"
         return res
@@ -310,84 +380,89 @@ def cold_start(work: Path) -> dict:
     res["binary_mib"] = LAMBDA.stat().st_size / 2**20
     try:
         res["file"] = subprocess.run(["file", "-b", LAMBDA], capture_output=True,
-                                     text=True).stdout.strip()
+                                     text=True).stdout.strip().split(", BuildID")[0]
     except FileNotFoundError:
         pass
-    emu = ROOT / "tests" / "support" / "lambda_runtime_api.py"
-    if not emu.exists():
+    if not EMULATOR.exists():
         res["runtime_emulator"] = "tests/support/lambda_runtime_api.py missing: not measured"
         return res
     d = work / "cold-start"
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
-    # An SQS batch with no records: the handler parses it and answers, touching no AWS service
-    # (no S3/Glue emulator needed). What is measured: exec, tracing, environment, AWS config
-    # and clients, handler construction, first `next`, first response.
-    (d / "events").mkdir()
-    (d / "events" / "001.json").write_text(json.dumps({"Records": []}))
-    runs = []
-    for i in range(5):
-        port_file = d / f"port{i}"
-        results = d / f"results{i}.jsonl"
-        emu_p = subprocess.Popen(
-            [PY, emu, "--port", "0", "--port-file", port_file, "--event", d / "events",
-             "--results", results],
-            stdout=subprocess.DEVNULL, stderr=open(d / f"emu{i}.log", "w"),
-            start_new_session=True)
-        try:
-            for _ in range(200):
-                if port_file.exists() and port_file.read_text().strip():
-                    break
-                time.sleep(0.05)
-            port = int(port_file.read_text().strip())
-            env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-            env.update({
-                "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{port}",
-                "AWS_LAMBDA_FUNCTION_NAME": "dms2iceberg-ingest",
-                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(LAMBDA_BUDGET_MB),
-                "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
-                "AWS_LAMBDA_LOG_STREAM_NAME": "bench", "AWS_LAMBDA_LOG_GROUP_NAME": "bench",
-                "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "bench",
-                "AWS_SECRET_ACCESS_KEY": "bench", "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
-                "AWS_EC2_METADATA_DISABLED": "true",
-                "DMS2ICEBERG_WAREHOUSE": "s3://warehouse/warehouse",
-                "DMS2ICEBERG_SPOOL_DIR": str(d / "spool"),
-            })
-            t0 = time.time() * 1000
-            fn = subprocess.Popen([LAMBDA], env=env, stdout=open(d / f"fn{i}.log", "w"),
-                                  stderr=subprocess.STDOUT, start_new_session=True)
-            outcome = None
-            for _ in range(600):
-                if results.exists() and results.read_text().strip():
-                    outcome = json.loads(results.read_text().strip().splitlines()[0])
-                    break
-                time.sleep(0.01)
-            try:
-                os.killpg(fn.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            fn.wait()
-            if not outcome:
-                runs.append({"problem": "no outcome", "log": (d / f"fn{i}.log").read_text()[-800:]})
-                continue
-            runs.append({
-                "outcome": outcome["outcome"],
-                # the event is queued before the function starts: its first `next` gets it
-                "first_next_ms": outcome["served_at_ms"] - t0,
-                "first_event_handled_ms": outcome["finished_at_ms"] - t0,
-                "handler_ms": outcome.get("duration_ms"),
-            })
-        finally:
-            if emu_p.poll() is None:
-                os.killpg(emu_p.pid, signal.SIGKILL)
-            emu_p.wait()
-    res["runs"] = runs
+    # 1. An SQS batch with no records: the handler parses it and answers without calling AWS.
+    #    Measures exec, tracing, environment, AWS config and clients, handler construction.
+    runs = [invoke_fresh(d, f"empty{i}", {"Records": []},
+                         {"AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+                          "DMS2ICEBERG_WAREHOUSE": "s3://warehouse/warehouse"})
+            for i in range(5)]
+    res["empty"] = {"event": "SQS batch with no records (no S3/Glue call)", "runs": runs}
     good = [r for r in runs if r.get("outcome") == "response"]
     if good:
-        res["event"] = "SQS batch with no records (no S3/Glue call)"
-        res["median_first_next_ms"] = median([r["first_next_ms"] for r in good])
-        res["median_first_event_handled_ms"] = median([r["first_event_handled_ms"] for r in good])
+        res["empty"]["median_first_next_ms"] = median([r["first_next_ms"] for r in good])
+        res["empty"]["median_first_event_handled_ms"] = median(
+            [r["first_event_handled_ms"] for r in good])
+    # 2. Through the local S3 + Glue emulator: every change file lands, then a fresh function
+    #    process gets its EventBridge event and applies it to the Glue table on S3.
+    res["s3_glue"] = lambda_s3_glue(d, meta, timeout) if meta else {"problem": "no workload"}
     return res
+
+
+def lambda_s3_glue(d: Path, meta: dict, timeout: float) -> dict:
+    if not MOTO.exists():
+        return {"problem": "tests/support/moto_server.py missing: not measured"}
+    try:
+        import boto3
+        import moto  # noqa: F401
+    except ImportError as e:
+        return {"problem": f"moto/boto3 not installed in bench/.venv ({e}): not measured"}
+    port_file = d / "moto.port"
+    mp = subprocess.Popen([PY, MOTO, "serve", "--port", "0", "--port-file", port_file],
+                          stdout=open(d / "moto.log", "w"), stderr=subprocess.STDOUT,
+                          start_new_session=True)
+    try:
+        port = wait_port(port_file, mp, "moto_server.py", 120)
+        url = f"http://127.0.0.1:{port}"
+        s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+        for b in ("landing", "warehouse"):
+            s3.create_bucket(Bucket=b)
+        s3.put_object(Bucket="landing", Key="config/dms2iceberg.toml",
+                      Body=('[source]\nbucket_folder = "dms"\n\n' + CONFIG).encode())
+        env = {"AWS_ENDPOINT_URL": url, "DMS2ICEBERG_S3_PATH_STYLE": "true",
+               "DMS2ICEBERG_WAREHOUSE": "s3://warehouse/warehouse",
+               "DMS2ICEBERG_GLUE_DATABASE": "shop",
+               "DMS2ICEBERG_CONFIG": "s3://landing/config/dms2iceberg.toml"}
+        runs = []
+        for i, path in enumerate(meta["load_files"] + meta["change_files"]):
+            key = "dms/shop/orders/" + Path(path).name
+            s3.upload_file(path, "landing", key)
+            ev = {"version": "0", "id": f"bench-{i}", "detail-type": "Object Created",
+                  "source": "aws.s3", "account": "123456789012", "time": "2026-11-30T12:00:00Z",
+                  "region": "us-east-1", "resources": ["arn:aws:s3:::landing"],
+                  "detail": {"version": "0", "bucket": {"name": "landing"},
+                             "object": {"key": key, "size": os.path.getsize(path)},
+                             "reason": "PutObject"}}
+            r = invoke_fresh(d, f"s3glue{i}", ev, env, timeout)
+            r["file"] = Path(path).name
+            r["kind"] = "load" if i < len(meta["load_files"]) else "change"
+            runs.append(r)
+            if r.get("outcome") != "response":
+                return {"problem": f"{r['file']}: {r}", "runs": runs}
+        v = measure([PY, PEERS, "verify", "--tool", "dms2iceberg", "--table", d, "--meta",
+                     Path(meta["dir"]) / "meta.json", "--full", "--glue-endpoint", url],
+                    timeout, logfile=d / "verify.log")
+        vj = v.last_json() if v.ok else {"ok": False, "problems": [v.err[-1500:]]}
+        ch = [r for r in runs if r["kind"] == "change"]
+        return {"event": "EventBridge Object Created for each file, one fresh process each",
+                "table_rows": meta["rows"], "changes_per_file": meta["changes"],
+                "runs": runs, "verified": vj.get("ok"), "problems": vj.get("problems"),
+                "compared": vj.get("compared"), "reader": vj.get("reader"),
+                "median_change_first_next_ms": median([r["first_next_ms"] for r in ch]),
+                "median_change_first_event_handled_ms": median(
+                    [r["first_event_handled_ms"] for r in ch]),
+                "median_change_handler_ms": median([r["handler_ms"] for r in ch])}
+    finally:
+        stop(mp)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -571,17 +646,32 @@ def markdown(res: dict) -> str:
                      f"when it stopped).\n")
     cs = res.get("cold_start")
     if cs:
-        L.append("### Ingest Lambda cold start\n")
-        L.append(f"`{cs['binary']}`: {fmt(cs.get('binary_mib'), 1)} MiB ({fmt(cs.get('binary_bytes'))} bytes; "
-                 f"{cs.get('file', '')}).")
-        if cs.get("median_first_event_handled_ms") is not None:
-            L.append(f" Process start → first `next` (init done): median "
-                     f"{cs['median_first_next_ms']:.0f} ms; → first event handled: median "
-                     f"{cs['median_first_event_handled_ms']:.0f} ms over {len(cs['runs'])} runs "
-                     f"(event: {cs['event']}; Runtime API emulator "
-                     f"tests/support/lambda_runtime_api.py).\n")
-        else:
-            L.append(f" Cold start not measured: {cs.get('runtime_emulator') or cs.get('runs')}\n")
+        L.append("### Ingest Lambda: binary and cold start\n")
+        L.append(f"`{cs['binary']}`: {fmt(cs.get('binary_mib'), 1)} MiB ({fmt(cs.get('binary_bytes'))} "
+                 f"bytes; {cs.get('file', '')}).\n")
+        e = cs.get("empty") or {}
+        if e.get("median_first_event_handled_ms") is not None:
+            L.append(f"- Fresh process, event = {e['event']}: start → first `next` (init done) median "
+                     f"{e['median_first_next_ms']:.0f} ms, → first event handled median "
+                     f"{e['median_first_event_handled_ms']:.0f} ms ({len(e['runs'])} runs).")
+        elif cs.get("runtime_emulator"):
+            L.append(f"- Cold start not measured: {cs['runtime_emulator']}")
+        g = cs.get("s3_glue") or {}
+        if g.get("median_change_first_event_handled_ms") is not None:
+            loads = [r for r in g["runs"] if r["kind"] == "load"]
+            L.append(f"- Fresh process per DMS file through the local S3 + Glue emulator "
+                     f"(tests/support/moto_server.py, moto): a {g['table_rows']:,}-row table, "
+                     f"change files of {g['changes_per_file']:,} rows. Change file: start → first "
+                     f"`next` median {g['median_change_first_next_ms']:.0f} ms, → event handled "
+                     f"(file applied and committed to Glue) median "
+                     f"{g['median_change_first_event_handled_ms']:.0f} ms (handler "
+                     f"{g['median_change_handler_ms']:.0f} ms); full load event "
+                     f"{loads[0]['first_event_handled_ms']:.0f} ms. Final table verified through "
+                     f"PyIceberg's GlueCatalog: {'yes, ' + (g.get('compared') or '') if g.get('verified') else 'NO ' + str(g.get('problems'))}.")
+        elif g.get("problem"):
+            L.append(f"- Through S3 + Glue: not measured ({g['problem'][:300]}).")
+        L.append("\nRuntime API: tests/support/lambda_runtime_api.py, the event queued before "
+                 "the process starts; times from process spawn.\n")
     return "\n".join(L)
 
 
@@ -680,8 +770,14 @@ def main() -> None:
         if not a.keep:
             shutil.rmtree(a.work / "case-memory", ignore_errors=True)
     if not a.no_cold_start:
-        res["cold_start"] = cold_start(a.work)
-        log(f"cold start: {res['cold_start'].get('median_first_event_handled_ms')} ms")
+        lam = metas.get((100_000, 1_000)) or metas[min(metas)]
+        log(f"lambda cold start (empty event; then S3/Glue emulator, N={lam['rows']:,} "
+            f"B={lam['changes']:,})")
+        res["cold_start"] = cold_start(a.work, lam, a.timeout)
+        cs = res["cold_start"]
+        log(f"cold start: empty {cs.get('empty', {}).get('median_first_event_handled_ms')} ms, "
+            f"S3/Glue {cs.get('s3_glue', {}).get('median_change_first_event_handled_ms')} ms "
+            f"{cs.get('s3_glue', {}).get('problem') or ''}")
     res["finished"] = dt.datetime.now().strftime("%H:%M:%S")
     res["load_end"] = os.getloadavg()[0]
     analyse(res)

@@ -194,9 +194,26 @@ def metadata_location(table_dir: Path) -> str:
         con.close()
 
 
+def glue_catalog(endpoint: str):
+    """PyIceberg's GlueCatalog on the local S3 + Glue emulator (tests/support/moto_server.py)."""
+    from pyiceberg.catalog.glue import GlueCatalog
+    props = {"glue.endpoint": endpoint, "s3.endpoint": endpoint, "s3.path-style-access": "true",
+             "py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
+    for k, v in {"access-key-id": "testing", "secret-access-key": "testing",
+                 "region": "us-east-1"}.items():
+        props[f"glue.{k}"] = v
+        props[f"s3.{k}"] = v
+    return GlueCatalog("glue", **props)
+
+
+GLUE_ENDPOINT: str | None = None
+
+
 def read_with_own_reader(tool: str, table_dir: Path) -> pa.Table:
     """The table through an engine other than DuckDB: PyIceberg for Iceberg tables (ours and
     PyIceberg's own), deltalake for Delta."""
+    if GLUE_ENDPOINT:
+        return glue_catalog(GLUE_ENDPOINT).load_table(f"{NS}.{TABLE}").scan().to_arrow()
     if tool == "delta":
         from deltalake import DeltaTable
         return DeltaTable(str(table_dir)).to_pyarrow_table()
@@ -259,7 +276,8 @@ def verify(tool: str, table_dir: Path, meta_path: Path, full: bool) -> dict:
                             f"the expected state; e.g. {sample}")
         compared = "full (every row and column)"
     return {"ok": not problems, "problems": problems, "compared": compared,
-            "reader": "deltalake" if tool == "delta" else "pyiceberg", **checks}
+            "reader": "deltalake" if tool == "delta" else
+            ("pyiceberg GlueCatalog" if GLUE_ENDPOINT else "pyiceberg"), **checks}
 
 
 def duckdb_read(tool: str, table_dir: Path, meta_path: Path, runs: int) -> dict:
@@ -320,7 +338,10 @@ def main() -> None:
     ap.add_argument("--meta", type=Path)
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--glue-endpoint", help="verify: read the table through Glue + S3 there")
     a = ap.parse_args()
+    global GLUE_ENDPOINT
+    GLUE_ENDPOINT = a.glue_endpoint
     table_dir = a.table.resolve()
     meta = json.loads(a.meta.read_text()) if a.meta else {}
     if a.cmd == "load":
