@@ -58,6 +58,10 @@ pub struct TableSettings {
     pub columns: Option<Vec<ColumnSetting>>,
     /// The endpoint's `CsvNullValue`. Default: an empty field is NULL.
     pub null_value: Option<String>,
+    /// The endpoint's `AddColumnName`: files have a header (`true`) or not (`false`, names from
+    /// `columns`). Default: a header unless `columns` is set and the first line does not name
+    /// them.
+    pub header: Option<bool>,
     /// The endpoint's `CsvDelimiter`. Default `,`.
     pub delimiter: Option<String>,
     /// Prefix of `add-before-image-columns` columns. Default `BI_`.
@@ -109,6 +113,7 @@ impl TableSettings {
             drop_columns,
             columns,
             null_value,
+            header,
             delimiter,
             before_image_prefix,
             lowercase_names,
@@ -135,6 +140,7 @@ pub struct TableConfig {
     pub drop_columns: Vec<String>,
     pub columns: Option<Vec<(String, Option<PrimitiveType>)>>,
     pub null_value: String,
+    pub header: Option<bool>,
     /// The endpoint's `CsvDelimiter`: one or more bytes.
     pub delimiter: Vec<u8>,
     pub before_image_prefix: String,
@@ -297,6 +303,7 @@ impl Config {
                 .collect(),
             columns,
             null_value: s.null_value.clone().unwrap_or_default(),
+            header: s.header,
             delimiter,
             before_image_prefix: s
                 .before_image_prefix

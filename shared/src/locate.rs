@@ -130,9 +130,8 @@ pub fn locate(key: &str, source: &SourceSettings) -> Result<Option<DmsObject>> {
     // segment folder, and take the last two components.
     let mut segment = String::new();
     if parts.len() > 2 {
-        while parts.len() > 2 && parts.last().is_some_and(|p| is_date_folder(p)) {
-            parts.pop();
-        }
+        let n = date_folders(&parts[2..]);
+        parts.truncate(parts.len() - n);
         if kind == FileKind::Load && source.parallel_load_folders && parts.len() > 2 {
             segment = parts.pop().unwrap_or_default().to_string();
         }
@@ -229,12 +228,88 @@ fn parse_file_name(name: &str) -> Option<(FileKind, FileFormat, StemOrder)> {
     Some((FileKind::Cdc, format, StemOrder::Cdc(key)))
 }
 
-/// `2022`, `03`, `2022-03-02`, `2022_03_02`, `20220302`, `11`: digits with optional `-`/`_`.
-fn is_date_folder(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes().any(|b| b.is_ascii_digit())
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || b == b'-' || b == b'_')
+/// How many trailing folders of `parts` are a DMS date partition (`DatePartitionEnabled`):
+/// the shapes `DatePartitionSequence` × `DatePartitionDelimiter` produce (`2022/03/02`,
+/// `2022/03/02/11`, `2022/03`, `03/2022/02`, `02/03/2022`, `2022-03-02`, `2022_03_02`,
+/// `20220302`, …) holding a real date. Anything else (`2022` alone, `v2`, `p01`) is a schema,
+/// table or segment name. (The folder date is the commit date, which may differ from the date in
+/// a change file's name around midnight, so the two are not compared.)
+fn date_folders(parts: &[&str]) -> usize {
+    for n in (1..=parts.len().min(4)).rev() {
+        let tail = &parts[parts.len() - n..];
+        let groups: Vec<&str> = if n == 1 {
+            let c = tail[0];
+            match (c.contains('-'), c.contains('_')) {
+                (true, false) => c.split('-').collect(),
+                (false, true) => c.split('_').collect(),
+                (false, false) => vec![c],
+                (true, true) => continue,
+            }
+        } else {
+            tail.to_vec()
+        };
+        if groups
+            .iter()
+            .any(|g| g.is_empty() || !g.bytes().all(|b| b.is_ascii_digit()))
+        {
+            continue;
+        }
+        if parse_date_groups(&groups).is_some() {
+            return n;
+        }
+    }
+    0
+}
+
+/// A date out of date-partition groups: (year, month, day if present).
+fn parse_date_groups(groups: &[&str]) -> Option<(u32, u32, Option<u32>)> {
+    // Field order of each DatePartitionSequence: Y year, M month, D day, H hour.
+    const SEQUENCES: [&[(char, usize)]; 5] = [
+        &[('Y', 4), ('M', 2), ('D', 2)],
+        &[('Y', 4), ('M', 2), ('D', 2), ('H', 2)],
+        &[('Y', 4), ('M', 2)],
+        &[('M', 2), ('Y', 4), ('D', 2)],
+        &[('D', 2), ('M', 2), ('Y', 4)],
+    ];
+    for seq in SEQUENCES {
+        // Separated groups match field by field; one unseparated group splits by widths.
+        let fields: Vec<&str> = if groups.len() == seq.len()
+            && groups.iter().zip(seq).all(|(g, (_, w))| g.len() == *w)
+        {
+            groups.to_vec()
+        } else if groups.len() == 1 && groups[0].len() == seq.iter().map(|(_, w)| w).sum::<usize>()
+        {
+            let mut at = 0;
+            seq.iter()
+                .map(|(_, w)| {
+                    let f = &groups[0][at..at + w];
+                    at += w;
+                    f
+                })
+                .collect()
+        } else {
+            continue;
+        };
+        let (mut y, mut m, mut d, mut h) = (None, None, None, None);
+        for ((k, _), f) in seq.iter().zip(&fields) {
+            let v: u32 = f.parse().ok()?;
+            match k {
+                'Y' => y = Some(v),
+                'M' => m = Some(v),
+                'D' => d = Some(v),
+                _ => h = Some(v),
+            }
+        }
+        let (y, m) = (y?, m?);
+        if (1970..=2999).contains(&y)
+            && (1..=12).contains(&m)
+            && d.is_none_or(|d| (1..=31).contains(&d))
+            && h.is_none_or(|h| h <= 23)
+        {
+            return Some((y, m, d));
+        }
+    }
+    None
 }
 
 /// The folder of `obj`'s table inside its key (`dms/sales/product/`), without any bucket:
@@ -325,6 +400,28 @@ mod tests {
             "sales/product/2022-03-02/20220302-1134010000.csv",
             "sales/product/2022_03_02/LOAD00000001.csv",
             "sales/product/20220302/20220302-1134010000.csv",
+        ] {
+            let o = loc(k).unwrap();
+            assert_eq!(
+                (o.schema.as_str(), o.table.as_str()),
+                ("sales", "product"),
+                "{k}"
+            );
+        }
+    }
+
+    #[test]
+    fn numeric_names_are_not_date_folders() {
+        let o = loc("dms/sales/2022/LOAD00000001.csv").unwrap();
+        assert_eq!((o.schema.as_str(), o.table.as_str()), ("sales", "2022"));
+        // 13 is not a month: these are not date folders, so they name the schema and table.
+        let o = loc("dms/sales/t1/2022/13/02/20220302-1134010000.csv").unwrap();
+        assert_eq!((o.schema.as_str(), o.table.as_str()), ("13", "02"));
+        for k in [
+            "x/sales/product/03/2022/02/20220302-1134010000.csv",
+            "x/sales/product/02/03/2022/20220302-1134010000.csv",
+            "x/sales/product/2022/03/20220302-1134010000.csv",
+            "x/sales/product/2022-03-02-11/20220302-1134010000.csv",
         ] {
             let o = loc(k).unwrap();
             assert_eq!(

@@ -70,9 +70,10 @@ impl CsvFile {
                 })
                 .collect()
         };
-        let has_header = match &configured {
-            None => true,
-            Some(names) => looks_like_header(&first_fields, names, cfg),
+        let has_header = match (cfg.header, &configured) {
+            (Some(h), _) => h,
+            (None, None) => true,
+            (None, Some(names)) => looks_like_header(&first_fields, names, cfg),
         };
         let names: Vec<String> = if has_header {
             if let Some(long) = first_fields.iter().find(|f| f.len() > MAX_COLUMN_NAME) {
@@ -250,7 +251,24 @@ const MAX_COLUMN_NAME: usize = 1024;
 pub const MAX_RECORD_BYTES: u64 = 128 << 20;
 
 fn reader(data: &SourceData, label: &str, delimiter: &[u8]) -> Result<(Reader, Arc<Mutex<Lines>>)> {
-    let input = data.open(label, DEFAULT_MAX_DECOMPRESSED_BYTES)?;
+    let mut input = data.open(label, DEFAULT_MAX_DECOMPRESSED_BYTES)?;
+    // A UTF-8 byte order mark is not data.
+    let mut head = [0u8; 3];
+    let mut got = 0;
+    while got < 3 {
+        match input.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) => return Err(Error::io(label.to_string(), e)),
+        }
+    }
+    let skip = if got == 3 && head == [0xEF, 0xBB, 0xBF] {
+        3
+    } else {
+        0
+    };
+    let input: Box<dyn Read + Send> =
+        Box::new(std::io::Cursor::new(head[skip..got].to_vec()).chain(input));
     let (input, delimiter): (Box<dyn Read + Send>, u8) = match delimiter {
         [d] => (input, *d),
         many => (
@@ -263,7 +281,6 @@ fn reader(data: &SourceData, label: &str, delimiter: &[u8]) -> Result<(Reader, A
         inner: input,
         lines: lines.clone(),
         offset: 0,
-        label: label.to_string(),
     };
     Ok((
         csv::ReaderBuilder::new()
@@ -306,7 +323,6 @@ struct LineTracker<R> {
     inner: R,
     lines: Arc<Mutex<Lines>>,
     offset: u64,
-    label: String,
 }
 
 impl<R: Read> Read for LineTracker<R> {
@@ -324,8 +340,7 @@ impl<R: Read> Read for LineTracker<R> {
         self.offset += n as u64;
         if self.offset - lines.record_start > MAX_RECORD_BYTES + (1 << 16) {
             return Err(std::io::Error::other(format!(
-                "{}: a record is longer than {MAX_RECORD_BYTES} bytes (missing line breaks or an unterminated quote?)",
-                self.label
+                "a record is longer than {MAX_RECORD_BYTES} bytes (missing line breaks or an unterminated quote?)"
             )));
         }
         Ok(n)
@@ -426,6 +441,10 @@ impl<R: Read> Read for MultiByteDelimiter<R> {
             }
             for &b in &chunk[..n] {
                 self.push(b);
+                if self.error.is_some() {
+                    // Nothing after the bad byte is passed on: the record it is in fails.
+                    break;
+                }
             }
         }
         if self.out.is_empty()
@@ -444,7 +463,13 @@ impl<R: Read> Read for MultiByteDelimiter<R> {
 fn csv_error(label: &str, e: csv::Error) -> Error {
     let line = e.position().map(|p| p.line());
     let reason = match e.kind() {
-        csv::ErrorKind::Io(io) => io.to_string(),
+        // Stream readers name the file themselves; say it once.
+        csv::ErrorKind::Io(io) => {
+            let m = io.to_string();
+            m.strip_prefix(&format!("{label}: "))
+                .map(str::to_string)
+                .unwrap_or(m)
+        }
         csv::ErrorKind::Utf8 { err, .. } => format!("invalid UTF-8: {err}"),
         _ => e.to_string(),
     };
@@ -484,9 +509,11 @@ fn looks_like_header(first: &[String], configured: &[String], cfg: &TableConfig)
                 || names.contains(f)
                 || f.strip_prefix(prefix.as_str())
                     .is_some_and(|b| names.iter().any(|n| n == b))
+                || Some(f) == cfg.change_sequence_column.as_ref()
+                || Some(f) == cfg.commit_timestamp_column.as_ref()
         })
         .count();
-    hits * 2 >= first.len().max(1)
+    !first.is_empty() && hits == first.len()
 }
 
 struct Records {
@@ -499,11 +526,27 @@ struct Records {
 impl Records {
     /// Next record; returns the line it starts on.
     fn next(&mut self, rec: &mut csv::ByteRecord) -> Result<Option<u64>> {
-        if !self
-            .reader
-            .read_byte_record(rec)
-            .map_err(|e| csv_error(&self.label, e))?
-        {
+        let read = self.reader.read_byte_record(rec);
+        let got = match read {
+            Ok(g) => g,
+            Err(e) => {
+                // Stream errors (decompression cap, record cap, bad bytes) carry no position:
+                // the record being read starts where the reader stands.
+                let line = self
+                    .lines
+                    .lock()
+                    .map(|mut l| l.line_of(self.reader.position().byte()))
+                    .ok();
+                return Err(match (csv_error(&self.label, e), line) {
+                    (Error::Input(mut ie), Some(line)) if ie.position.is_none() => {
+                        ie.position = Some(Position::Line(line));
+                        Error::Input(ie)
+                    }
+                    (e, _) => e,
+                });
+            }
+        };
+        if !got {
             return Ok(None);
         }
         let byte = rec.position().map_or(0, |p| p.byte());
