@@ -150,6 +150,7 @@ fn s3_notifications_apply_each_file_as_it_lands() {
     let mut f = Function::start(&lab, "ingest", &[]);
     let cold_start_ms = f.cold_start_ms;
     let mut warm = Vec::new();
+    let mut requests: BTreeMap<String, i64> = BTreeMap::new();
     for table in ["sales.product", "shop.order_items", "pq.orders"] {
         let steps = lab.work.asof(table);
         let meta = lab.work.meta(table);
@@ -161,6 +162,7 @@ fn s3_notifications_apply_each_file_as_it_lands() {
                 let k = ev["Records"][0]["s3"]["object"]["key"].as_str().unwrap();
                 assert!(k.contains("order%24items"), "dmsgen encodes the key: {k}");
             }
+            let before = lab.moto.stats()["requests"].clone();
             let o = f.invoke_ok(&ev);
             assert_eq!(
                 o.body["tables"].as_array().map(Vec::len),
@@ -170,6 +172,11 @@ fn s3_notifications_apply_each_file_as_it_lands() {
             );
             if !key.contains("LOAD") && table != "pq.orders" {
                 warm.push(o.duration_ms);
+                let after = lab.moto.stats()["requests"].clone();
+                for (k, n) in after.as_object().unwrap() {
+                    let d = n.as_i64().unwrap() - before[k].as_i64().unwrap_or(0);
+                    *requests.entry(k.clone()).or_insert(0) += d;
+                }
             }
             // After each file the table is exactly the state after that file.
             let got = lab.scan(&name);
@@ -200,6 +207,15 @@ fn s3_notifications_apply_each_file_as_it_lands() {
         warm.iter().min().unwrap(),
         warm.iter().max().unwrap(),
         warm.len()
+    );
+    let per_file: Vec<String> = requests
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("{k} {:.1}", *n as f64 / warm.len() as f64))
+        .collect();
+    eprintln!(
+        "lambda-measure: emulator requests per warm change file: {}",
+        per_file.join(", ")
     );
 }
 
@@ -572,13 +588,9 @@ fn bad_file_blocks_its_table_until_skipped() {
     b.redeliver_and_check(&mut f2);
 }
 
-/// BUG (contract): a warm execution environment keeps the config it read at initialisation, so
-/// an operator's `skip_files` (re-uploaded config.toml) does not reach it: SQS redeliveries to
-/// warm environments keep failing until Lambda recycles them (hours), and the table stays
-/// blocked. Fix: re-read an `s3://` config when its ETag changes (a HeadObject per invocation),
-/// or document that a config change needs a forced cold start (e.g. an environment update).
+/// A warm execution environment re-reads an `s3://` config on every invocation, so an
+/// operator's `skip_files` (re-uploaded config.toml) reaches it without a cold start.
 #[test]
-#[ignore = "BUG: a warm function does not see a re-uploaded config (skip_files)"]
 fn skip_files_reaches_a_warm_function() {
     let mut b = blocked_by_bad_file("badfile_warm");
     b.skip_bad_file();
@@ -678,7 +690,6 @@ fn racing_functions_end_exact() {
 /// created for, and a different source resolving to it fails naming both and `target`), and
 /// the table holds exactly a's rows.
 #[test]
-#[ignore = "BUG: two DMS tables resolving to one Iceberg table are silently mixed"]
 fn two_schemas_one_table_name_are_not_mixed() {
     require_python();
     let lab = Lab::new("collision");

@@ -25,7 +25,8 @@ and every successful update bumps the version (moto's own bookkeeping). `UpdateT
 `VersionId` is an unconditional write, as on Glue.
 
 Control endpoint (paths no bucket can have; not part of any AWS API):
-  GET  /_dms2iceberg/stats   {"update_table": {"applied": n, "refused": n, "unversioned": n}, ...}
+  GET  /_dms2iceberg/stats   {"update_table": {"applied": n, "refused": n, "unversioned": n},
+                              "requests": {"glue GetTable": n, "s3 GET": n, ...}, ...}
   POST /_dms2iceberg/config  {"update_table_delay_ms": N}: every UpdateTable waits N ms after it
                              arrives and before its atomic check-and-write, which widens the
                              window in which two writers race from the same base (tests/lambda.rs
@@ -52,6 +53,7 @@ STATE = {
     "update_table_delay_ms": 0,
     "update_table": {"applied": 0, "refused": 0, "unversioned": 0},
     "refusals": [],  # last few refused writes, for debugging
+    "requests": {},  # "glue GetTable" / "s3 GET" / ... -> count
 }
 
 
@@ -101,6 +103,11 @@ def control_app(inner):
     def app(environ, start_response):
         path = environ.get("PATH_INFO", "")
         if not path.startswith(CONTROL_PREFIX):
+            target = environ.get("HTTP_X_AMZ_TARGET", "")
+            what = f"glue {target.split('.', 1)[-1]}" if target.startswith("AWSGlue.") else \
+                f"{'other ' + target if target else 's3 ' + environ.get('REQUEST_METHOD', '?')}"
+            with _lock:
+                STATE["requests"][what] = STATE["requests"].get(what, 0) + 1
             return inner(environ, start_response)
         what = path[len(CONTROL_PREFIX):]
         method = environ.get("REQUEST_METHOD", "GET")
@@ -301,6 +308,8 @@ def cmd_selftest(a) -> int:
     with urllib.request.urlopen(f"{ep}/_dms2iceberg/stats") as r:
         stats = json.load(r)
     check(stats["update_table"]["refused"] >= 7, f"stats count refusals: {stats}")
+    check(stats["requests"].get("glue UpdateTable", 0) == 11 and stats["requests"].get("s3 PUT", 0) >= 2,
+          f"stats count requests by service and action: {stats['requests']}")
     req = urllib.request.Request(f"{ep}/_dms2iceberg/config", data=b'{"update_table_delay_ms": 5}',
                                  method="POST")
     with urllib.request.urlopen(req) as r:
