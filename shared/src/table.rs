@@ -21,6 +21,9 @@ pub mod keys {
     pub const SOURCE_ORDERS: &str = "dms2iceberg.source-orders";
     /// DMS order key of the last file applied to the table (cumulative).
     pub const WATERMARK: &str = "dms2iceberg.watermark";
+    /// Table property: the DMS `schema.table` that feeds the table (two sources resolving to one
+    /// table would silently mix their rows).
+    pub const SOURCE_TABLE: &str = "dms2iceberg.source-table";
     /// Table property: files up to this DMS order count as applied (their snapshots expired).
     pub const EXPIRED_WATERMARK: &str = "dms2iceberg.expired-watermark";
     /// Greatest change sequence applied to the table (cumulative), when configured.

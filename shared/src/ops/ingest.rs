@@ -381,6 +381,20 @@ impl<'a> Ingest<'a> {
     ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
         let file_io = self.catalog.file_io().clone();
         let current = table.as_ref().map(|t| t.metadata.clone());
+        if let Some(fed_by) = current
+            .as_ref()
+            .and_then(|m| m.properties().get(keys::SOURCE_TABLE))
+            && *fed_by != cfg.source
+        {
+            return Err(Error::Config(format!(
+                "table {} holds DMS table {fed_by}; {} resolves to it too (its name, or \
+                 DMS2ICEBERG_GLUE_DATABASE, maps both to one table): set `target` under \
+                 [tables.\"{}\"] to keep them apart",
+                cfg.target(),
+                cfg.source,
+                cfg.source
+            )));
+        }
         let key: Vec<String> = match current
             .as_ref()
             .map(|m| evolve::key_columns(m.current_schema()))
@@ -468,6 +482,7 @@ impl<'a> Ingest<'a> {
                         "write.target-file-size-bytes",
                         &cfg.target_file_size_bytes.to_string(),
                     ),
+                    (keys::SOURCE_TABLE, &cfg.source),
                 ]
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
