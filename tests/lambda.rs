@@ -300,20 +300,31 @@ fn sqs_batches_report_partial_failures() {
 #[test]
 fn eventbridge_object_created_events() {
     require_python();
-    // A `+` in the BucketFolder: EventBridge keys are not URL-encoded, so it must stay a `+`
-    // (decoded, it would be a space, match no DMS folder, and the objects would be ignored).
-    let lab = Lab::with_folder("eventbridge", "dms+eb");
+    // `$` in the table folder: AWS does not say whether EventBridge keys are URL-encoded, and
+    // the function decodes them either way (safe for DMS keys). Each object's event comes as
+    // stored (`line$items`), and once more URL-encoded (`line%24items`) as a duplicate.
+    let lab = Lab::new("eventbridge");
     lab.generate("synthetic", &args("--format parquet --schema shop --table line$items --target shop.line_items --date-folders --rows 100 --cdc-files 3 --cdc-rows 30 --seed 5"));
     lab.upload_config(&[]);
     let mut f = Function::start(&lab, "ingest", &[]);
     let keys = keys_of(&lab, "shop.line_items");
     assert!(
-        keys[0].contains("/2022/"),
+        keys[0].contains("/2022/") && keys[0].contains("line$items"),
         "date folders expected: {keys:?}"
     );
-    for key in &keys {
+    let steps = lab.work.asof("shop.line_items");
+    let meta = lab.work.meta("shop.line_items");
+    for (i, key) in keys.iter().enumerate() {
         let size = lab.upload(key);
         f.invoke_ok(&eventbridge_event(LANDING, key, size));
+        let encoded = lab.s3_event(key)["Records"][0]["s3"]["object"]["key"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(encoded.contains("line%24items"), "{encoded}");
+        f.invoke_ok(&eventbridge_event(LANDING, &encoded, size));
+        let got = lab.scan(&lab.glue_name(&meta));
+        common::assert_rows(&format!("after {key}"), &meta, &steps[i].rows, &got);
     }
     // Events that name no DMS data file are accepted and change nothing.
     f.invoke_ok(&eventbridge_event(LANDING, CONFIG_KEY, 10));
@@ -321,7 +332,6 @@ fn eventbridge_object_created_events() {
     deleted["detail-type"] = json!("Object Deleted");
     f.invoke_ok(&deleted);
     lab.assert_table("shop.line_items");
-    let meta = lab.work.meta("shop.line_items");
     assert_each_file_once(&lab, &lab.glue_name(&meta), &meta.files);
 }
 
@@ -425,6 +435,7 @@ fn duplicated_shuffled_and_late_events() {
 /// with a later valid file of the same table and files of another table.
 struct BadFile {
     lab: Lab,
+    bad_id: String,
     /// The warm function that met the bad file.
     f: Option<Function>,
     bad_key: String,
@@ -432,6 +443,21 @@ struct BadFile {
     bad_rec: Value,
     later_rec: Value,
     product_name: String,
+}
+
+/// The `reason` of the function's `record failed` log line for an SQS message.
+fn failure_reason(f: &Function, message_id: &str) -> String {
+    let log = f.log();
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| {
+            v["fields"]["message"] == "record failed"
+                && v["fields"]["record"]
+                    .as_str()
+                    .is_some_and(|r| r.contains(message_id))
+        })
+        .and_then(|v| v["fields"]["reason"].as_str().map(str::to_string))
+        .unwrap_or_else(|| panic!("no `record failed` log line for message {message_id}:\n{log}"))
 }
 
 fn blocked_by_bad_file(name: &str) -> BadFile {
@@ -500,15 +526,11 @@ fn blocked_by_bad_file(name: &str) -> BadFile {
     let mut expected = vec![bad_id.clone(), later_id.clone()];
     expected.sort();
     assert_eq!(o.batch_item_failures(), expected, "{}", o.body);
-    // The reason names the file, the line and the column.
-    let log = f.log();
-    let reason = log
-        .lines()
-        .find(|l| l.contains("record failed") && l.contains("20220302-1136010000.csv"))
-        .unwrap_or_else(|| panic!("no `record failed` log line for the bad file:\n{log}"));
+    // The reason (logged) names the bad file and the line.
+    let reason = failure_reason(&f, &bad_id);
     assert!(
-        common::mentions_number(reason, corrupt.line.unwrap()) && reason.contains("Op"),
-        "the reason should name line {} and column Op: {reason}",
+        reason.contains(&bad_key) && common::mentions_number(&reason, corrupt.line.unwrap()),
+        "the reason should name {bad_key} and line {}: {reason}",
         corrupt.line.unwrap()
     );
     // Nothing of the bad file and nothing after it; the other table went on.
@@ -525,6 +547,7 @@ fn blocked_by_bad_file(name: &str) -> BadFile {
     lab.assert_table("shop.orders");
     BadFile {
         lab,
+        bad_id,
         f: Some(f),
         bad_key,
         later_key,
@@ -678,6 +701,21 @@ fn racing_functions_end_exact() {
         tb.get("CommitConflicts"),
         ta.get("FilesApplied"),
         tb.get("FilesApplied")
+    );
+}
+
+/// BUG (contract): README promises that logs carry "file, line, column and the kind of problem,
+/// never row values", but the redaction of error messages replaces every backtick-quoted span,
+/// the column name included: the reason reads "line 37, column `…`: unknown operation `…`".
+/// The column name (`Op`) is schema, not data, and is what an operator needs to find the bad row.
+#[test]
+#[ignore = "BUG: logged failure reasons redact the column name"]
+fn failure_reason_names_the_column() {
+    let b = blocked_by_bad_file("badfile_column");
+    let reason = failure_reason(b.f.as_ref().unwrap(), &b.bad_id);
+    assert!(
+        reason.contains("column `Op`"),
+        "the logged reason should name the column Op: {reason}"
     );
 }
 
