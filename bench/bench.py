@@ -492,14 +492,15 @@ def versions() -> dict:
             v[p] = None
     for cmd, key in ((["rustc", "--version"], "rustc"), ([CLI, "--version"], "dms2iceberg")):
         try:
-            v[key] = subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
+            out = subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
+            v[key] = out.removeprefix(key).strip()
         except FileNotFoundError:
             v[key] = None
     git = lambda *a: subprocess.run(["git", "-C", ROOT, *a], capture_output=True,  # noqa: E731
-                                    text=True).stdout.strip()
-    v["git_commit"] = git("rev-parse", "--short", "HEAD")
+                                    text=True).stdout
+    v["git_commit"] = git("rev-parse", "--short", "HEAD").strip()
     dirty = [l[3:] for l in git("status", "--porcelain").splitlines()
-             if not l[3:].startswith("bench/")]
+             if l[3:] and not l[3:].startswith("bench/")]
     v["git_dirty_outside_bench"] = dirty
     return v
 
@@ -588,8 +589,9 @@ def markdown(res: dict) -> str:
     L.append("Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()
                                         if k not in ("git_dirty_outside_bench",)) + ".")
     if v.get("git_dirty_outside_bench"):
-        L.append(f" Working tree had uncommitted changes outside bench/ when the binary was "
-                 f"built: {', '.join(v['git_dirty_outside_bench'])}.")
+        L.append(f" Working tree had uncommitted changes outside bench/ at the time of the run "
+                 f"(other engineers' work in progress; the binaries were built from the tree "
+                 f"as it was at build time): {', '.join(v['git_dirty_outside_bench'])}.")
     L.append(f"\nSetup: venv install {fmt(res['setup'].get('install_s'), 1)} s "
              f"({res['setup'].get('install_note', '')}), cargo build --release "
              f"{fmt(res['setup'].get('build_s'), 1) + ' s (incremental: no-op when up to date)' if res['setup'].get('build_s') is not None else 'skipped (--no-build)'}.\n")
@@ -710,6 +712,7 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the tables of each case")
     ap.add_argument("--setup-json", type=Path, help="written by bench/run: install/build times")
     ap.add_argument("--command", default="bench/run")
+    ap.add_argument("--tag", help="results file name: <date>-<tag>.json (default: <date>[-big])")
     a = ap.parse_args()
 
     sizes = [int(x) for x in (a.sizes or "100000,1000000").split(",")]
@@ -791,7 +794,7 @@ def main() -> None:
     res["load_end"] = os.getloadavg()[0]
     analyse(res)
     md = markdown(res)
-    stem = res["date"] + ("-big" if a.big else "")
+    stem = res["date"] + (f"-{a.tag}" if a.tag else "-big" if a.big else "")
     out_json = a.results / f"{stem}.json"
     out_md = a.results / f"{stem}.md"
     out_json.write_text(json.dumps(res, indent=1, default=str))
