@@ -153,16 +153,23 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Column names are quoted too and lost with them, but `InputError` carries the column apart.
 pub fn redact(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
-    let mut inside = false;
-    for c in message.chars() {
-        if c == '`' {
-            if inside {
-                out.push('…');
-            }
-            out.push(c);
-            inside = !inside;
-        } else if !inside {
-            out.push(c);
+    let mut parts = message.split('`');
+    if let Some(first) = parts.next() {
+        out.push_str(first);
+    }
+    // Odd parts are quoted. Names (columns, config keys) are kept: they follow `column `,
+    // `key `, `set ` or `columns `; anything else quoted is a value.
+    let mut prev_plain = out.clone();
+    for (i, part) in parts.enumerate() {
+        out.push('`');
+        if i % 2 == 0 {
+            let names_follow = ["column ", "columns ", "key ", "set ", "Op "]
+                .iter()
+                .any(|w| prev_plain.ends_with(w));
+            out.push_str(if names_follow { part } else { "…" });
+        } else {
+            out.push_str(part);
+            prev_plain = part.to_string();
         }
     }
     out
@@ -174,7 +181,11 @@ mod tests {
     fn redacts_quoted_values() {
         assert_eq!(
             super::redact("f.csv, line 3, column `n`: cannot parse `4111 1111` as long"),
-            "f.csv, line 3, column `…`: cannot parse `…` as long"
+            "f.csv, line 3, column `n`: cannot parse `…` as long"
+        );
+        assert_eq!(
+            super::redact("unknown operation `X` (expected I, U or D); set `target` under"),
+            "unknown operation `…` (expected I, U or D); set `target` under"
         );
         assert_eq!(super::redact("no quotes"), "no quotes");
     }

@@ -188,10 +188,11 @@ impl IngestHandler {
             files.sort_by(|a, b| a.0.order.cmp(&b.0.order));
             let cfg = config.table(schema, table)?;
             let ident = iceberg::TableIdent::from_strs([&cfg.namespace, &cfg.table])?;
-            let applied = LoadedTable::load(&self.catalog, &ident)
-                .await?
-                .map(|t| applied_files(&t.metadata))
-                .unwrap_or_default();
+            let loaded = LoadedTable::load(&self.catalog, &ident).await?;
+            if let Some(t) = &loaded {
+                crate::ops::ingest::check_source(&cfg, t)?;
+            }
+            let applied = loaded.map(|t| applied_files(&t.metadata)).unwrap_or_default();
             let pending: Vec<FileInput> = files
                 .iter()
                 .filter(|(o, _)| !applied.contains(&o.order))

@@ -235,6 +235,14 @@ impl<'a> Ingest<'a> {
                 return report;
             }
         };
+        let source = LoadedTable::load(self.catalog, &ident)
+            .await
+            .and_then(|t| t.map_or(Ok(()), |t| check_source(&cfg, &t)));
+        if let Err(e) = source {
+            report.error = Some(e.to_string());
+            report.files_waiting = files.len();
+            return report;
+        }
         // Files the operator listed under `skip_files` are passed over, never applied.
         files.retain(|f| {
             let skip = cfg.is_skipped(&f.object.key);
@@ -381,19 +389,8 @@ impl<'a> Ingest<'a> {
     ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
         let file_io = self.catalog.file_io().clone();
         let current = table.as_ref().map(|t| t.metadata.clone());
-        if let Some(fed_by) = current
-            .as_ref()
-            .and_then(|m| m.properties().get(keys::SOURCE_TABLE))
-            && *fed_by != cfg.source
-        {
-            return Err(Error::Config(format!(
-                "table {} holds DMS table {fed_by}; {} resolves to it too (its name, or \
-                 DMS2ICEBERG_GLUE_DATABASE, maps both to one table): set `target` under \
-                 [tables.\"{}\"] to keep them apart",
-                cfg.target(),
-                cfg.source,
-                cfg.source
-            )));
+        if let Some(t) = &table {
+            check_source(cfg, t)?;
         }
         let key: Vec<String> = match current
             .as_ref()
@@ -697,6 +694,23 @@ impl<'a> Ingest<'a> {
         };
         report.rows_rejected = rejected.len();
         Ok((staged, report, rejected))
+    }
+}
+
+/// A table is fed by one DMS table: two resolving to the same Iceberg table (same name in two
+/// schemas under one Glue database, a `target` typo) would silently mix their rows, and their
+/// files (same names) would even pass for applied.
+pub fn check_source(cfg: &TableConfig, table: &LoadedTable) -> Result<()> {
+    match table.metadata.properties().get(keys::SOURCE_TABLE) {
+        Some(fed_by) if *fed_by != cfg.source => Err(Error::Config(format!(
+            "table {} holds DMS table {fed_by}; {} resolves to it too (its name, or \
+             DMS2ICEBERG_GLUE_DATABASE, maps both to one table): set `target` under \
+             [tables.\"{}\"] to keep them apart",
+            cfg.target(),
+            cfg.source,
+            cfg.source
+        ))),
+        _ => Ok(()),
     }
 }
 
