@@ -583,8 +583,11 @@ def markdown(res: dict) -> str:
     L.append(f"Run {res['date']} ({res['started']} → {res['finished']}), command `{res['command']}`.\n")
     L.append(f"Machine: {m['nproc']} cores, {m['memory_gib']} GiB, {m['cpu']}, Linux "
              f"{m['kernel']}, Python {m['python']}. 1-minute load: {res['load']['load_1m_at_start']:.2f} "
-             f"at the start (waited {res['load']['waited_s']} s"
-             f"{'' if res['load']['quiet'] else ', never got below the threshold'}), "
+             f"at the start ("
+             + (f"no wait requested" if res['load'].get('threshold') is None else
+                f"waited {res['load']['waited_s']} s for it to drop below {res['load']['threshold']}"
+                + ("" if res['load']['quiet'] else ": it never did"))
+             + "), "
              f"{res['load_end']:.2f} at the end; per case in the JSON.\n")
     L.append("Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()
                                         if k not in ("git_dirty_outside_bench",)) + ".")
