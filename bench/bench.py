@@ -380,9 +380,18 @@ def cold_start(work: Path, meta: dict | None, timeout: float) -> dict:
     res["binary_bytes"] = LAMBDA.stat().st_size
     res["binary_mib"] = LAMBDA.stat().st_size / 2**20
     try:
-        res["file"] = subprocess.run(["file", "-b", LAMBDA], capture_output=True,
-                                     text=True).stdout.strip().split(", BuildID")[0]
+        import re
+        res["file"] = re.sub(r", BuildID\[\w+\]=[0-9a-f]+", "", subprocess.run(
+            ["file", "-b", LAMBDA], capture_output=True, text=True).stdout.strip())
     except FileNotFoundError:
+        pass
+    try:  # what a deployment zip would hold if stripped
+        stripped = work / "dms2iceberg-ingest.stripped"
+        subprocess.run(["strip", "-o", stripped, LAMBDA], check=True, capture_output=True)
+        res["stripped_bytes"] = stripped.stat().st_size
+        res["stripped_mib"] = stripped.stat().st_size / 2**20
+        stripped.unlink()
+    except (FileNotFoundError, subprocess.CalledProcessError):
         pass
     if not EMULATOR.exists():
         res["runtime_emulator"] = "tests/support/lambda_runtime_api.py missing: not measured"
@@ -662,7 +671,7 @@ def markdown(res: dict) -> str:
     if cs:
         L.append("### Ingest Lambda: binary and cold start\n")
         L.append(f"`{cs['binary']}`: {fmt(cs.get('binary_mib'), 1)} MiB ({fmt(cs.get('binary_bytes'))} "
-                 f"bytes; {cs.get('file', '')}).\n")
+                 f"bytes; {cs.get('file', '')}); stripped: {fmt(cs.get('stripped_mib'), 1)} MiB.\n")
         e = cs.get("empty") or {}
         if e.get("median_first_event_handled_ms") is not None:
             L.append(f"- Fresh process, event = {e['event']}: start → first `next` (init done) median "
