@@ -704,12 +704,9 @@ fn racing_functions_end_exact() {
     );
 }
 
-/// BUG (contract): README promises that logs carry "file, line, column and the kind of problem,
-/// never row values", but the redaction of error messages replaces every backtick-quoted span,
-/// the column name included: the reason reads "line 37, column `…`: unknown operation `…`".
-/// The column name (`Op`) is schema, not data, and is what an operator needs to find the bad row.
+/// README promises that logs carry "file, line, column and the kind of problem, never row
+/// values": the logged reason names the column (`Op`), only values are redacted.
 #[test]
-#[ignore = "BUG: logged failure reasons redact the column name"]
 fn failure_reason_names_the_column() {
     let b = blocked_by_bad_file("badfile_column");
     let reason = failure_reason(b.f.as_ref().unwrap(), &b.bad_id);
