@@ -887,3 +887,97 @@ fn bad_input_no_primary_key_configured() {
     assert!(!t.stdout.contains("shop.orders"), "{}", t.describe());
     w.assert_table("sales.product");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Large inputs: with `large_input_bytes = 0` every commit takes the path of a large file
+// (dedupe on the key columns alone, then read the winning rows a second time, in chunks).
+
+fn read_twice(name: &str, args: &[&str], table: &str) -> Work {
+    let w = Work::new(name);
+    w.generate("synthetic", args);
+    w.set_default("large_input_bytes = 0");
+    let commits = w.ingest_json(&[w.dms()]);
+    let applied: Vec<&Value> = commits
+        .iter()
+        .filter(|c| c["status"] == "applied")
+        .collect();
+    assert!(!applied.is_empty(), "nothing applied: {commits:?}");
+    for c in &applied {
+        assert_eq!(c["read_twice"], true, "commit not read twice: {c}");
+    }
+    w.assert_table(table);
+    w
+}
+
+#[test]
+fn read_twice_before_image_change_seq_partition_move() {
+    read_twice(
+        "read_twice_bi",
+        &[
+            "--rows",
+            "3000",
+            "--cdc-files",
+            "4",
+            "--cdc-rows",
+            "1500",
+            "--change-seq-column",
+            "AR_H_CHANGE_SEQ",
+            "--before-image",
+            "--pk-update-ratio",
+            "0.05",
+            "--partition-move",
+            "--seed",
+            "61",
+        ],
+        "shop.orders",
+    );
+}
+
+#[test]
+fn read_twice_parquet_new_column() {
+    read_twice(
+        "read_twice_parquet",
+        &with(
+            SMALL,
+            &[
+                "--format",
+                "parquet",
+                "--add-column-at-file",
+                "3",
+                "--seed",
+                "62",
+            ],
+        ),
+        "shop.orders",
+    );
+}
+
+#[test]
+fn read_twice_late_file() {
+    // A late file re-merged with the files applied after it, all read twice.
+    let w = Work::new("read_twice_late");
+    w.generate(
+        "synthetic",
+        &with(SMALL, &["--timestamp-column", "ts", "--seed", "63"]),
+    );
+    w.set_default("large_input_bytes = 0");
+    let table = "shop.orders";
+    let meta = w.meta(table);
+    let mut order: Vec<&String> = vec![&meta.files[0]];
+    order.extend(meta.files[2..].iter());
+    order.push(&meta.files[1]);
+    let mut late = false;
+    for f in order {
+        for c in w.ingest_json(&[w.dms().join(f)]) {
+            if c["status"] == "applied" {
+                assert_eq!(c["read_twice"], true, "{c}");
+                late |= c["late"] == true;
+            }
+        }
+    }
+    assert!(
+        late,
+        "the second change file was not re-merged as a late file"
+    );
+    w.assert_table(table);
+}

@@ -72,6 +72,10 @@ pub struct TableSettings {
     /// false makes them strings.
     pub infer_types: Option<bool>,
     pub target_file_size_bytes: Option<u64>,
+    /// Inputs of one commit larger than this (bytes as stored) are deduplicated on their key
+    /// and ordering columns alone, then their winning rows are read a second time: memory
+    /// follows the keys, not the rows. Default 128 MiB.
+    pub large_input_bytes: Option<u64>,
     /// DMS objects (keys, or file names) never to apply: the operator's way past a file that
     /// cannot be applied. Listed files are reported as skipped; later files go on.
     pub skip_files: Option<Vec<String>>,
@@ -119,6 +123,7 @@ impl TableSettings {
             lowercase_names,
             infer_types,
             target_file_size_bytes,
+            large_input_bytes,
             skip_files,
             bad_rows,
             properties
@@ -147,6 +152,7 @@ pub struct TableConfig {
     pub lowercase_names: bool,
     pub infer_types: bool,
     pub target_file_size_bytes: u64,
+    pub large_input_bytes: u64,
     pub skip_files: Vec<String>,
     pub bad_rows: BadRows,
     pub properties: BTreeMap<String, String>,
@@ -176,6 +182,8 @@ impl TableConfig {
 }
 
 pub const DEFAULT_TARGET_FILE_SIZE: u64 = 512 * 1024 * 1024;
+/// Above this, a commit's input is read twice rather than held (see `large_input_bytes`).
+pub const DEFAULT_LARGE_INPUT_BYTES: u64 = 128 * 1024 * 1024;
 
 impl Config {
     pub fn from_toml(text: &str) -> Result<Config> {
@@ -312,6 +320,7 @@ impl Config {
             lowercase_names,
             infer_types: s.infer_types.unwrap_or(true),
             target_file_size_bytes: s.target_file_size_bytes.unwrap_or(DEFAULT_TARGET_FILE_SIZE),
+            large_input_bytes: s.large_input_bytes.unwrap_or(DEFAULT_LARGE_INPUT_BYTES),
             skip_files: s.skip_files.clone().unwrap_or_default(),
             bad_rows: s.bad_rows.unwrap_or_default(),
             properties: s.properties.clone().unwrap_or_default(),

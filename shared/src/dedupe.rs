@@ -32,6 +32,10 @@ pub struct FileChanges {
 pub struct Deduped {
     /// Rows to write (last change per key is I or U), sorted by key.
     pub upserts: RecordBatch,
+    /// Where each row of `upserts` comes from: (file index, position in that file). A large
+    /// input is deduplicated on its key columns alone, then its winning rows are read again
+    /// from these positions.
+    pub upsert_sources: Vec<(u32, u64)>,
     /// Every key this commit touches, sorted: upserted keys and deleted keys.
     pub keys: RecordBatch,
     /// Per row of `keys`: true if upserted, false if deleted.
@@ -250,6 +254,11 @@ pub fn dedupe(
         let refs: Vec<&RecordBatch> = batches.iter().collect();
         arrow_select::interleave::interleave_record_batch(&refs, &upsert_at)?
     };
+    let upsert_sources: Vec<(u32, u64)> = winners
+        .iter()
+        .filter(|e| !e.delete)
+        .map(|e| (metas[e.row as usize].file, metas[e.row as usize].pos))
+        .collect();
     let parsed = converter.convert_rows(winners.iter().map(|e| key_of(e)))?;
     let key_schema = Arc::new(arrow_schema::Schema::new(
         key_idx
@@ -269,6 +278,7 @@ pub fn dedupe(
     };
     Ok(Deduped {
         upserts,
+        upsert_sources,
         keys,
         upserted,
         order_values,

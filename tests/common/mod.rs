@@ -338,6 +338,31 @@ impl Work {
         self.cli(&a)
     }
 
+    /// Adds `line` (`key = value`) to the `[defaults]` of the generated config.toml.
+    pub fn set_default(&self, line: &str) {
+        let path = self.config();
+        let text = std::fs::read_to_string(&path).expect("config.toml");
+        assert!(
+            text.contains("[defaults]\n"),
+            "no [defaults] in {}",
+            path.display()
+        );
+        let text = text.replacen("[defaults]\n", &format!("[defaults]\n{line}\n"), 1);
+        std::fs::write(&path, text).expect("write config.toml");
+    }
+
+    /// `ingest … --json`: one report per commit.
+    pub fn ingest_json(&self, paths: &[PathBuf]) -> Vec<Value> {
+        let mut a: Vec<std::ffi::OsString> = vec!["ingest".into(), "--json".into()];
+        a.extend(paths.iter().map(|p| p.as_os_str().to_owned()));
+        a.push("--warehouse".into());
+        a.push(self.wh().into_os_string());
+        a.push("--config".into());
+        a.push(self.config().into_os_string());
+        let r = self.cli(&a).ok();
+        parse_json_lines(&r.stdout, "ingest --json")
+    }
+
     /// Ingests the whole `dms/` tree.
     pub fn ingest(&self) -> Run {
         self.ingest_paths(&[self.dms()])

@@ -83,6 +83,9 @@ pub struct CommitReport {
     /// Why a file was skipped, when it was not simply applied before.
     pub note: Option<String>,
     pub rows_read: usize,
+    /// The input was larger than `large_input_bytes`: deduplicated on its key columns, then
+    /// its winning rows were read a second time.
+    pub read_twice: bool,
     pub inserted: usize,
     pub updated: usize,
     pub deleted: usize,
@@ -111,6 +114,7 @@ impl CommitReport {
             late: false,
             note: None,
             rows_read: 0,
+            read_twice: false,
             inserted: 0,
             updated: 0,
             deleted: 0,
@@ -387,7 +391,6 @@ impl<'a> Ingest<'a> {
         table: Option<LoadedTable>,
         files: &[FileInput],
     ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
-        let file_io = self.catalog.file_io().clone();
         let current = table.as_ref().map(|t| t.metadata.clone());
         if let Some(t) = &table {
             check_source(cfg, t)?;
@@ -437,6 +440,30 @@ impl<'a> Ingest<'a> {
                 }
             }
         }
+        let result = self
+            .plan_read(cfg, ident, table, files, inputs, late, key)
+            .await;
+        // Fetched objects go once read (and, for a large input, read again).
+        for d in &fetched {
+            self.objects.release(d).await;
+        }
+        result
+    }
+
+    /// Reads the (fetched) inputs, dedupes, looks up, writes: everything after fetching.
+    #[allow(clippy::too_many_arguments)]
+    async fn plan_read(
+        &self,
+        cfg: &TableConfig,
+        ident: &TableIdent,
+        table: Option<LoadedTable>,
+        files: &[FileInput],
+        inputs: Vec<FileInput>,
+        late: bool,
+        key: Vec<String>,
+    ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
+        let file_io = self.catalog.file_io().clone();
+        let current = table.as_ref().map(|t| t.metadata.clone());
         let read = {
             let cfg = cfg.clone();
             let key = key.clone();
@@ -448,18 +475,15 @@ impl<'a> Ingest<'a> {
                 read_files(&cfg, &key, schema, inputs, only_keys_of)
             })
             .await
-            .map_err(|e| Error::Other(format!("reader task failed: {e}")))
+            .map_err(|e| Error::Other(format!("reader task failed: {e}")))??
         };
-        for d in &fetched {
-            self.objects.release(d).await;
-        }
-        let read = read??;
         let ReadResult {
             schema,
             change,
             deduped,
             max_seq,
             rejected,
+            second_pass,
         } = read;
 
         // Metadata the files are written against: the new table, or the current one changed.
@@ -557,17 +581,54 @@ impl<'a> Ingest<'a> {
             deduped.upserts.clone()
         };
 
+        let read_twice = second_pass.is_some();
         let mut prepared: Vec<String> = Vec::new();
         let result = async {
-            let data = write_data_files(
-                &file_io,
-                &planned,
-                &upserts,
-                &key,
-                cfg.target_file_size_bytes,
-            )
-            .await?;
-            prepared.extend(data.iter().map(|(_, f)| f.file_path().to_string()));
+            let mut data = Vec::new();
+            match second_pass {
+                None => {
+                    data = write_data_files(
+                        &file_io,
+                        &planned,
+                        &upserts,
+                        &key,
+                        cfg.target_file_size_bytes,
+                    )
+                    .await?;
+                    prepared.extend(data.iter().map(|(_, f)| f.file_path().to_string()));
+                }
+                Some(pass) => {
+                    // The winning rows of a large input, read again in sorted chunks.
+                    let mut keep: std::collections::HashMap<u32, std::collections::HashSet<u64>> =
+                        std::collections::HashMap::new();
+                    let mut sources = deduped.upsert_sources.iter();
+                    for (up, stale) in deduped.upserted.iter().zip(&located.stale) {
+                        if up.unwrap_or(false)
+                            && let Some((file, pos)) = sources.next()
+                            && !stale
+                        {
+                            keep.entry(*file).or_default().insert(*pos);
+                        }
+                    }
+                    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+                    let reader = tokio::task::spawn_blocking(move || pass.run(keep, tx));
+                    while let Some(chunk) = rx.recv().await {
+                        let written = write_data_files(
+                            &file_io,
+                            &planned,
+                            &chunk?,
+                            &key,
+                            cfg.target_file_size_bytes,
+                        )
+                        .await?;
+                        prepared.extend(written.iter().map(|(_, f)| f.file_path().to_string()));
+                        data.extend(written);
+                    }
+                    reader
+                        .await
+                        .map_err(|e| Error::Other(format!("reader task failed: {e}")))?;
+                }
+            }
             failpoint("after-data-files")?;
             let deletes = write_position_deletes(&file_io, &planned, &located.deletes).await?;
             prepared.extend(deletes.iter().map(|(_, f)| f.file_path().to_string()));
@@ -595,6 +656,7 @@ impl<'a> Ingest<'a> {
         report.status = Status::Applied;
         report.late = late;
         report.rows_read = deduped.rows_read;
+        report.read_twice = read_twice;
         for (i, up) in deduped.upserted.iter().enumerate() {
             if located.stale[i] {
                 report.stale_changes += 1;
@@ -736,6 +798,113 @@ struct ReadResult {
     max_seq: Option<String>,
     /// Rows set aside (bad-row policy `quarantine`).
     rejected: Vec<Rejected>,
+    /// A large input was deduplicated on its key columns only: its rows are read again.
+    second_pass: Option<SecondPass>,
+}
+
+// Inputs larger than `large_input_bytes` are deduplicated on their key (and ordering) columns
+// alone; the winning rows are then read again from the files, in chunks sorted by key, each
+// written as its own data files. Memory follows the keys and the chunk, not the file.
+
+/// What reading a large input again needs.
+struct SecondPass {
+    cfg: TableConfig,
+    files: Vec<FileInput>,
+    table_columns: Option<Vec<String>>,
+    types: Vec<Vec<PrimitiveType>>,
+    key_types: Vec<PrimitiveType>,
+    processing: SchemaRef,
+    key: Vec<String>,
+}
+
+impl SecondPass {
+    /// Reads every file again and sends the rows at `keep` (file index → positions), sorted by
+    /// key, in chunks of about `large_input_bytes` of Arrow memory (one set of data files each).
+    fn run(
+        self,
+        keep: std::collections::HashMap<u32, std::collections::HashSet<u64>>,
+        tx: tokio::sync::mpsc::Sender<Result<RecordBatch>>,
+    ) {
+        let send = |b: Result<RecordBatch>| tx.blocking_send(b).is_ok();
+        let mut chunk: Vec<RecordBatch> = Vec::new();
+        let mut bytes = 0usize;
+        let limit = usize::try_from(self.cfg.large_input_bytes).unwrap_or(usize::MAX);
+        let flush =
+            |chunk: &mut Vec<RecordBatch>, bytes: &mut usize| -> Result<Option<RecordBatch>> {
+                if chunk.iter().all(|b| b.num_rows() == 0) {
+                    chunk.clear();
+                    return Ok(None);
+                }
+                let all = arrow_select::concat::concat_batches(&self.processing, chunk.iter())?;
+                chunk.clear();
+                *bytes = 0;
+                Ok(Some(sort_by_key(&all, &self.key)?))
+            };
+        for (i, f) in self.files.iter().enumerate() {
+            let Some(positions) = keep.get(&(i as u32)) else {
+                continue;
+            };
+            let result = (|| -> Result<()> {
+                let data = f
+                    .data
+                    .clone()
+                    .ok_or_else(|| Error::Other(format!("{} was not fetched", f.object.key)))?;
+                let src =
+                    SourceFile::open(&f.object, data, &self.cfg, self.table_columns.as_deref())?;
+                for b in src.read(self.types[i].clone(), self.key_types.clone())? {
+                    let b = align(b?, &self.processing)?;
+                    let mask: arrow_array::BooleanArray = b
+                        .positions
+                        .iter()
+                        .map(|p| Some(positions.contains(p)))
+                        .collect();
+                    let picked = arrow_select::filter::filter_record_batch(&b.data, &mask)?;
+                    if picked.num_rows() == 0 {
+                        continue;
+                    }
+                    bytes += picked.get_array_memory_size();
+                    chunk.push(picked);
+                    if bytes >= limit
+                        && let Some(sorted) = flush(&mut chunk, &mut bytes)?
+                        && !send(Ok(sorted))
+                    {
+                        return Ok(());
+                    }
+                }
+                Ok(())
+            })();
+            if let Err(e) = result {
+                send(Err(e));
+                return;
+            }
+        }
+        match flush(&mut chunk, &mut bytes) {
+            Ok(Some(sorted)) => {
+                send(Ok(sorted));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                send(Err(e));
+            }
+        }
+    }
+}
+
+/// Rows sorted by the key columns.
+fn sort_by_key(b: &RecordBatch, key: &[String]) -> Result<RecordBatch> {
+    let cols: Vec<arrow_ord::sort::SortColumn> = key
+        .iter()
+        .filter_map(|k| b.column_by_name(k))
+        .map(|c| arrow_ord::sort::SortColumn {
+            values: c.clone(),
+            options: None,
+        })
+        .collect();
+    if cols.is_empty() || b.num_rows() < 2 {
+        return Ok(b.clone());
+    }
+    let idx = arrow_ord::sort::lexsort_to_indices(&cols, None)?;
+    Ok(arrow_select::take::take_record_batch(b, &idx)?)
 }
 
 /// Opens every file, settles the schema, reads and dedupes (blocking I/O and CPU).
@@ -876,12 +1045,32 @@ fn read_files(
     let mut changes = Vec::with_capacity(opened.len());
     let mut max_seq: Option<String> = None;
     let mut rejected: Vec<Rejected> = Vec::new();
+    let input_bytes: u64 = files
+        .iter()
+        .map(|f| f.data.as_ref().map_or(Ok(0), |d| d.len()))
+        .sum::<Result<u64>>()?;
+    let large = input_bytes > cfg.large_input_bytes;
+    // A large input keeps only the key and ordering columns in memory.
+    let slim: Option<(SchemaRef, Vec<usize>)> = if large {
+        let keep: Vec<usize> = processing
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| key.contains(f.name()) || Some(f.name()) == order_column.as_ref())
+            .map(|(i, _)| i)
+            .collect();
+        Some((Arc::new(processing.project(&keep)?), keep))
+    } else {
+        None
+    };
+    let mut all_types: Vec<Vec<PrimitiveType>> = Vec::with_capacity(files.len());
     for (src, f) in opened.into_iter().zip(&files) {
         let types: Vec<PrimitiveType> = src
             .columns()
             .iter()
             .map(|c| primitive(&schema, &c.name))
             .collect::<Result<_>>()?;
+        all_types.push(types.clone());
         let mut batches = Vec::new();
         for b in src.read(types, key_types.clone())? {
             let mut b = align(b?, &processing)?;
@@ -896,6 +1085,9 @@ fn read_files(
             {
                 max_seq = Some(m.to_string());
             }
+            if let Some((_, cols)) = &slim {
+                b.data = b.data.project(cols)?;
+            }
             batches.push(b);
         }
         changes.push(FileChanges {
@@ -905,19 +1097,30 @@ fn read_files(
             batches,
         });
     }
+    let dedupe_schema = slim.as_ref().map_or(processing.clone(), |(s, _)| s.clone());
     let deduped = dedupe(
-        processing,
+        dedupe_schema,
         changes,
         key,
         order_column.as_deref(),
         only_keys_of.as_deref(),
     )?;
+    let second_pass = large.then(|| SecondPass {
+        cfg: cfg.clone(),
+        files,
+        table_columns,
+        types: all_types,
+        key_types,
+        processing,
+        key: key.to_vec(),
+    });
     Ok(ReadResult {
         schema,
         change,
         deduped,
         max_seq,
         rejected,
+        second_pass,
     })
 }
 
