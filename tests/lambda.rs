@@ -208,6 +208,29 @@ fn s3_notifications_apply_each_file_as_it_lands() {
         warm.iter().max().unwrap(),
         warm.len()
     );
+    // Step timings reach CloudWatch as EMF metrics, and they account for the work done.
+    let emf = emf_totals(&f.log());
+    let steps: Vec<f64> = [
+        "ReadMilliseconds",
+        "LookupMilliseconds",
+        "WriteMilliseconds",
+        "CommitMilliseconds",
+    ]
+    .iter()
+    .map(|m| {
+        *emf.get(*m)
+            .unwrap_or_else(|| panic!("no {m} metric: {emf:?}"))
+    })
+    .collect();
+    assert!(
+        steps.iter().all(|ms| *ms > 0.0),
+        "a step took no time: {steps:?}"
+    );
+    eprintln!(
+        "lambda-measure: summed over every file: read {:.0} ms, lookup {:.0} ms, write {:.0} ms, \
+         commit {:.0} ms (EMF)",
+        steps[0], steps[1], steps[2], steps[3]
+    );
     let per_file: Vec<String> = requests
         .iter()
         .filter(|(_, n)| **n > 0)

@@ -294,6 +294,18 @@ impl IngestHandler {
         if let Some(l) = lag_s {
             metrics.push(("LagSeconds", "Seconds", l));
         }
+        // Where the time went, per pipeline step (summed over this invocation's commits).
+        let ms = |f: fn(&crate::ops::ingest::Timings) -> u64| -> f64 {
+            applied.iter().map(|c| f(&c.timings)).sum::<u64>() as f64 / 1000.0
+        };
+        if !applied.is_empty() {
+            metrics.extend([
+                ("ReadMilliseconds", "Milliseconds", ms(|t| t.read_us)),
+                ("LookupMilliseconds", "Milliseconds", ms(|t| t.lookup_us)),
+                ("WriteMilliseconds", "Milliseconds", ms(|t| t.write_us)),
+                ("CommitMilliseconds", "Milliseconds", ms(|t| t.commit_us)),
+            ]);
+        }
         println!("{}", emf_line("ingest", &report.table, &metrics));
     }
 }

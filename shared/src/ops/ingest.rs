@@ -104,6 +104,27 @@ pub struct CommitReport {
     pub columns_promoted: Vec<String>,
     pub lookup: LookupStats,
     pub elapsed_ms: u64,
+    /// Where the time of the last (successful) attempt went.
+    pub timings: Timings,
+}
+
+/// Microseconds per step of one commit: the pipeline's steps, for profiling in production.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Timings {
+    /// Loading the table's metadata from the catalog.
+    pub load_us: u64,
+    /// Fetching, reading, settling the schema and deduplicating the input.
+    pub read_us: u64,
+    /// Finding the live rows of the touched keys.
+    pub lookup_us: u64,
+    /// Data, delete and manifest files (for a large input: its second read too).
+    pub write_us: u64,
+    /// Manifest list, metadata and the catalog's compare-and-swap (with its retries).
+    pub commit_us: u64,
+}
+
+fn micros(since: Instant) -> u64 {
+    since.elapsed().as_micros().try_into().unwrap_or(u64::MAX)
 }
 
 impl CommitReport {
@@ -129,6 +150,7 @@ impl CommitReport {
             columns_added: vec![],
             columns_promoted: vec![],
             lookup: LookupStats::default(),
+            timings: Timings::default(),
             elapsed_ms: started.elapsed().as_millis() as u64,
         }
     }
@@ -298,7 +320,9 @@ impl<'a> Ingest<'a> {
         let mut out = Vec::new();
         let mut pending: Vec<FileInput> = group.to_vec();
         loop {
+            let load_started = Instant::now();
             let table = LoadedTable::load(self.catalog, ident).await?;
+            let load_us = micros(load_started);
             if let Some(t) = &table {
                 let applied = applied_files(&t.metadata);
                 let (done, rest): (Vec<FileInput>, Vec<FileInput>) = pending
@@ -328,7 +352,11 @@ impl<'a> Ingest<'a> {
                 }
                 warn!(table = %ident, rows = rejected.len(), first = %crate::error::redact(&rejected[0].error.to_string()), "rows set aside in the rejected-rows table");
             }
-            match commit::commit(self.catalog, &staged).await {
+            report.timings.load_us = load_us;
+            let commit_started = Instant::now();
+            let committed = commit::commit(self.catalog, &staged).await;
+            report.timings.commit_us = micros(commit_started);
+            match committed {
                 Ok(Outcome::Committed {
                     snapshot_id,
                     attempts,
@@ -341,7 +369,8 @@ impl<'a> Ingest<'a> {
                     info!(
                         table = %ident, files = ?report.files, rows_read = report.rows_read,
                         inserted = report.inserted, updated = report.updated, deleted = report.deleted,
-                        snapshot_id, attempts, replans, elapsed_ms = report.elapsed_ms, "applied"
+                        snapshot_id, attempts, replans, elapsed_ms = report.elapsed_ms,
+                        timings = ?report.timings, "applied"
                     );
                     out.push(report);
                     return Ok(out);
@@ -391,6 +420,7 @@ impl<'a> Ingest<'a> {
         table: Option<LoadedTable>,
         files: &[FileInput],
     ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
+        let started = Instant::now();
         let current = table.as_ref().map(|t| t.metadata.clone());
         if let Some(t) = &table {
             check_source(cfg, t)?;
@@ -441,7 +471,7 @@ impl<'a> Ingest<'a> {
             }
         }
         let result = self
-            .plan_read(cfg, ident, table, files, inputs, late, key)
+            .plan_read(cfg, ident, table, files, inputs, late, key, started)
             .await;
         // Fetched objects go once read (and, for a large input, read again).
         for d in &fetched {
@@ -461,7 +491,9 @@ impl<'a> Ingest<'a> {
         inputs: Vec<FileInput>,
         late: bool,
         key: Vec<String>,
+        started: Instant,
     ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
+        let mut timings = Timings::default();
         let file_io = self.catalog.file_io().clone();
         let current = table.as_ref().map(|t| t.metadata.clone());
         let read = {
@@ -540,6 +572,8 @@ impl<'a> Ingest<'a> {
         };
 
         // Where the live rows of the touched keys are.
+        let lookup_started = Instant::now();
+        timings.read_us = micros(started);
         let located = match &current {
             Some(md) => {
                 let ids = key
@@ -567,6 +601,8 @@ impl<'a> Ingest<'a> {
             },
         };
         failpoint("after-lookup")?;
+        timings.lookup_us = micros(lookup_started);
+        let write_started = Instant::now();
         // Upserts of stale keys are dropped (their live row stays as it is).
         let upserts = if located.stale.iter().any(|s| *s) {
             let keep: arrow_array::BooleanArray = deduped
@@ -652,7 +688,9 @@ impl<'a> Ingest<'a> {
             }
         };
 
+        timings.write_us = micros(write_started);
         let mut report = CommitReport::skipped(files, Instant::now());
+        report.timings = timings;
         report.status = Status::Applied;
         report.late = late;
         report.rows_read = deduped.rows_read;
