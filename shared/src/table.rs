@@ -1,7 +1,7 @@
 //! A table as loaded from the catalog, and the ingest state it carries in snapshot summaries.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use iceberg::TableIdent;
 use iceberg::io::FileIO;
@@ -34,6 +34,36 @@ pub mod keys {
     pub const VERSION: &str = "dms2iceberg.version";
 }
 
+/// Parsed metadata files, newest last. A metadata file is never rewritten (each commit writes
+/// a new one under a new name), so its location identifies its content: one commit loads its
+/// table several times (plan, validation, the function's checks), and a long snapshot history
+/// makes every parse cost more.
+static METADATA: Mutex<Vec<(String, Arc<TableMetadata>)>> = Mutex::new(Vec::new());
+const METADATA_CACHED: usize = 8;
+
+async fn read_metadata(file_io: &FileIO, location: &str) -> Result<Arc<TableMetadata>> {
+    let cached = |m: &Vec<(String, Arc<TableMetadata>)>| {
+        m.iter()
+            .find(|(l, _)| l == location)
+            .map(|(_, t)| t.clone())
+    };
+    if let Ok(m) = METADATA.lock()
+        && let Some(t) = cached(&m)
+    {
+        return Ok(t);
+    }
+    let metadata = Arc::new(TableMetadata::read_from(file_io, location).await?);
+    if let Ok(mut m) = METADATA.lock()
+        && cached(&m).is_none()
+    {
+        if m.len() >= METADATA_CACHED {
+            m.remove(0);
+        }
+        m.push((location.to_string(), metadata.clone()));
+    }
+    Ok(metadata)
+}
+
 #[derive(Debug, Clone)]
 pub struct LoadedTable {
     pub ident: TableIdent,
@@ -53,12 +83,11 @@ impl LoadedTable {
         let Some(pointer) = catalog.load(ident).await? else {
             return Ok(None);
         };
-        let metadata =
-            TableMetadata::read_from(catalog.file_io(), &pointer.metadata_location).await?;
+        let metadata = read_metadata(catalog.file_io(), &pointer.metadata_location).await?;
         Ok(Some(LoadedTable {
             ident: ident.clone(),
             pointer,
-            metadata: Arc::new(metadata),
+            metadata,
         }))
     }
 

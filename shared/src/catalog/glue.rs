@@ -232,6 +232,7 @@ impl Catalog for GlueCatalog {
         Ok(Some(Pointer {
             metadata_location,
             version: table.version_id().map(str::to_string),
+            parameters: Some(params),
         }))
     }
 
@@ -266,20 +267,27 @@ impl Catalog for GlueCatalog {
                 }
             }
             Some(base) => {
-                // Keep parameters others set; refuse early if the pointer already moved.
-                let current = self
-                    .client
-                    .get_table()
-                    .set_catalog_id(self.catalog_id.clone())
-                    .database_name(&database)
-                    .name(ident.name())
-                    .send()
-                    .await
-                    .map_err(|e| classify(e, "GetTable"))?;
-                let mut params = current
-                    .table()
-                    .and_then(|t| t.parameters().cloned())
-                    .unwrap_or_default();
+                // Keep parameters others set. With a VersionId, those loaded with the base are
+                // current (UpdateTable refuses a stale version); without one, read them again
+                // and refuse early if the pointer already moved.
+                let mut params = match (&base.version, &base.parameters) {
+                    (Some(_), Some(p)) => p.clone(),
+                    _ => {
+                        let current = self
+                            .client
+                            .get_table()
+                            .set_catalog_id(self.catalog_id.clone())
+                            .database_name(&database)
+                            .name(ident.name())
+                            .send()
+                            .await
+                            .map_err(|e| classify(e, "GetTable"))?;
+                        current
+                            .table()
+                            .and_then(|t| t.parameters().cloned())
+                            .unwrap_or_default()
+                    }
+                };
                 if params.get("metadata_location") != Some(&base.metadata_location) {
                     return Err(SwapError::Conflict);
                 }

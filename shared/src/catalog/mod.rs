@@ -29,6 +29,9 @@ pub struct Pointer {
     /// Opaque version the swap must present (Glue's `VersionId`); `None` where the location
     /// itself is the version (SQLite).
     pub version: Option<String>,
+    /// The catalog entry's parameters as loaded (Glue), kept by the swap. With `version` the
+    /// swap cannot overwrite parameters changed since: the catalog refuses a stale version.
+    pub parameters: Option<std::collections::HashMap<String, String>>,
 }
 
 /// Why a swap did not happen.

@@ -105,6 +105,7 @@ impl Catalog for SqliteCatalog {
         Ok(loc.flatten().map(|metadata_location| Pointer {
             metadata_location,
             version: None,
+            parameters: None,
         }))
     }
 

@@ -192,7 +192,7 @@ impl IngestHandler {
             if let Some(t) = &loaded {
                 crate::ops::ingest::check_source(&cfg, t)?;
             }
-            let applied = loaded.map(|t| applied_files(&t.metadata)).unwrap_or_default();
+            let applied = loaded.as_ref().map(|t| applied_files(&t.metadata)).unwrap_or_default();
             let pending: Vec<FileInput> = files
                 .iter()
                 .filter(|(o, _)| !applied.contains(&o.order))
@@ -200,6 +200,7 @@ impl IngestHandler {
                 .map(|(o, _)| FileInput { object: o.clone(), data: None })
                 .collect();
             let report = Ingest::new(&self.catalog, config)
+                .loaded(loaded)
                 .cache(self.cache.clone())
                 .objects(self.objects.clone())
                 .files_per_commit(self.env.files_per_commit)

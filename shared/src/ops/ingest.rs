@@ -192,6 +192,7 @@ pub struct Ingest<'a> {
     cache: Arc<LookupCache>,
     objects: Arc<dyn ObjectSource>,
     files_per_commit: usize,
+    preloaded: std::sync::Mutex<Option<Option<LoadedTable>>>,
 }
 
 /// Replans before giving up: each one means another writer changed the table under us.
@@ -205,6 +206,7 @@ impl<'a> Ingest<'a> {
             cache: Arc::new(LookupCache::default()),
             objects: Arc::new(LocalFiles),
             files_per_commit: 1,
+            preloaded: std::sync::Mutex::new(None),
         }
     }
 
@@ -217,6 +219,15 @@ impl<'a> Ingest<'a> {
     /// Share a lookup cache across runs (warm Lambda, long CLI run).
     pub fn cache(mut self, cache: Arc<LookupCache>) -> Self {
         self.cache = cache;
+        self
+    }
+
+    /// The table as the caller just loaded it (`None`: it does not exist), so the next
+    /// `execute` for it does not load it again.
+    pub fn loaded(self, table: Option<LoadedTable>) -> Self {
+        if let Ok(mut p) = self.preloaded.lock() {
+            *p = Some(table);
+        }
         self
     }
 
@@ -261,14 +272,29 @@ impl<'a> Ingest<'a> {
                 return report;
             }
         };
-        let source = LoadedTable::load(self.catalog, &ident)
-            .await
-            .and_then(|t| t.map_or(Ok(()), |t| check_source(&cfg, &t)));
-        if let Err(e) = source {
-            report.error = Some(e.to_string());
-            report.files_waiting = files.len();
-            return report;
-        }
+        // The table as the caller just loaded it, or as it is now: checked, then the base of
+        // the first commit (the commit protocol validates it against the catalog anyway).
+        let preloaded = self
+            .preloaded
+            .lock()
+            .ok()
+            .and_then(|mut p| p.take())
+            .filter(|t| t.as_ref().is_none_or(|t| t.ident == ident));
+        let loaded = match preloaded {
+            Some(t) => Ok(t),
+            None => LoadedTable::load(self.catalog, &ident).await,
+        };
+        let mut loaded = match loaded.and_then(|t| {
+            t.as_ref().map_or(Ok(()), |t| check_source(&cfg, t))?;
+            Ok(t)
+        }) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                report.error = Some(e.to_string());
+                report.files_waiting = files.len();
+                return report;
+            }
+        };
         // Files the operator listed under `skip_files` are passed over, never applied.
         files.retain(|f| {
             let skip = cfg.is_skipped(&f.object.key);
@@ -287,7 +313,7 @@ impl<'a> Ingest<'a> {
         while i < files.len() {
             let n = self.files_per_commit.min(files.len() - i);
             let group = &files[i..i + n];
-            match self.apply(&cfg, &ident, group).await {
+            match self.apply(&cfg, &ident, group, loaded.take()).await {
                 Ok(reports) => {
                     for r in reports {
                         on_commit(&r);
@@ -314,6 +340,7 @@ impl<'a> Ingest<'a> {
         cfg: &TableConfig,
         ident: &TableIdent,
         group: &[FileInput],
+        mut loaded: Option<Option<LoadedTable>>,
     ) -> Result<Vec<CommitReport>> {
         let started = Instant::now();
         let mut replans = 0;
@@ -321,7 +348,10 @@ impl<'a> Ingest<'a> {
         let mut pending: Vec<FileInput> = group.to_vec();
         loop {
             let load_started = Instant::now();
-            let table = LoadedTable::load(self.catalog, ident).await?;
+            let table = match loaded.take() {
+                Some(t) => t,
+                None => LoadedTable::load(self.catalog, ident).await?,
+            };
             let load_us = micros(load_started);
             if let Some(t) = &table {
                 let applied = applied_files(&t.metadata);
