@@ -78,22 +78,6 @@ fn product_upper_case_names_bucket_folder() {
     );
 }
 
-/// Finds the asof step a snapshot corresponds to: the last file (in apply order) it lists.
-fn step_of_snapshot<'a>(snap: &Value, steps: &'a [Step]) -> (usize, &'a Step) {
-    let files: Vec<&str> = snap["source_files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f.as_str().expect("source_files are strings"))
-        .collect();
-    steps
-        .iter()
-        .enumerate()
-        .rev()
-        .find(|(_, s)| files.iter().any(|f| f.ends_with(&s.after_file)))
-        .unwrap_or_else(|| panic!("snapshot {snap} lists no known DMS file (known: {steps:?})"))
-}
-
 fn rfc3339_millis(ms: i64) -> String {
     chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms)
         .unwrap()

@@ -1,4 +1,5 @@
-//! End-to-end tests of the ingest Lambda (`dms2iceberg-ingest`) against a local S3 + Glue.
+//! End-to-end tests of the Lambda functions (`dms2iceberg-ingest`, `dms2iceberg-compact`) against
+//! a local S3 + Glue.
 //!
 //! The real binary runs its real `lambda_runtime` loop against a Lambda Runtime API emulator
 //! (`tests/support/lambda_runtime_api.py`), with S3 and Glue from moto in server mode
@@ -886,6 +887,219 @@ fn runtime_api_batch_mode_errors_and_init_failure() {
     );
     let s = emu2.status();
     assert!(s["first_next_ms"].is_null(), "{s}");
+}
+
+/// The compaction function (`dms2iceberg-compact`) on an EventBridge schedule, against a table the
+/// ingest function built from many small change files (one snapshot each, position deletes for
+/// every update and delete). The first run rewrites the small files into fewer, applies and drops
+/// every delete file, expires old snapshots and removes orphans; the table reads the same through
+/// our reader and PyIceberg. The second run finds nothing to compact and changes nothing. Then
+/// the warm ingest function keeps going on the compacted, expired table: a redelivered event of
+/// a file whose snapshot was expired applies nothing, and the held-back last change file lands
+/// exactly.
+#[test]
+fn compaction_function_on_a_schedule_event() {
+    require_python();
+    let lab = Lab::new("compact");
+    lab.generate(
+        "synthetic",
+        &args("--rows 300 --cdc-files 10 --cdc-rows 30 --seed 21 --asof"),
+    );
+    lab.upload_config(&[]);
+    let table = "shop.orders";
+    let meta = lab.work.meta(table);
+    let name = lab.glue_name(&meta);
+    let keys = keys_of(&lab, table);
+    assert_eq!(keys.len(), 11, "LOAD + 10 change files: {keys:?}");
+    let steps = lab.work.asof(table);
+    let (last, applied_first) = keys.split_last().unwrap();
+
+    // 1. The ingest function applies every file but the last, one S3 event per file.
+    let mut ingest = Function::start(&lab, "ingest", &[]);
+    for key in applied_first {
+        lab.upload(key);
+        ingest.invoke_ok(&lab.s3_event(key));
+    }
+    let held = applied_first.len() - 1;
+    lab.assert_table_rows(table, &steps[held].rows, "before-compaction");
+    lab.assert_glue_entry(table);
+    assert_each_file_once(&lab, &name, applied_first);
+
+    // 2. Many small data files and position-delete files (PyIceberg reads the manifests).
+    let before = lab.snapshot_files(&name);
+    assert!(
+        before.data_files >= 8 && before.position_delete_files >= 1,
+        "the ingested table should have many data files and some delete files: {before:?}"
+    );
+    assert_eq!(
+        before.snapshots,
+        applied_first.len(),
+        "one snapshot per file: {before:?}"
+    );
+    assert_eq!(
+        (
+            before.summary_total_data_files,
+            before.summary_total_delete_files
+        ),
+        (Some(before.data_files), Some(before.delete_files())),
+        "the snapshot summary's totals disagree with the manifests: {before:?}"
+    );
+
+    // 3. A scheduled run compacts, expires (all but the 2 newest snapshots) and removes orphans.
+    let mut compact = Function::start_compact(
+        &lab,
+        "compact",
+        &[
+            ("DMS2ICEBERG_COMPACT_MIN_DATA_FILES", "4"),
+            ("DMS2ICEBERG_SNAPSHOT_RETENTION_HOURS", "0"),
+            ("DMS2ICEBERG_SNAPSHOT_RETAIN_LAST", "2"),
+            ("DMS2ICEBERG_ORPHAN_MIN_AGE_HOURS", "0"),
+        ],
+    );
+    let compact_cold_ms = compact.cold_start_ms;
+    let first = compact.invoke_ok(&scheduled_event());
+    let reports = first
+        .body
+        .as_array()
+        .unwrap_or_else(|| panic!("the response should list the tables: {}", first.body));
+    assert_eq!(
+        reports.len(),
+        1,
+        "one table in the database: {}",
+        first.body
+    );
+    let r = &reports[0];
+    assert!(
+        r["table"].as_str().is_some_and(|t| t.ends_with("orders")),
+        "{r}"
+    );
+    assert!(r["error"].is_null(), "maintenance failed: {r}");
+    let c = &r["compaction"];
+    let num = |v: &Value, k: &str| {
+        v[k].as_u64()
+            .unwrap_or_else(|| panic!("no {k} in the report: {r}"))
+    };
+    assert!(
+        num(c, "data_files_rewritten") > 0 && num(c, "commits") > 0,
+        "the table was not compacted: {r}"
+    );
+    assert_eq!(num(c, "data_files_before"), before.data_files, "{r}");
+    assert_eq!(num(c, "delete_files_before"), before.delete_files(), "{r}");
+    assert_eq!(num(c, "delete_files_after"), 0, "{r}");
+    assert_eq!(num(c, "groups_left"), 0, "everything fits one run: {r}");
+    assert!(
+        num(r, "snapshots_expired") > 0,
+        "retention 0 h, 2 kept: older snapshots should expire: {r}"
+    );
+
+    lab.assert_table_rows(table, &steps[held].rows, "after-compaction");
+    lab.assert_glue_entry(table);
+    let after = lab.snapshot_files(&name);
+    assert!(
+        after.data_files < before.data_files,
+        "no fewer data files: before {before:?}, after {after:?}"
+    );
+    assert_eq!(after.delete_files(), 0, "delete files left: {after:?}");
+    assert_eq!(after.data_files, num(c, "data_files_after"), "{r}");
+    assert_eq!(
+        after.data_records,
+        steps[held].rows.len() as u64,
+        "the compacted files hold exactly the live rows: {after:?}"
+    );
+    assert_eq!(
+        (
+            after.summary_total_data_files,
+            after.summary_total_delete_files
+        ),
+        (Some(after.data_files), Some(0)),
+        "{after:?}"
+    );
+    assert_eq!(after.snapshots, 2, "retain_last = 2: {after:?}");
+    let emf1 = emf_totals(&compact.log());
+    let metric = |emf: &std::collections::BTreeMap<String, f64>, m: &str| {
+        *emf.get(m)
+            .unwrap_or_else(|| panic!("no {m} metric: {emf:?}"))
+    };
+    assert!(metric(&emf1, "FilesRewritten") > 0.0, "{emf1:?}");
+    assert_eq!(
+        metric(&emf1, "FilesRewritten") as u64,
+        num(c, "data_files_rewritten"),
+        "{emf1:?}"
+    );
+    assert_eq!(
+        metric(&emf1, "DeleteFilesRemoved") as u64,
+        num(c, "delete_files_removed"),
+        "{emf1:?}"
+    );
+    assert!(metric(&emf1, "BytesRewritten") > 0.0, "{emf1:?}");
+    assert_eq!(
+        metric(&emf1, "SnapshotsExpired") as u64,
+        num(r, "snapshots_expired"),
+        "{emf1:?}"
+    );
+
+    // 4. The next scheduled run: nothing to compact, nothing to expire, the table untouched.
+    let second = compact.invoke_ok(&scheduled_event());
+    let r2 = &second.body[0];
+    assert!(r2["error"].is_null(), "{}", second.body);
+    assert!(
+        r2["compaction"].is_null() || r2["compaction"]["data_files_rewritten"] == 0,
+        "a compacted table was compacted again: {r2}"
+    );
+    assert_eq!(r2["snapshots_expired"], 0, "{r2}");
+    assert_eq!(r2["orphans_deleted"], 0, "{r2}");
+    let again = lab.snapshot_files(&name);
+    assert_eq!(again, after, "the second run changed the table");
+    lab.assert_table_rows(table, &steps[held].rows, "after-second-run");
+    let emf2 = emf_totals(&compact.log());
+    assert_eq!(
+        metric(&emf2, "FilesRewritten"),
+        metric(&emf1, "FilesRewritten"),
+        "the second run rewrote files: {emf2:?}"
+    );
+
+    // 5. Ingest goes on (warm function, cached manifests and key columns from before the
+    //    compaction): a late duplicate event of a file whose snapshot was expired applies nothing,
+    //    the held-back last change file lands exactly.
+    ingest.invoke_ok(&lab.s3_event(&applied_first[1]));
+    assert_eq!(
+        lab.snapshot_files(&name),
+        after,
+        "a redelivered event of an expired snapshot's file changed the table"
+    );
+    lab.upload(last);
+    ingest.invoke_ok(&lab.s3_event(last));
+    lab.assert_table(table);
+    let applied = lab.applied_files(&name);
+    assert_eq!(
+        applied
+            .iter()
+            .filter(|a| a.ends_with(last.as_str()))
+            .count(),
+        1,
+        "{applied:?}"
+    );
+    let end = lab.snapshot_files(&name);
+    assert_eq!(end.snapshots, 3, "{end:?}");
+
+    eprintln!(
+        "lambda-measure: compaction: data files {} -> {}, position-delete files {} -> {} \
+         ({} data files rewritten, {:.0} bytes, {} delete files removed, {} snapshots expired, \
+         {} orphans deleted); first run {} ms (compaction {} ms), second run {} ms (nothing to \
+         do); cold start {compact_cold_ms} ms",
+        before.data_files,
+        after.data_files,
+        before.position_delete_files,
+        after.position_delete_files,
+        num(c, "data_files_rewritten"),
+        metric(&emf1, "BytesRewritten"),
+        num(c, "delete_files_removed"),
+        num(r, "snapshots_expired"),
+        num(r, "orphans_deleted"),
+        first.duration_ms,
+        num(c, "elapsed_ms"),
+        second.duration_ms,
+    );
 }
 
 /// Not a scenario: checks the test tooling's own pieces that the scenarios rely on.

@@ -1,4 +1,5 @@
-//! Helpers for `tests/lambda.rs`: the ingest Lambda binary run against a local S3 + Glue emulator.
+//! Helpers for `tests/lambda.rs`: the Lambda binaries (ingest, compact) run against a local S3 +
+//! Glue emulator.
 //!
 //! - `tests/support/moto_server.py serve`: moto in server mode (S3 path-style + Glue on one
 //!   loopback port) with Glue `UpdateTable` honouring `VersionId` like AWS Glue.
@@ -551,63 +552,84 @@ fn newest_mtime(path: &Path) -> Option<SystemTime> {
 pub fn ingest_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("DMS2ICEBERG_INGEST_BIN").filter(|p| !p.is_empty()) {
-            let p = PathBuf::from(p);
-            assert!(
-                p.exists(),
-                "DMS2ICEBERG_INGEST_BIN={} does not exist",
-                p.display()
-            );
-            return p;
-        }
-        let cli = PathBuf::from(env!("CARGO_BIN_EXE_dms2iceberg"));
-        let profile_dir = cli.parent().unwrap().to_path_buf();
-        let target_dir = profile_dir.parent().unwrap().to_path_buf();
-        let bin = profile_dir.join("dms2iceberg-ingest");
-        let root = crate::common::repo_root();
-        let sources = [
-            "shared/src",
-            "shared/Cargo.toml",
+        function_bin(
+            "dms2iceberg-ingest",
             "functions/ingest",
-            "Cargo.lock",
-            "Cargo.toml",
-        ]
-        .iter()
-        .filter_map(|p| newest_mtime(&root.join(p)))
-        .max();
-        let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
-        let fresh = matches!((built, sources), (Some(b), Some(s)) if b >= s);
-        if !fresh {
-            let release = profile_dir.file_name().is_some_and(|n| n == "release");
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            eprintln!(
-                "{} is missing or older than its sources: cargo build --workspace --bins --tests",
-                bin.display()
-            );
-            let mut cmd = Command::new(&cargo);
-            cmd.current_dir(&root)
-                .args(["build", "--quiet", "--workspace", "--bins", "--tests"])
-                .arg("--target-dir")
-                .arg(&target_dir);
-            if release {
-                cmd.arg("--release");
-            }
-            let out = cmd
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run {cargo} build: {e}"));
-            assert!(
-                out.status.success(),
-                "cargo build --workspace --bins --tests failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        assert!(bin.exists(), "{} missing after the build", bin.display());
-        bin
+            "DMS2ICEBERG_INGEST_BIN",
+        )
     })
     .clone()
 }
 
-/// One running ingest function: the binary polling its own Runtime API emulator.
+/// The compaction binary, `target/<profile>/dms2iceberg-compact`, found (or built) like
+/// [`ingest_bin`]; `DMS2ICEBERG_COMPACT_BIN` runs another build instead.
+pub fn compact_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        function_bin(
+            "dms2iceberg-compact",
+            "functions/compact",
+            "DMS2ICEBERG_COMPACT_BIN",
+        )
+    })
+    .clone()
+}
+
+/// A function binary of the workspace next to the CLI the tests were built with: `override_var`
+/// if set, else `target/<profile>/<name>`, built when missing or older than `shared/` and
+/// `function_dir`.
+fn function_bin(name: &str, function_dir: &str, override_var: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(override_var).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        assert!(p.exists(), "{override_var}={} does not exist", p.display());
+        return p;
+    }
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_dms2iceberg"));
+    let profile_dir = cli.parent().unwrap().to_path_buf();
+    let target_dir = profile_dir.parent().unwrap().to_path_buf();
+    let bin = profile_dir.join(name);
+    let root = crate::common::repo_root();
+    let sources = [
+        "shared/src",
+        "shared/Cargo.toml",
+        function_dir,
+        "Cargo.lock",
+        "Cargo.toml",
+    ]
+    .iter()
+    .filter_map(|p| newest_mtime(&root.join(p)))
+    .max();
+    let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
+    let fresh = matches!((built, sources), (Some(b), Some(s)) if b >= s);
+    if !fresh {
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        eprintln!(
+            "{} is missing or older than its sources: cargo build --workspace --bins --tests",
+            bin.display()
+        );
+        let mut cmd = Command::new(&cargo);
+        cmd.current_dir(&root)
+            .args(["build", "--quiet", "--workspace", "--bins", "--tests"])
+            .arg("--target-dir")
+            .arg(&target_dir);
+        if release {
+            cmd.arg("--release");
+        }
+        let out = cmd
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {cargo} build: {e}"));
+        assert!(
+            out.status.success(),
+            "cargo build --workspace --bins --tests failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(bin.exists(), "{} missing after the build", bin.display());
+    bin
+}
+
+/// One running function (ingest or compact): the binary polling its own Runtime API emulator.
 pub struct Function {
     pub name: String,
     pub runtime: RuntimeApi,
@@ -619,12 +641,27 @@ pub struct Function {
 }
 
 impl Function {
-    /// Starts the binary with the Lambda environment plus `env`, and waits until it polls.
+    /// Starts the ingest binary with the Lambda environment plus `env`, and waits until it polls.
     pub fn start(lab: &Lab, name: &str, env: &[(&str, &str)]) -> Function {
+        Function::start_bin(lab, name, &ingest_bin(), env)
+    }
+
+    /// Starts the compaction binary with the Lambda environment plus `env`.
+    pub fn start_compact(lab: &Lab, name: &str, env: &[(&str, &str)]) -> Function {
+        Function::start_bin(lab, name, &compact_bin(), env)
+    }
+
+    /// Starts `bin` (a function binary) with the Lambda environment plus `env`, and waits until
+    /// it polls. The ingest settings of the base environment are ignored by the compact binary.
+    pub fn start_bin(lab: &Lab, name: &str, bin: &Path, env: &[(&str, &str)]) -> Function {
         let dir = &lab.work.dir;
         let runtime = RuntimeApi::start(dir, name);
         let spool = dir.join(format!("{name}.spool"));
-        let mut cmd = Command::new(ingest_bin());
+        let bin_name = bin
+            .file_name()
+            .map_or_else(|| "function".into(), |n| n.to_string_lossy().into_owned());
+        let log_group = format!("/aws/lambda/{bin_name}");
+        let mut cmd = Command::new(bin);
         cmd.env_clear();
         for (k, v) in lab.moto.aws_env(dir) {
             cmd.env(k, v);
@@ -639,10 +676,7 @@ impl Function {
                 "AWS_LAMBDA_LOG_STREAM_NAME",
                 "2026/11/30/[$LATEST]0123456789abcdef",
             ),
-            (
-                "AWS_LAMBDA_LOG_GROUP_NAME",
-                "/aws/lambda/dms2iceberg-ingest",
-            ),
+            ("AWS_LAMBDA_LOG_GROUP_NAME", &log_group),
             ("DMS2ICEBERG_WAREHOUSE", WAREHOUSE),
             ("DMS2ICEBERG_GLUE_DATABASE", DB),
             ("DMS2ICEBERG_CONFIG", "s3://landing/config/dms2iceberg.toml"),
@@ -658,11 +692,7 @@ impl Function {
             cmd.env(k, v);
         }
         let spawned_ms = now_ms();
-        let mut proc = Proc::spawn(
-            "dms2iceberg-ingest",
-            cmd,
-            dir.join(format!("{name}.function.log")),
-        );
+        let mut proc = Proc::spawn(&bin_name, cmd, dir.join(format!("{name}.function.log")));
         let t = Instant::now();
         let first_next = loop {
             if let Some(ms) = runtime.status()["first_next_ms"].as_i64() {
@@ -800,6 +830,75 @@ pub fn eventbridge_event(bucket: &str, key: &str, size: usize) -> Value {
         }
     })
 }
+
+/// An EventBridge "Scheduled Event", as a schedule rule (the template's `CompactSchedule`)
+/// invokes the compaction function with.
+pub fn scheduled_event() -> Value {
+    let n = MSG.fetch_add(1, Ordering::SeqCst);
+    json!({
+        "version": "0",
+        "id": format!("53dc4d37-cffa-4f76-80c9-{n:012}"),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": "123456789012",
+        "time": "2026-11-30T13:00:00Z",
+        "region": "us-east-1",
+        "resources": ["arn:aws:events:us-east-1:123456789012:rule/dms2iceberg-compact-schedule"],
+        "detail": {}
+    })
+}
+
+/// The files of a table's current snapshot, as PyIceberg (GlueCatalog on the emulator) reads
+/// them from the manifests: live entries by content type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotFiles {
+    pub metadata_location: String,
+    pub snapshot_id: Option<i64>,
+    /// Snapshots the table metadata holds.
+    pub snapshots: usize,
+    pub data_files: u64,
+    pub position_delete_files: u64,
+    pub equality_delete_files: u64,
+    /// Records in the data files (deleted rows included).
+    pub data_records: u64,
+    pub data_bytes: u64,
+    /// `total-data-files` / `total-delete-files` of the snapshot summary (what the writer says).
+    pub summary_total_data_files: Option<u64>,
+    pub summary_total_delete_files: Option<u64>,
+}
+
+impl SnapshotFiles {
+    pub fn delete_files(&self) -> u64 {
+        self.position_delete_files + self.equality_delete_files
+    }
+}
+
+const SNAPSHOT_FILES_PY: &str = r#"
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from moto_server import glue_catalog
+from pyiceberg.manifest import DataFileContent
+t = glue_catalog(sys.argv[2]).load_table(sys.argv[3])
+s = t.current_snapshot()
+out = {"metadata_location": t.metadata_location, "snapshot_id": None,
+       "snapshots": len(t.metadata.snapshots), "data": 0, "pos": 0, "eq": 0,
+       "records": 0, "bytes": 0, "summary": {}}
+if s is not None:
+    out["snapshot_id"] = s.snapshot_id
+    out["summary"] = dict(s.summary.additional_properties) if s.summary else {}
+    for m in s.manifests(t.io):
+        for e in m.fetch_manifest_entry(t.io, discard_deleted=True):
+            f = e.data_file
+            if f.content == DataFileContent.DATA:
+                out["data"] += 1
+                out["records"] += f.record_count
+                out["bytes"] += f.file_size_in_bytes
+            elif f.content == DataFileContent.POSITION_DELETES:
+                out["pos"] += 1
+            else:
+                out["eq"] += 1
+print(json.dumps(out))
+"#;
 
 // ---------------------------------------------------------------------------------------------
 // The lab: emulator, buckets, generated DMS trees, readers
@@ -1059,6 +1158,49 @@ impl Lab {
             "{ml} does not exist"
         );
         t
+    }
+
+    /// Data and delete files of the current snapshot of `glue_table` (`db.table`), read through
+    /// PyIceberg's GlueCatalog on the emulator (independently of our reader).
+    pub fn snapshot_files(&self, glue_table: &str) -> SnapshotFiles {
+        let out = Command::new(python())
+            .arg("-c")
+            .arg(SNAPSHOT_FILES_PY)
+            .arg(crate::common::repo_root().join("tests").join("support"))
+            .arg(self.moto.endpoint())
+            .arg(glue_table)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("PYTHONIOENCODING", "utf-8")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("HOME", &self.work.dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "PyIceberg could not list the files of {glue_table}:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "files of {glue_table}: not JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        });
+        let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
+        let total = |k: &str| v["summary"][k].as_str().and_then(|s| s.parse().ok());
+        SnapshotFiles {
+            metadata_location: v["metadata_location"].as_str().unwrap_or("").to_string(),
+            snapshot_id: v["snapshot_id"].as_i64(),
+            snapshots: n("snapshots") as usize,
+            data_files: n("data"),
+            position_delete_files: n("pos"),
+            equality_delete_files: n("eq"),
+            data_records: n("records"),
+            data_bytes: n("bytes"),
+            summary_total_data_files: total("total-data-files"),
+            summary_total_delete_files: total("total-delete-files"),
+        }
     }
 
     /// The generated DMS files of a table, in DMS (apply) order, as object keys.

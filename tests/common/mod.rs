@@ -448,6 +448,34 @@ impl Work {
         }
     }
 
+    /// PyIceberg and DuckDB read the table (each `repeat` times, checked against the expected
+    /// state): median seconds per read, by reader.
+    pub fn reader_times(&self, table: &str, repeat: usize) -> Vec<(String, f64)> {
+        let a: Vec<String> = vec![
+            support("check_readers.py").display().to_string(),
+            "--warehouse".into(),
+            self.wh().display().to_string(),
+            "--table".into(),
+            table.into(),
+            "--expected".into(),
+            self.expected_path(table).display().to_string(),
+            "--meta".into(),
+            self.meta_path(table).display().to_string(),
+            "--repeat".into(),
+            repeat.to_string(),
+        ];
+        let r = run(&python(), &a);
+        assert!(r.status.success(), "readers disagree:\n{}", r.describe());
+        r.stdout
+            .lines()
+            .filter_map(|l| {
+                let name = l.strip_prefix('[')?.split(']').next()?.to_string();
+                let secs = l.rsplit("read_s=").next()?.trim().parse().ok()?;
+                Some((name, secs))
+            })
+            .collect()
+    }
+
     /// scan == expected/<table>.jsonl, and PyIceberg + DuckDB agree.
     pub fn assert_table(&self, table: &str) {
         let meta = self.meta(table);
@@ -783,6 +811,22 @@ pub fn mentions_number(text: &str, n: u64) -> bool {
         start = i + 1;
     }
     false
+}
+
+/// Finds the asof step a snapshot corresponds to: the last file (in apply order) it lists.
+pub fn step_of_snapshot<'a>(snap: &Value, steps: &'a [Step]) -> (usize, &'a Step) {
+    let files: Vec<&str> = snap["source_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().expect("source_files are strings"))
+        .collect();
+    steps
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|(_, s)| files.iter().any(|f| f.ends_with(&s.after_file)))
+        .unwrap_or_else(|| panic!("snapshot {snap} lists no known DMS file (known: {steps:?})"))
 }
 
 #[cfg(test)]

@@ -24,7 +24,9 @@ import importlib.util
 import json
 import os
 import sqlite3
+import statistics
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -163,6 +165,8 @@ def main(argv=None) -> int:
     ap.add_argument("--meta", help="meta.json (default: next to --expected)")
     ap.add_argument("--readers", default="pyiceberg,duckdb")
     ap.add_argument("--dump", action="store_true", help="print what each reader returned")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="read N times and report the median read time (read_s=...)")
     a = ap.parse_args(argv)
 
     warehouse = Path(a.warehouse).resolve()
@@ -177,7 +181,12 @@ def main(argv=None) -> int:
             print(f"unknown reader {name!r}", file=sys.stderr)
             return 2
         try:
-            rows = sort_rows(arrow_to_rows(READERS[name](warehouse, a.table, a.snapshot_id)), key, types)
+            times = []
+            for _ in range(max(1, a.repeat)):
+                t0 = time.perf_counter()
+                table = READERS[name](warehouse, a.table, a.snapshot_id)
+                times.append(time.perf_counter() - t0)
+            rows = sort_rows(arrow_to_rows(table), key, types)
         except Exception as e:  # noqa: BLE001 - report every reader's failure
             failed.append(name)
             print(f"[{name}] {a.table}: reading failed: {type(e).__name__}: {e}")
@@ -193,7 +202,8 @@ def main(argv=None) -> int:
                   + f" differs from {a.expected}:")
             print("\n".join("    " + d for d in diffs))
         else:
-            print(f"[{name}] {a.table}: {len(rows)} row(s) as expected")
+            print(f"[{name}] {a.table}: {len(rows)} row(s) as expected; "
+                  f"read_s={statistics.median(times):.4f}")
     return 1 if failed else 0
 
 

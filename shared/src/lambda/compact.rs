@@ -206,7 +206,22 @@ impl CompactHandler {
         .execute()
         .await?;
         out.orphans_deleted = o.deleted;
-        let c = out.compaction.clone().unwrap_or_default();
+        // Without a compaction the table's files are those of the snapshot read at the start
+        // (a zero report would graph as an empty table after every quiet run).
+        let c = out.compaction.clone().unwrap_or_else(|| {
+            let (data, deletes) = match totals {
+                Some((d, x)) => (d.unwrap_or(0) as usize, x.unwrap_or(0) as usize),
+                None => (0, 0),
+            };
+            CompactReport {
+                table: out.table.clone(),
+                data_files_before: data,
+                data_files_after: data,
+                delete_files_before: deletes,
+                delete_files_after: deletes,
+                ..Default::default()
+            }
+        });
         info!(
             table = %out.table,
             data_files_before = c.data_files_before,

@@ -250,9 +250,15 @@ impl IngestHandler {
             applied.iter().map(|c| f(c)).sum::<usize>()
         };
         let attempts: u32 = applied.iter().map(|c| c.attempts).sum();
-        let conflicts: u32 = applied
+        // Lost races count too: every attempt of a commit that found its files applied by
+        // another writer meanwhile.
+        let conflicts: u32 = report
+            .commits
             .iter()
-            .map(|c| c.attempts.saturating_sub(1) + c.replans)
+            .map(|c| match c.status {
+                Status::Applied => c.attempts.saturating_sub(1) + c.replans,
+                Status::Skipped => c.attempts + c.replans,
+            })
             .sum();
         // Lag: how long the newest applied file waited between landing in S3 and being committed.
         let newest_applied_ms = applied

@@ -405,9 +405,13 @@ impl<'a> Ingest<'a> {
                     out.push(report);
                     return Ok(out);
                 }
-                Ok(Outcome::AlreadyApplied { .. }) => {
+                Ok(Outcome::AlreadyApplied { attempts }) => {
+                    // Another writer applied these files while we planned: a lost race.
                     staged.discard(self.catalog.file_io()).await;
-                    out.push(CommitReport::skipped(files, started));
+                    let mut r = CommitReport::skipped(files, started);
+                    r.attempts = attempts;
+                    r.replans = replans;
+                    out.push(r);
                     return Ok(out);
                 }
                 Err(CommitError::Replan(reason)) => {

@@ -1,0 +1,485 @@
+//! Compaction and maintenance through the CLI (`compact`, `expire`, `orphans`): the table reads
+//! the same through our `scan`, PyIceberg and DuckDB with fewer files, retained snapshots still
+//! time-travel, ingest running at the same time loses nothing, a crash mid-compaction leaves the
+//! table exact, and only unreferenced files old enough are ever deleted.
+//!
+//! Run through `scripts/test`; `-- --nocapture` prints the figures (`compact-measure:`).
+
+mod common;
+#[path = "common/stress.rs"]
+mod stress;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+use stress::*;
+
+const TABLE: &str = "shop.orders";
+
+/// `compact|expire|orphans TABLE --warehouse W --json [extra…]` with `env`; its JSON report.
+fn maintain(w: &Work, cmd: &str, extra: &[&str], env: &[(&str, &str)]) -> (Run, Option<Value>) {
+    let mut a: Vec<OsString> = vec![cmd.into(), TABLE.into(), "--warehouse".into()];
+    a.push(w.wh().into_os_string());
+    a.push("--json".into());
+    a.extend(extra.iter().map(OsString::from));
+    let r = run_env(&bin(), &a, env);
+    let report = r
+        .stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .and_then(|l| serde_json::from_str(l).ok());
+    (r, report)
+}
+
+fn compact(w: &Work, extra: &[&str]) -> Value {
+    let (r, rep) = maintain(w, "compact", extra, &[]);
+    let r = r.ok();
+    rep.unwrap_or_else(|| panic!("compact printed no report:\n{}", r.describe()))
+}
+
+fn num(v: &Value, k: &str) -> u64 {
+    v[k].as_u64()
+        .unwrap_or_else(|| panic!("report has no number `{k}`: {v}"))
+}
+
+/// Every DMS file of the tree recorded by exactly one ingest snapshot, compactions recording
+/// none, and one unbroken parent chain.
+fn check_files_once(w: &Work, meta: &Meta) -> Vec<Value> {
+    let hist = w.history(TABLE);
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, s) in hist.iter().enumerate() {
+        if i > 0 {
+            assert_eq!(
+                s["parent_id"],
+                hist[i - 1]["snapshot_id"],
+                "snapshot #{i} does not follow the previous one: {hist:?}"
+            );
+        }
+        let files = s["source_files"].as_array().unwrap();
+        if s["operation"] == "replace" {
+            assert!(files.is_empty(), "a compaction recorded DMS files: {s}");
+        }
+        for f in files {
+            *seen.entry(dms_name(f.as_str().unwrap())).or_default() += 1;
+        }
+    }
+    let expected: BTreeSet<String> = meta.files.iter().map(|f| dms_name(f)).collect();
+    let got: BTreeSet<String> = seen.keys().cloned().collect();
+    assert_eq!(got, expected, "files recorded vs files of the tree");
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "files recorded more than once: {twice:?}");
+    hist
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median wall seconds of `scan TABLE --format json` (whole table).
+fn scan_secs(w: &Work, n: usize) -> f64 {
+    median(
+        (0..n)
+            .map(|_| {
+                let t = Instant::now();
+                w.scan_run(TABLE, &[]).ok();
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    )
+}
+
+#[test]
+fn compaction_reads_the_same_with_fewer_files() {
+    // Partitioned by status with rows moving between partitions, many small change files,
+    // one snapshot each: many small data files and one delete file per change file.
+    let w = Work::new("compact_reads");
+    w.generate(
+        "synthetic",
+        &[
+            "--rows",
+            "4000",
+            "--cdc-files",
+            "12",
+            "--cdc-rows",
+            "600",
+            "--partition-move",
+            "--asof",
+            "--seed",
+            "71",
+        ],
+    );
+    let meta = w.meta(TABLE);
+    let steps = w.asof(TABLE);
+    w.ingest().ok();
+    w.assert_table(TABLE);
+    let before_hist = w.history(TABLE);
+    let scan_before = scan_secs(&w, 3);
+    let readers_before = w.reader_times(TABLE, 3);
+
+    let started = Instant::now();
+    let rep = compact(&w, &[]);
+    let compact_s = started.elapsed().as_secs_f64();
+    let (df0, df1) = (
+        num(&rep, "data_files_before"),
+        num(&rep, "data_files_after"),
+    );
+    let (dl0, dl1) = (
+        num(&rep, "delete_files_before"),
+        num(&rep, "delete_files_after"),
+    );
+    assert!(dl0 >= 12, "expected a delete file per change file: {rep}");
+    assert!(df1 < df0, "no fewer data files: {rep}");
+    assert_eq!(
+        dl1, 0,
+        "delete files left after compacting everything: {rep}"
+    );
+    assert!(
+        num(&rep, "bytes_rewritten") > 0 && num(&rep, "commits") > 0,
+        "{rep}"
+    );
+    assert_eq!(num(&rep, "groups_left"), 0, "{rep}");
+
+    // Same rows through all three readers, every file still recorded once.
+    w.assert_table(TABLE);
+    let hist = check_files_once(&w, &meta);
+    assert!(
+        hist.len() > before_hist.len()
+            && hist[before_hist.len()..]
+                .iter()
+                .all(|s| s["operation"] == "replace"),
+        "compaction did not commit replace snapshots: {hist:?}"
+    );
+    // Time travel to the snapshots before compaction still shows each file's state.
+    for snap in &before_hist {
+        let (_, step) = step_of_snapshot(snap, &steps);
+        let id = snap["snapshot_id"].as_i64().unwrap().to_string();
+        let got = w.scan(TABLE, &["--snapshot", &id]);
+        assert_rows(
+            &format!("--snapshot {id} after compaction"),
+            &meta,
+            &step.rows,
+            &got,
+        );
+    }
+    let last = before_hist.last().unwrap()["snapshot_id"].as_i64().unwrap();
+    let p = w.write_jsonl("before_compaction.jsonl", &steps.last().unwrap().rows);
+    w.check_readers(TABLE, &p, Some(last));
+
+    let scan_after = scan_secs(&w, 3);
+    let readers_after = w.reader_times(TABLE, 3);
+    // Compacting again finds nothing to do.
+    let again = compact(&w, &[]);
+    assert_eq!(
+        num(&again, "commits"),
+        0,
+        "a second compaction rewrote: {again}"
+    );
+    w.assert_table(TABLE);
+
+    let mb = num(&rep, "bytes_rewritten") as f64 / 1e6;
+    let readers: Vec<String> = readers_before
+        .iter()
+        .zip(&readers_after)
+        .map(|((n, b), (_, a))| format!("{n} {b:.3} -> {a:.3} s ({:.2}x)", a / b))
+        .collect();
+    eprintln!(
+        "compact-measure: {} rows; data files {df0} -> {df1}, delete files {dl0} -> {dl1}; rewrote \
+         {} files, {mb:.2} MB, {} records, {} commits in {compact_s:.2} s ({:.1} s/GB); whole-table \
+         read: our scan {scan_before:.3} -> {scan_after:.3} s ({:.2}x), {}",
+        w.expected(TABLE).len(),
+        num(&rep, "data_files_rewritten"),
+        num(&rep, "records_written"),
+        num(&rep, "commits"),
+        compact_s / (mb / 1000.0),
+        scan_after / scan_before,
+        readers.join(", ")
+    );
+}
+
+#[test]
+fn expire_then_orphans_delete_only_what_nothing_needs() {
+    let w = Work::new("compact_expire");
+    w.generate(
+        "synthetic",
+        &[
+            "--rows",
+            "500",
+            "--cdc-files",
+            "6",
+            "--cdc-rows",
+            "80",
+            "--asof",
+            "--seed",
+            "72",
+        ],
+    );
+    let meta = w.meta(TABLE);
+    w.ingest().ok();
+    compact(&w, &[]);
+    let hist = check_files_once(&w, &meta);
+    let n = hist.len();
+
+    // Dry run: lists, deletes nothing.
+    let (r, dry) = maintain(
+        &w,
+        "expire",
+        &["--older-than-hours", "0", "--retain-last", "2", "--dry-run"],
+        &[],
+    );
+    let dry = dry.unwrap_or_else(|| panic!("no report:\n{}", r.describe()));
+    let listed = dry["files_deleted"].as_array().unwrap().len();
+    assert_eq!(
+        dry["snapshots_expired"].as_array().unwrap().len(),
+        n - 2,
+        "{dry}"
+    );
+    assert!(listed > 0, "nothing to delete listed: {dry}");
+    assert_eq!(w.history(TABLE).len(), n, "a dry run expired snapshots");
+    let i0 = inspect(&w, TABLE);
+    assert!(i0.missing.is_empty(), "{:?}", i0.missing);
+
+    // For real: the two newest snapshots stay, the files only the others referenced go.
+    let (r, rep) = maintain(
+        &w,
+        "expire",
+        &["--older-than-hours", "0", "--retain-last", "2"],
+        &[],
+    );
+    let rep = rep.unwrap_or_else(|| panic!("no report:\n{}", r.describe()));
+    assert_eq!(num(&rep, "snapshots_kept"), 2, "{rep}");
+    let deleted: Vec<String> = rep["files_deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(deleted.len(), listed, "dry run and real run disagree");
+    for f in &deleted {
+        let p = f.strip_prefix("file://").unwrap_or(f);
+        assert!(
+            !std::path::Path::new(p).exists(),
+            "{f} was listed as deleted but exists"
+        );
+    }
+    let kept = w.history(TABLE);
+    assert_eq!(kept.len(), 2);
+    w.assert_table(TABLE);
+    // The kept snapshots still read; an expired one is gone.
+    let first_kept = kept[0]["snapshot_id"].as_i64().unwrap().to_string();
+    w.scan(TABLE, &["--snapshot", &first_kept]);
+    let gone = hist[0]["snapshot_id"].as_i64().unwrap().to_string();
+    assert!(!w.scan_run(TABLE, &["--snapshot", &gone]).status.success());
+    // Every file the kept snapshots need is there: the independent readers read both.
+    // (Metadata files from before the expiry still name the expired snapshots' manifest
+    // lists, which are gone: as in Iceberg's own expiry, only live metadata stays readable.)
+    for s in &kept {
+        let id = s["snapshot_id"].as_i64().unwrap();
+        let rows = w.scan(TABLE, &["--snapshot", &id.to_string()]);
+        let p = w.write_jsonl(&format!("kept-{id}.jsonl"), &rows);
+        w.check_readers(TABLE, &p, Some(id));
+    }
+    // Still exactly once: re-ingesting the tree applies nothing (the expired snapshots'
+    // files count as applied through the watermark).
+    let again = w.ingest_json(&[w.dms()]);
+    assert!(
+        again.iter().all(|c| c["status"] == "skipped"),
+        "files re-applied after expiry: {again:?}"
+    );
+    w.assert_table(TABLE);
+
+    // Orphans: a fresh stray file is too young to touch; aged past the limit it goes, and
+    // nothing referenced does.
+    let data_dir = w.wh().join("shop.db").join("orders").join("data");
+    let stray = data_dir.join("stray-00000.parquet");
+    std::fs::write(&stray, b"not referenced").unwrap();
+    let (r, young) = maintain(&w, "orphans", &["--min-age-hours", "1", "--delete"], &[]);
+    let young = young.unwrap_or_else(|| panic!("no report:\n{}", r.describe()));
+    assert!(stray.exists(), "a young orphan was deleted: {young}");
+    assert!(num(&young, "too_young") >= 1, "{young}");
+    let (r, old) = maintain(&w, "orphans", &["--min-age-hours", "0", "--delete"], &[]);
+    let old = old.unwrap_or_else(|| panic!("no report:\n{}", r.describe()));
+    assert!(!stray.exists(), "the orphan was not deleted: {old}");
+    // Nothing a kept snapshot needs went with it.
+    let i2 = inspect(&w, TABLE);
+    assert!(i2.orphans.is_empty(), "orphans left: {:?}", i2.orphans);
+    for s in &kept {
+        let id = s["snapshot_id"].as_i64().unwrap();
+        w.check_readers(TABLE, &w.dir.join(format!("kept-{id}.jsonl")), Some(id));
+    }
+    w.assert_table(TABLE);
+    eprintln!(
+        "compact-measure: expire: {} of {n} snapshots expired, {} files deleted; orphans: {} deleted",
+        n - 2,
+        deleted.len(),
+        num(&old, "deleted")
+    );
+}
+
+#[test]
+fn ingest_and_compaction_at_the_same_time() {
+    // Ingest applies change files one process per file while compaction runs in a loop; every
+    // other compaction pauses after writing its manifest list so ingest commits land in between
+    // and force it to re-validate (position deletes against files it is replacing), and ingest
+    // plans against files a compaction replaces before it commits.
+    let w = Work::new("compact_concurrent");
+    w.generate(
+        "synthetic",
+        &[
+            "--rows",
+            "3000",
+            "--cdc-files",
+            "16",
+            "--cdc-rows",
+            "300",
+            "--update-ratio",
+            "0.7",
+            "--seed",
+            "73",
+        ],
+    );
+    let meta = w.meta(TABLE);
+    w.ingest_paths(&[w.dms().join(&meta.files[0])]).ok();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ingester = {
+        let files: Vec<_> = meta.files[1..].iter().map(|f| w.dms().join(f)).collect();
+        let (wh, cfg) = (w.wh(), w.config());
+        let done = done.clone();
+        std::thread::spawn(move || {
+            for f in files {
+                let a: Vec<OsString> = vec![
+                    "ingest".into(),
+                    f.into_os_string(),
+                    "--warehouse".into(),
+                    wh.clone().into_os_string(),
+                    "--config".into(),
+                    cfg.clone().into_os_string(),
+                ];
+                run_env(&bin(), &a, &[]).ok();
+                // Gaps in which a compaction can finish.
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    let (mut runs, mut gave_up, mut commits, mut replans, mut rewritten) = (0, 0, 0, 0, 0);
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        // Every other run holds its commit open, so ingest commits land in between.
+        let hold: &[(&str, &str)] = if runs % 2 == 1 {
+            &[("DMS2ICEBERG_FAILPOINT", "after-manifest-list:sleep=150")]
+        } else {
+            &[]
+        };
+        let (r, rep) = maintain(&w, "compact", &[], hold);
+        runs += 1;
+        // Compaction yields to ingest: after its retries it gives up, to continue next run.
+        if !r.status.success() && r.stderr.contains("ingest kept changing the files") {
+            gave_up += 1;
+            continue;
+        }
+        let r = r.ok();
+        let rep = rep.unwrap_or_else(|| panic!("no report:\n{}", r.describe()));
+        commits += num(&rep, "commits");
+        replans += num(&rep, "replans");
+        rewritten += num(&rep, "data_files_rewritten");
+    }
+    ingester.join().unwrap();
+    compact(&w, &[]);
+    w.assert_table(TABLE);
+    check_files_once(&w, &meta);
+    let hist = w.history(TABLE);
+    check_totals(TABLE, &hist, w.expected(TABLE).len());
+    let i = inspect(&w, TABLE);
+    assert!(
+        i.missing.is_empty(),
+        "referenced files missing: {:?}",
+        i.missing
+    );
+    assert!(
+        commits >= 2,
+        "compaction never committed while ingest ran ({runs} runs): the test did not test"
+    );
+    eprintln!(
+        "compact-measure: concurrent: {} change files ingested while {runs} compactions ran: \
+         {commits} compaction commits, {replans} replans, {gave_up} gave up to retry later, \
+         {rewritten} files rewritten; table exact",
+        meta.files.len() - 1
+    );
+}
+
+#[test]
+fn crash_mid_compaction_leaves_the_table_exact() {
+    for (point, kill) in [
+        ("after-manifest-list", true),
+        ("after-metadata", true),
+        ("after-metadata", false),
+        ("after-swap", false),
+    ] {
+        let name = format!(
+            "compact_crash_{}_{}",
+            point,
+            if kill { "kill" } else { "error" }
+        );
+        let w = Work::new(&name);
+        w.generate(
+            "synthetic",
+            &[
+                "--rows",
+                "400",
+                "--cdc-files",
+                "5",
+                "--cdc-rows",
+                "60",
+                "--seed",
+                "74",
+            ],
+        );
+        let meta = w.meta(TABLE);
+        w.ingest().ok();
+        let spec = if kill {
+            format!("{point}:kill")
+        } else {
+            point.to_string()
+        };
+        let (r, _) = maintain(
+            &w,
+            "compact",
+            &[],
+            &[("DMS2ICEBERG_FAILPOINT", spec.as_str())],
+        );
+        assert!(
+            !r.status.success(),
+            "{name}: the failpoint did not fire:\n{}",
+            r.describe()
+        );
+        // Readable and exact whatever happened; the next run finishes the job.
+        w.assert_table(TABLE);
+        let rep = compact(&w, &[]);
+        w.assert_table(TABLE);
+        check_files_once(&w, &meta);
+        assert_eq!(num(&rep, "groups_left"), 0, "{rep}");
+        let i = inspect(&w, TABLE);
+        assert!(
+            i.missing.is_empty(),
+            "{name}: referenced files missing: {:?}",
+            i.missing
+        );
+        // Leftovers of the crashed attempt are orphans, and `orphans` removes them.
+        let (r, o) = maintain(&w, "orphans", &["--min-age-hours", "0", "--delete"], &[]);
+        let o = o.unwrap_or_else(|| panic!("no report:\n{}", r.describe()));
+        let i = inspect(&w, TABLE);
+        assert!(
+            i.orphans.is_empty() && i.missing.is_empty(),
+            "{name}: {i:?}"
+        );
+        w.assert_table(TABLE);
+        eprintln!(
+            "compact-measure: crash {name}: exact after the crash and after the rerun; {} orphan(s) removed",
+            num(&o, "deleted")
+        );
+    }
+}
