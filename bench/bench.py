@@ -197,6 +197,7 @@ def run_dms2iceberg(meta: dict, case: Path, timeout: float, cold: bool) -> list[
             "tool": "dms2iceberg", "mode": "warm (1 process, K files)",
             "load_s": load.wall_s, "load_rss_mib": load.rss_mib,
             "per_file_s": per, "median_s": median(per), "process_wall_s": warm.wall_s,
+            "steps_ms": step_medians(reps),
             "wall_per_file_s": warm.wall_s / len(per), "peak_rss_mib": warm.rss_mib,
             "reports": [{k: r.get(k) for k in ("inserted", "updated", "deleted",
                                                 "deletes_of_absent_keys", "data_files",
@@ -224,12 +225,26 @@ def run_dms2iceberg(meta: dict, case: Path, timeout: float, cold: bool) -> list[
                 "tool": "dms2iceberg", "mode": "cold (1 process per file)",
                 "load_s": load.wall_s, "load_rss_mib": load.rss_mib,
                 "per_file_s": per_el, "median_s": median(per_el),
+                "steps_ms": step_medians(reps),
                 "per_file_wall_s": per_wall, "wall_per_file_s": median(per_wall),
                 "peak_rss_mib": max(rss),
                 "reports": [{k: r.get(k) for k in ("lookup", "elapsed_ms")} for r in reps],
                 **read_back("dms2iceberg", cold_wh, meta, logs, timeout),
             })
     return rows
+
+
+STEPS = ("load", "read", "lookup", "write", "commit")
+
+
+def step_medians(reps: list[dict]) -> dict:
+    """Median milliseconds per pipeline step over the commit reports (`timings`)."""
+    out = {}
+    for s in STEPS:
+        v = [r["timings"][f"{s}_us"] / 1000 for r in reps if r.get("timings")]
+        if v:
+            out[s] = median(v)
+    return out
 
 
 def check_reports(reps: list[dict], meta: dict) -> None:
@@ -640,6 +655,17 @@ def markdown(res: dict) -> str:
     L.append("\nDuckDB read: `iceberg_scan` (Iceberg tables) / `delta_scan` (Delta), extensions "
              "loaded offline from the PyPI packages; median of 3 reads of every column. "
              "Verification reader: PyIceberg for both Iceberg tables, deltalake for Delta.\n")
+    stepped = [(c, r) for c in res["cases"] for r in c["results"] if r.get("steps_ms")]
+    if stepped:
+        L.append("### Where dms2iceberg's time goes\n")
+        L.append("Median milliseconds per change file and pipeline step, from the `timings` of "
+                 "each commit report (`ingest --json`).\n")
+        L.append("| N rows | B rows/file | mode | " + " | ".join(STEPS) + " |")
+        L.append("|---:|---:|---|" + "---:|" * len(STEPS))
+        for c, r in stepped:
+            L.append(f"| {c['rows']:,} | {c['changes']:,} | {r['mode']} | "
+                     + " | ".join(fmt(r["steps_ms"].get(s), 1) for s in STEPS) + " |")
+        L.append("")
     L.append(f"### Scaling (B = {res['params']['scaling_changes']:,})\n")
     L.append("| tool | mode | median s/file at each N | growth (time) for the N growth | "
              "log-log slope | s per extra 1M rows |")
