@@ -84,9 +84,27 @@ struct KeyCache {
 }
 
 struct FileKeys {
-    rows: Rows,
-    /// Rows in key order (files we write are): lookups binary-search.
+    values: KeyValues,
+    /// Values in key order (files we write are): lookups gallop through them.
     sorted: bool,
+}
+
+/// A data file's key column(s), in file order.
+enum KeyValues {
+    /// Row-encoded (any key types, composite keys).
+    Rows(Rows),
+    /// A single integer key column: 8 bytes a row instead of a row encoding's 17, and no
+    /// encoding pass when the column is read.
+    Ints(Vec<i64>),
+}
+
+impl FileKeys {
+    fn size(&self) -> usize {
+        match &self.values {
+            KeyValues::Rows(r) => r.size(),
+            KeyValues::Ints(v) => v.capacity() * std::mem::size_of::<i64>(),
+        }
+    }
 }
 
 /// Content of a position-delete file: deleted positions per data file path.
@@ -119,7 +137,7 @@ impl LookupCache {
 
     fn cache_keys(&self, path: &str, sig: &str, keys: Arc<FileKeys>) {
         let Ok(mut c) = self.keys.lock() else { return };
-        let size = keys.rows.size();
+        let size = keys.size();
         if size > c.budget {
             return;
         }
@@ -128,7 +146,7 @@ impl LookupCache {
                 break;
             };
             if let Some(v) = c.map.remove(&old) {
-                c.bytes -= v.rows.size();
+                c.bytes -= v.size();
             }
         }
         let id = (path.to_string(), sig.to_string());
@@ -194,6 +212,9 @@ struct Keys {
     columns: Vec<(RowConverter, Vec<Vec<u8>>)>,
     /// First key column as plain values, sorted (row-group statistics and bloom filters).
     first: FirstColumn,
+    /// A single integer key (int or long): its values with their index in the key batch,
+    /// sorted by value.
+    ints: Option<Vec<(i64, usize)>>,
 }
 
 enum FirstColumn {
@@ -231,6 +252,15 @@ impl Keys {
             Some(a) => first_values(a),
             None => FirstColumn::Other,
         };
+        let ints = match arrays.as_slice() {
+            [a] if a.null_count() == 0 => int_values(a).map(|v| {
+                let mut v: Vec<(i64, usize)> = v.into_iter().zip(0..).collect();
+                v.sort_unstable();
+                v.dedup_by_key(|(x, _)| *x);
+                v
+            }),
+            _ => None,
+        };
         Ok(Keys {
             sig,
             sorted,
@@ -240,6 +270,7 @@ impl Keys {
             index,
             columns,
             first,
+            ints,
         })
     }
 
@@ -275,6 +306,21 @@ impl Keys {
         };
         let r = self.columns[col].0.convert_columns(&[a])?;
         Ok(Some(r.row(0).as_ref().to_vec()))
+    }
+}
+
+/// An int or long column's values as i64.
+fn int_values(a: &ArrayRef) -> Option<Vec<i64>> {
+    match a.data_type() {
+        DataType::Int64 => Some(a.as_primitive::<Int64Type>().values().to_vec()),
+        DataType::Int32 => Some(
+            a.as_primitive::<Int32Type>()
+                .values()
+                .iter()
+                .map(|v| i64::from(*v))
+                .collect(),
+        ),
+        _ => None,
     }
 }
 
@@ -632,12 +678,34 @@ async fn scan_file(
     let mut offset = 0i64;
     if fill {
         let total: usize = batches.iter().map(|b| b.num_rows()).sum();
-        let mut rows = k.converter.empty_rows(total, total * 8);
-        for b in &batches {
-            k.converter.append(&mut rows, &key_columns_of(b, k)?)?;
-        }
-        let sorted = (1..rows.num_rows()).all(|i| rows.row(i - 1) <= rows.row(i));
-        let fk = Arc::new(FileKeys { rows, sorted });
+        let values = if k.ints.is_some() {
+            let mut v = Vec::with_capacity(total);
+            for b in &batches {
+                let cols = key_columns_of(b, k)?;
+                let col = cols.first().filter(|c| c.null_count() == 0);
+                match col.and_then(int_values) {
+                    Some(x) => v.extend(x),
+                    None => {
+                        return Err(Error::Other(format!(
+                            "{}: key column is not an integer column without NULLs",
+                            c.path
+                        )));
+                    }
+                }
+            }
+            KeyValues::Ints(v)
+        } else {
+            let mut rows = k.converter.empty_rows(total, total * 8);
+            for b in &batches {
+                k.converter.append(&mut rows, &key_columns_of(b, k)?)?;
+            }
+            KeyValues::Rows(rows)
+        };
+        let sorted = match &values {
+            KeyValues::Rows(rows) => (1..rows.num_rows()).all(|i| rows.row(i - 1) <= rows.row(i)),
+            KeyValues::Ints(v) => v.windows(2).all(|w| w[0] <= w[1]),
+        };
+        let fk = Arc::new(FileKeys { values, sorted });
         scan.hits = search(&fk, k);
         cache.cache_keys(&c.path, &k.sig, fk);
         return Ok(scan);
@@ -686,7 +754,12 @@ impl FileScan {
 
 /// Positions of the looked-up keys in a file's cached key rows.
 fn search(fk: &FileKeys, k: &Keys) -> Vec<(i64, usize)> {
-    let rows = &fk.rows;
+    let rows = match (&fk.values, &k.ints) {
+        (KeyValues::Rows(rows), _) => rows,
+        (KeyValues::Ints(v), Some(keys)) => return search_ints(v, fk.sorted, keys),
+        // Cached as integers only for an integer key (the cache key includes the key types).
+        (KeyValues::Ints(_), None) => return Vec::new(),
+    };
     let mut hits = Vec::new();
     if fk.sorted {
         // Keys ascend, so each search starts where the last one ended and gallops forward:
@@ -722,6 +795,37 @@ fn search(fk: &FileKeys, k: &Keys) -> Vec<(i64, usize)> {
         for i in 0..rows.num_rows() {
             if let Some(&idx) = k.index.get(rows.row(i).as_ref()) {
                 hits.push((i as i64, idx));
+            }
+        }
+    }
+    hits
+}
+
+/// [`search`] over a single integer key column.
+fn search_ints(v: &[i64], sorted: bool, keys: &[(i64, usize)]) -> Vec<(i64, usize)> {
+    let mut hits = Vec::new();
+    if sorted {
+        let mut start = 0usize;
+        for &(key, idx) in keys {
+            // Gallop from where the previous key ended, then binary-search the last stride.
+            let mut step = 1usize;
+            let (mut lo, mut hi) = (start, start);
+            while hi < v.len() && v[hi] < key {
+                lo = hi + 1;
+                hi = hi.saturating_add(step).min(v.len());
+                step = step.saturating_mul(2);
+            }
+            lo += v[lo..hi].partition_point(|x| *x < key);
+            while lo < v.len() && v[lo] == key {
+                hits.push((lo as i64, idx));
+                lo += 1;
+            }
+            start = lo;
+        }
+    } else {
+        for (i, x) in v.iter().enumerate() {
+            if let Ok(j) = keys.binary_search_by_key(x, |(k, _)| *k) {
+                hits.push((i as i64, keys[j].1));
             }
         }
     }
@@ -939,10 +1043,7 @@ mod tests {
             uniq.sort_unstable();
             uniq.dedup();
             let k = Keys::new(&batch(&uniq), vec![1]).expect("keys");
-            let fb = batch(&file);
-            let rows = k.converter.convert_columns(fb.columns()).expect("rows");
-            let mut got = search(&FileKeys { rows, sorted: true }, &k);
-            got.sort_unstable();
+            assert!(k.ints.is_some(), "a long key is searched as integers");
             let mut want: Vec<(i64, usize)> = Vec::new();
             for (pos, v) in file.iter().enumerate() {
                 if let Some(i) = uniq.iter().position(|u| u == v) {
@@ -950,7 +1051,37 @@ mod tests {
                 }
             }
             want.sort_unstable();
-            assert_eq!(got, want, "case {case}: file {n} rows, {} keys", uniq.len());
+            // The same file as sorted rows, sorted integers, and shuffled integers.
+            let fb = batch(&file);
+            let rows = k.converter.convert_columns(fb.columns()).expect("rows");
+            let mut shuffled: Vec<(usize, i64)> = file.iter().copied().enumerate().collect();
+            for i in (1..shuffled.len()).rev() {
+                shuffled.swap(i, next(i as u64 + 1) as usize);
+            }
+            let forms = [
+                (KeyValues::Rows(rows), true),
+                (KeyValues::Ints(file.clone()), true),
+                (
+                    KeyValues::Ints(shuffled.iter().map(|(_, v)| *v).collect()),
+                    false,
+                ),
+            ];
+            for (form, (values, sorted)) in forms.into_iter().enumerate() {
+                let mut got = search(&FileKeys { values, sorted }, &k);
+                if !sorted {
+                    // Back to positions in the unshuffled file.
+                    for h in &mut got {
+                        h.0 = shuffled[h.0 as usize].0 as i64;
+                    }
+                }
+                got.sort_unstable();
+                assert_eq!(
+                    got,
+                    want,
+                    "case {case} form {form}: file {n} rows, {} keys",
+                    uniq.len()
+                );
+            }
         }
     }
 }
