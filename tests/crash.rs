@@ -572,7 +572,7 @@ fn crashes_among_concurrent_writers() {
 #[test]
 fn every_point_is_covered() {
     let src = std::fs::read_to_string(repo_root().join("shared/src/commit/mod.rs")).unwrap()
-        + &std::fs::read_to_string(repo_root().join("shared/src/ops/ingest.rs")).unwrap();
+        + &std::fs::read_to_string(repo_root().join("shared/src/ops/ingest/mod.rs")).unwrap();
     let mut found = BTreeSet::new();
     let mut rest = src.as_str();
     while let Some(i) = rest.find("failpoint(\"") {
