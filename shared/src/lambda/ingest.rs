@@ -174,7 +174,7 @@ impl IngestHandler {
             error: None,
         };
         type Listed = Vec<(DmsObject, Option<i64>)>;
-        let result: Result<(TableReport, Listed)> = async {
+        let result: Result<(TableReport, Listed, crate::table::AppliedFiles)> = async {
             let listing = self.objects.list(bucket, prefix).await?;
             let mut files: Vec<(DmsObject, Option<i64>)> = Vec::new();
             for o in listing {
@@ -206,10 +206,10 @@ impl IngestHandler {
                 .files_per_commit(self.env.files_per_commit)
                 .execute(schema, table, pending, |_| {})
                 .await;
-            Ok((report, files))
+            Ok((report, files, applied))
         }
         .await;
-        let (report, files) = match result {
+        let (report, files, applied_before) = match result {
             Ok(r) => r,
             Err(e) => {
                 let e = crate::error::redact(&e.to_string());
@@ -218,8 +218,27 @@ impl IngestHandler {
                 return outcome;
             }
         };
-        // What the table holds now (including files applied by concurrent invocations).
-        if let Ok(cfg) = config.table(schema, table)
+        // What the table holds now. Without an error every pending file this run took was
+        // applied, by this run or (reported as skipped) by a concurrent one: the table as
+        // loaded before plus the commits' files. After an error, ask the catalog.
+        if report.error.is_none()
+            && let Ok(cfg) = config.table(schema, table)
+        {
+            let committed: BTreeSet<&str> = report
+                .commits
+                .iter()
+                .flat_map(|c| c.files.iter().map(String::as_str))
+                .collect();
+            outcome.applied = files
+                .iter()
+                .filter(|(o, _)| {
+                    applied_before.contains(&o.order)
+                        || committed.contains(o.key.as_str())
+                        || cfg.is_skipped(&o.key)
+                })
+                .map(|(o, _)| o.key.clone())
+                .collect();
+        } else if let Ok(cfg) = config.table(schema, table)
             && let Ok(ident) = iceberg::TableIdent::from_strs([&cfg.namespace, &cfg.table])
             && let Ok(Some(t)) = LoadedTable::load(&self.catalog, &ident).await
         {
