@@ -236,7 +236,6 @@ impl Keys {
         let mut sorted: Vec<(Vec<u8>, usize)> =
             index.iter().map(|(k, v)| (k.clone(), *v)).collect();
         sorted.sort_unstable();
-        let sig = format!("{field_ids:?}{types:?}");
         let mut columns = Vec::new();
         for a in &arrays {
             let c = RowConverter::new(vec![SortField::new(a.data_type().clone())])?;
@@ -261,6 +260,12 @@ impl Keys {
             }),
             _ => None,
         };
+        // Cached key columns are only valid for the same key types and the same form
+        // (integers or rows), so both name the cache entry.
+        let sig = format!(
+            "{field_ids:?}{types:?}{}",
+            if ints.is_some() { "i64" } else { "rows" }
+        );
         Ok(Keys {
             sig,
             sorted,
@@ -326,14 +331,7 @@ fn int_values(a: &ArrayRef) -> Option<Vec<i64>> {
 
 fn first_values(a: &ArrayRef) -> FirstColumn {
     let ints = match a.data_type() {
-        DataType::Int64 => Some(a.as_primitive::<Int64Type>().values().to_vec()),
-        DataType::Int32 => Some(
-            a.as_primitive::<Int32Type>()
-                .values()
-                .iter()
-                .map(|v| *v as i64)
-                .collect(),
-        ),
+        DataType::Int64 | DataType::Int32 => int_values(a),
         DataType::Date32 => Some(
             a.as_primitive::<Date32Type>()
                 .values()
@@ -757,7 +755,7 @@ fn search(fk: &FileKeys, k: &Keys) -> Vec<(i64, usize)> {
     let rows = match (&fk.values, &k.ints) {
         (KeyValues::Rows(rows), _) => rows,
         (KeyValues::Ints(v), Some(keys)) => return search_ints(v, fk.sorted, keys),
-        // Cached as integers only for an integer key (the cache key includes the key types).
+        // Unreachable: the cache entry's name says which form it holds (`Keys::sig`).
         (KeyValues::Ints(_), None) => return Vec::new(),
     };
     let mut hits = Vec::new();

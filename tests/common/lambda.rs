@@ -1014,11 +1014,11 @@ impl Lab {
         }
     }
 
-    /// `dms2iceberg scan <db.table> --catalog glue --warehouse s3://… --format json`
-    pub fn scan(&self, glue_table: &str) -> Vec<Value> {
+    /// `dms2iceberg <command> <db.table> --catalog glue --warehouse s3://… --format json`
+    fn glue_json(&self, command: &str, glue_table: &str) -> Vec<Value> {
         let r = self
             .cli(&[
-                "scan",
+                command,
                 glue_table,
                 "--catalog",
                 "glue",
@@ -1028,24 +1028,17 @@ impl Lab {
                 "json",
             ])
             .ok();
-        parse_json_lines(&r.stdout, &format!("scan {glue_table}"))
+        parse_json_lines(&r.stdout, &format!("{command} {glue_table}"))
     }
 
-    /// `dms2iceberg history <db.table> --catalog glue --format json`
+    /// `dms2iceberg scan <db.table>` on the Glue catalog.
+    pub fn scan(&self, glue_table: &str) -> Vec<Value> {
+        self.glue_json("scan", glue_table)
+    }
+
+    /// `dms2iceberg history <db.table>` on the Glue catalog.
     pub fn history(&self, glue_table: &str) -> Vec<Value> {
-        let r = self
-            .cli(&[
-                "history",
-                glue_table,
-                "--catalog",
-                "glue",
-                "--warehouse",
-                WAREHOUSE,
-                "--format",
-                "json",
-            ])
-            .ok();
-        parse_json_lines(&r.stdout, &format!("history {glue_table}"))
+        self.glue_json("history", glue_table)
     }
 
     /// Every DMS file the table's snapshots record, in snapshot order (duplicates kept).

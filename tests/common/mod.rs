@@ -421,8 +421,8 @@ impl Work {
         p
     }
 
-    /// Runs check_readers.py (PyIceberg + DuckDB) against an expected JSON-lines file.
-    pub fn check_readers(&self, table: &str, expected: &Path, snapshot: Option<i64>) {
+    /// `check_readers.py` (PyIceberg + DuckDB) on `table` against an expected JSON-lines file.
+    fn run_check_readers(&self, table: &str, expected: &Path, extra: &[String]) -> Run {
         let mut a: Vec<String> = vec![
             support("check_readers.py").display().to_string(),
             "--warehouse".into(),
@@ -434,10 +434,7 @@ impl Work {
             "--meta".into(),
             self.meta_path(table).display().to_string(),
         ];
-        if let Some(id) = snapshot {
-            a.push("--snapshot-id".into());
-            a.push(id.to_string());
-        }
+        a.extend_from_slice(extra);
         let r = run(&python(), &a);
         if !r.status.success() {
             panic!(
@@ -446,26 +443,22 @@ impl Work {
                 r.describe()
             );
         }
+        r
+    }
+
+    /// Runs check_readers.py (PyIceberg + DuckDB) against an expected JSON-lines file.
+    pub fn check_readers(&self, table: &str, expected: &Path, snapshot: Option<i64>) {
+        let extra: Vec<String> = snapshot
+            .map(|id| vec!["--snapshot-id".into(), id.to_string()])
+            .unwrap_or_default();
+        self.run_check_readers(table, expected, &extra);
     }
 
     /// PyIceberg and DuckDB read the table (each `repeat` times, checked against the expected
     /// state): median seconds per read, by reader.
     pub fn reader_times(&self, table: &str, repeat: usize) -> Vec<(String, f64)> {
-        let a: Vec<String> = vec![
-            support("check_readers.py").display().to_string(),
-            "--warehouse".into(),
-            self.wh().display().to_string(),
-            "--table".into(),
-            table.into(),
-            "--expected".into(),
-            self.expected_path(table).display().to_string(),
-            "--meta".into(),
-            self.meta_path(table).display().to_string(),
-            "--repeat".into(),
-            repeat.to_string(),
-        ];
-        let r = run(&python(), &a);
-        assert!(r.status.success(), "readers disagree:\n{}", r.describe());
+        let extra = ["--repeat".to_string(), repeat.to_string()];
+        let r = self.run_check_readers(table, &self.expected_path(table), &extra);
         r.stdout
             .lines()
             .filter_map(|l| {

@@ -282,15 +282,16 @@ impl Catalog for GlueCatalog {
                             .send()
                             .await
                             .map_err(|e| classify(e, "GetTable"))?;
-                        current
+                        let params = current
                             .table()
                             .and_then(|t| t.parameters().cloned())
-                            .unwrap_or_default()
+                            .unwrap_or_default();
+                        if params.get("metadata_location") != Some(&base.metadata_location) {
+                            return Err(SwapError::Conflict);
+                        }
+                        params
                     }
                 };
-                if params.get("metadata_location") != Some(&base.metadata_location) {
-                    return Err(SwapError::Conflict);
-                }
                 params.insert("metadata_location".into(), new_location.to_string());
                 params.insert(
                     "previous_metadata_location".into(),

@@ -173,16 +173,15 @@ pub struct TableReport {
 
 impl TableReport {
     pub fn applied_files(&self) -> usize {
-        self.commits
-            .iter()
-            .filter(|c| c.status == Status::Applied)
-            .map(|c| c.files.len())
-            .sum()
+        self.files_with(Status::Applied)
     }
     pub fn skipped_files(&self) -> usize {
+        self.files_with(Status::Skipped)
+    }
+    fn files_with(&self, status: Status) -> usize {
         self.commits
             .iter()
-            .filter(|c| c.status == Status::Skipped)
+            .filter(|c| c.status == status)
             .map(|c| c.files.len())
             .sum()
     }

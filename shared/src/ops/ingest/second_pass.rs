@@ -40,8 +40,7 @@ impl SecondPass {
         let limit = usize::try_from(self.cfg.large_input_bytes).unwrap_or(usize::MAX);
         let flush =
             |chunk: &mut Vec<RecordBatch>, bytes: &mut usize| -> Result<Option<RecordBatch>> {
-                if chunk.iter().all(|b| b.num_rows() == 0) {
-                    chunk.clear();
+                if chunk.is_empty() {
                     return Ok(None);
                 }
                 let all = arrow_select::concat::concat_batches(&self.processing, chunk.iter())?;
