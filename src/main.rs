@@ -125,6 +125,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Declare which DMS files a table holds, for a table with data but no record of them
+    /// (created or rewritten by another engine): every file up to `--through` counts as applied.
+    MarkApplied {
+        table: String,
+        /// The last DMS file the table holds (file name, path or S3 key).
+        #[arg(long)]
+        through: String,
+        #[arg(long, default_value = "warehouse")]
+        warehouse: String,
+        /// Replace the record the table already has.
+        #[arg(long)]
+        force: bool,
+    },
     /// List the tables in the warehouse.
     Tables {
         #[arg(long, default_value = "warehouse")]
@@ -404,6 +417,33 @@ async fn run(kind: CatalogKind, command: Command) -> Result<bool> {
             }
             Ok(true)
         }
+        Command::MarkApplied {
+            table,
+            through,
+            warehouse,
+            force,
+        } => {
+            let catalog = open_catalog(kind, &warehouse, true).await?;
+            let r = dms2iceberg::ops::mark_applied::MarkApplied::new(
+                catalog.as_ref(),
+                parse_ident(&table)?,
+                through,
+            )
+            .force(force)
+            .execute()
+            .await?;
+            println!(
+                "{}: every DMS file up to {} now counts as applied{}",
+                r.table,
+                r.through,
+                if r.replaced.is_some() {
+                    " (the previous record was replaced)"
+                } else {
+                    ""
+                }
+            );
+            Ok(true)
+        }
         Command::Tables { warehouse } => {
             let catalog = open_catalog(kind, &warehouse, true).await?;
             for t in catalog.list_tables().await? {
@@ -483,6 +523,34 @@ async fn ingest(
             eprintln!(
                 "warning: {}: {rejected} rows could not be read and were set aside in {}__rejected",
                 report.source, report.table
+            );
+        }
+        if !json && report.reloads() > 0 {
+            println!(
+                "    {} reload(s): a new full load replaced the table's contents",
+                report.reloads()
+            );
+        }
+        if !json && report.superseded_files() > 0 {
+            println!(
+                "    {} file(s) superseded by a reload (from before it): not applied",
+                report.superseded_files()
+            );
+        }
+        let beyond = report.beyond_record_files() - report.loud_files().len();
+        if !json && beyond > 0 {
+            println!(
+                "    {beyond} file(s) older than the table's applied-file record: taken as applied long ago"
+            );
+        }
+        for f in report.loud_files() {
+            all_ok = false;
+            eprintln!(
+                "error: {}: {f} is older than the files the table's applied-file record lists and \
+                 changed after the record moved past it: it was not applied and cannot be merged \
+                 in order (reload the table from DMS if it is new; list it in `skip_files` if it \
+                 is a copy of an applied file)",
+                report.source
             );
         }
         if let Some(e) = &report.error {

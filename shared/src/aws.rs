@@ -114,6 +114,20 @@ pub struct ObjectInfo {
     pub key: String,
     pub size: u64,
     pub last_modified_ms: Option<i64>,
+    /// Quotes removed.
+    pub etag: Option<String>,
+}
+
+impl ObjectInfo {
+    /// What the listing tells of the object's content.
+    pub fn meta(&self) -> crate::commit::ObjectMeta {
+        crate::commit::ObjectMeta {
+            size: Some(self.size),
+            modified_ms: self.last_modified_ms,
+            etag: self.etag.clone(),
+            md5: None,
+        }
+    }
 }
 
 /// DMS objects in S3.
@@ -153,6 +167,7 @@ impl S3Objects {
                         key: k.to_string(),
                         size: o.size().unwrap_or_default().max(0) as u64,
                         last_modified_ms: o.last_modified().and_then(|t| t.to_millis().ok()),
+                        etag: o.e_tag().map(|e| e.trim_matches('"').to_string()),
                     });
                 }
             }

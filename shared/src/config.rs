@@ -84,6 +84,9 @@ pub struct TableSettings {
     pub bad_rows: Option<BadRows>,
     /// Table properties set when the table is created.
     pub properties: Option<BTreeMap<String, String>>,
+    /// Change files the table's applied-file record keeps (by DMS order): a change file older
+    /// than all of them can no longer be merged in order. Default 2000.
+    pub applied_record_files: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -126,7 +129,8 @@ impl TableSettings {
             large_input_bytes,
             skip_files,
             bad_rows,
-            properties
+            properties,
+            applied_record_files
         )
     }
 }
@@ -156,6 +160,7 @@ pub struct TableConfig {
     pub skip_files: Vec<String>,
     pub bad_rows: BadRows,
     pub properties: BTreeMap<String, String>,
+    pub applied_record_files: usize,
 }
 
 impl TableConfig {
@@ -324,6 +329,10 @@ impl Config {
             skip_files: s.skip_files.clone().unwrap_or_default(),
             bad_rows: s.bad_rows.unwrap_or_default(),
             properties: s.properties.clone().unwrap_or_default(),
+            applied_record_files: s
+                .applied_record_files
+                .unwrap_or(crate::commit::record::DEFAULT_WINDOW)
+                .max(1),
         })
     }
 }

@@ -87,6 +87,15 @@ pub enum Error {
     #[error("table {table}: {reason}")]
     Schema { table: String, reason: String },
 
+    #[error(
+        "table {table} holds data but no record of which DMS files it holds (it was created or \
+         rewritten by another engine, or its history was expired before dms2iceberg kept the \
+         record in a table property); applying the DMS files again would revert newer rows. \
+         Declare what it holds: `dms2iceberg mark-applied {table} --through <the last DMS file \
+         it holds>`"
+    )]
+    NoRecord { table: String },
+
     #[error("object key `{key}`: {reason}")]
     Key { key: String, reason: String },
 

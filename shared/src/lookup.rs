@@ -508,8 +508,15 @@ pub async fn locate_rows(
     }
 
     let k = &k;
-    let results: Vec<(usize, FileScan)> = futures::stream::iter(candidates.iter().enumerate())
-        .map(|(i, c)| async move { scan_file(file_io, c, k, cache).await.map(|r| (i, r)) })
+    // By index: a closure over `(usize, &Candidate)` items trips rustc's higher-ranked Send
+    // check when this future is boxed as `Send` (the commit loop's planners are).
+    let candidates_ref = &candidates;
+    let results: Vec<(usize, FileScan)> = futures::stream::iter(0..candidates.len())
+        .map(|i| async move {
+            scan_file(file_io, &candidates_ref[i], k, cache)
+                .await
+                .map(|r| (i, r))
+        })
         .buffer_unordered(8)
         .try_collect()
         .await?;

@@ -1,6 +1,5 @@
-//! A table as loaded from the catalog, and the ingest state it carries in snapshot summaries.
+//! A table as loaded from the catalog, and the keys of what we write into its metadata.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use iceberg::TableIdent;
@@ -10,10 +9,11 @@ use iceberg::table::Table;
 
 use crate::catalog::{Catalog, Pointer};
 use crate::error::Result;
-use crate::locate::OrderKey;
 
-/// Snapshot summary keys we write. Every snapshot we commit carries the watermark forward,
-/// so the current snapshot alone tells what has been applied.
+/// Snapshot summary and table property keys we write. Which files a table holds is in the
+/// table property [`crate::commit::record::PROPERTY`]; the summary keys describe each snapshot
+/// for `history` (and, for tables written before that property existed, are where the record
+/// is rebuilt from).
 pub mod keys {
     /// JSON array of the DMS object keys this snapshot applied.
     pub const SOURCE_FILES: &str = "dms2iceberg.source-files";
@@ -31,6 +31,8 @@ pub mod keys {
     pub const ROWS_INSERTED: &str = "dms2iceberg.rows-inserted";
     pub const ROWS_UPDATED: &str = "dms2iceberg.rows-updated";
     pub const ROWS_DELETED: &str = "dms2iceberg.rows-deleted";
+    /// The snapshot is a reload: it replaced the table's contents with a new full load.
+    pub const RELOAD: &str = "dms2iceberg.reload";
     pub const VERSION: &str = "dms2iceberg.version";
 }
 
@@ -71,13 +73,6 @@ pub struct LoadedTable {
     pub metadata: Arc<TableMetadata>,
 }
 
-/// What has been applied to a table, from its snapshot summaries.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Watermark {
-    pub file: Option<OrderKey>,
-    pub change_seq: Option<String>,
-}
-
 impl LoadedTable {
     pub async fn load(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Option<LoadedTable>> {
         let Some(pointer) = catalog.load(ident).await? else {
@@ -89,10 +84,6 @@ impl LoadedTable {
             pointer,
             metadata,
         }))
-    }
-
-    pub fn watermark(&self) -> Watermark {
-        watermark(&self.metadata)
     }
 
     /// An iceberg-rust `Table` for reading (scans, manifests).
@@ -123,99 +114,12 @@ pub fn ancestry(metadata: &TableMetadata) -> Vec<&Arc<Snapshot>> {
     out
 }
 
-/// The newest ingest state in the current snapshot's ancestry (snapshots by other writers
-/// carry none and are skipped).
-pub fn watermark(metadata: &TableMetadata) -> Watermark {
-    for s in ancestry(metadata) {
-        let p = &s.summary().additional_properties;
-        if let Some(w) = p.get(keys::WATERMARK) {
-            return Watermark {
-                file: OrderKey::parse(w),
-                change_seq: p.get(keys::CHANGE_SEQ).cloned(),
-            };
-        }
-    }
-    Watermark::default()
-}
-
-/// Which DMS files a table holds, from the summaries of its snapshot ancestry.
-#[derive(Debug, Clone, Default)]
-pub struct AppliedFiles {
-    /// Order key → object key.
-    pub files: BTreeMap<OrderKey, String>,
-    /// Expired snapshots took older records with them: files up to here count as applied (a
-    /// file arriving later than the snapshot retention is not told apart from an applied one).
-    pub horizon: Option<OrderKey>,
-}
-
-impl AppliedFiles {
-    pub fn contains(&self, order: &OrderKey) -> bool {
-        self.files.contains_key(order) || self.horizon.as_ref().is_some_and(|h| order <= h)
-    }
-
-    /// Applied files after `order`, in DMS order.
-    pub fn after(&self, order: &OrderKey) -> Vec<(OrderKey, String)> {
-        use std::ops::Bound::{Excluded, Unbounded};
-        self.files
-            .range((Excluded(order.clone()), Unbounded))
-            .map(|(o, k)| (o.clone(), k.clone()))
-            .collect()
-    }
-}
-
-pub fn applied_files(metadata: &TableMetadata) -> AppliedFiles {
-    let mut out = AppliedFiles::default();
-    let chain = ancestry(metadata);
-    let truncated = chain
-        .last()
-        .and_then(|root| root.parent_snapshot_id())
-        .is_some();
-    out.horizon = metadata
-        .properties()
-        .get(keys::EXPIRED_WATERMARK)
-        .and_then(|w| OrderKey::parse(w));
-    if truncated && out.horizon.is_none() {
-        // Expired by another tool: the oldest retained snapshot's watermark is the best bound.
-        out.horizon = chain
-            .iter()
-            .rev()
-            .find_map(|s| s.summary().additional_properties.get(keys::WATERMARK))
-            .and_then(|w| OrderKey::parse(w));
-    }
-    for s in chain {
-        let p = &s.summary().additional_properties;
-        let orders: Vec<String> = p
-            .get(keys::SOURCE_ORDERS)
-            .and_then(|v| serde_json::from_str(v).ok())
-            .unwrap_or_default();
-        for (o, k) in orders.iter().zip(source_files(p)) {
-            if let Some(o) = OrderKey::parse(o) {
-                out.files.entry(o).or_insert(k);
-            }
-        }
-    }
-    out
-}
-
 /// Our summary properties of a snapshot, for `history`.
 pub fn source_files(props: &std::collections::HashMap<String, String>) -> Vec<String> {
     props
         .get(keys::SOURCE_FILES)
         .and_then(|s| serde_json::from_str::<Vec<String>>(s).ok())
         .unwrap_or_default()
-}
-
-/// Properties carried forward by a snapshot that applies no input (e.g. compaction).
-pub fn carried_state(metadata: &TableMetadata) -> BTreeMap<String, String> {
-    let w = watermark(metadata);
-    let mut m = BTreeMap::new();
-    if let Some(f) = w.file {
-        m.insert(keys::WATERMARK.to_string(), f.to_string());
-    }
-    if let Some(s) = w.change_seq {
-        m.insert(keys::CHANGE_SEQ.to_string(), s);
-    }
-    m
 }
 
 /// The manifests of `snapshot` (unencrypted tables; we never write encrypted ones).

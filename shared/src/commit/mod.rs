@@ -1,52 +1,68 @@
-//! commit: one atomic snapshot per input, through a compare-and-swap on the catalog pointer.
+//! commit: every change to a table — a row delta (ingest), a rewrite (compaction), an append
+//! (rejected rows), a reload (a new full load) — goes through this module, as one atomic
+//! snapshot and a compare-and-swap on the catalog pointer.
 //!
-//! iceberg-rust 0.10 can only fast-append, so this is our own row-delta producer built from its
+//! iceberg-rust 0.10 can only fast-append, so this is our own snapshot producer built from its
 //! public parts. The protocol and the invariants it keeps:
 //!
 //! 1. **Prepare once.** Data files, delete files and their manifests are written before the first
-//!    attempt, with a fixed snapshot id and *unassigned* sequence numbers, so every attempt reuses
-//!    them: the manifest list assigns the sequence number of whatever base the attempt builds on.
+//!    attempt ([`Staged`]), with a fixed snapshot id and *unassigned* sequence numbers, so every
+//!    attempt reuses them: the manifest list assigns the sequence number of whatever base the
+//!    attempt builds on. (A reload's removals depend on what is live at each attempt: they are
+//!    the one part written per attempt.)
 //! 2. **Nothing is visible until the swap.** A snapshot exists for readers only once the catalog
 //!    pointer names a metadata file that contains it, and the pointer moves only by
 //!    compare-and-swap from the exact metadata the attempt was built on. Two writers can never
 //!    both win from one base.
-//! 3. **Every attempt re-validates** against the table as it is now ([`validate`]): same table,
+//! 3. **The exactly-once record moves with the data.** Which DMS files the table holds lives in
+//!    a table property ([`record`]), recomputed on every attempt from the table as it is and
+//!    written in the same metadata as the snapshot: a snapshot that applies a file and the
+//!    record that says so land together or not at all, and no other writer or snapshot expiry
+//!    can lose the record.
+//! 4. **Every attempt re-validates** against the table as it is now ([`validate`]): same table,
 //!    our schema and spec still current, our input not already applied (then the commit is a
 //!    no-op), our snapshot not already committed (an earlier attempt whose outcome was unknown),
-//!    and no commit since our base that could invalidate our position deletes (only compaction
-//!    may intervene, and only if every data file our deletes reference is still live). Anything
-//!    else is a [`CommitError::Replan`]: the caller redoes the input against the new state.
-//! 4. **A lost attempt deletes only its own files** (manifest list, metadata.json), after the
+//!    and nothing committed since our base that invalidates what we prepared. Anything else is a
+//!    typed [`Conflict`]: the planner plans the input again against the new state.
+//! 5. **A lost attempt deletes only its own files** (manifest list, metadata.json), after the
 //!    swap said conflict. On an unknown outcome nothing is deleted: the table is reloaded and our
 //!    snapshot id looked for — found means committed.
-//! 5. **Abandoning** (replan, already applied, error) deletes the prepared files, which no
-//!    metadata references ([`Staged::discard`]). A crash leaves them as orphans that
-//!    `orphans` finds; they are never referenced, so they never change what readers see.
+//! 6. **Abandoning** (replan, already applied, error) deletes the prepared files, which no
+//!    metadata references ([`Staged::discard`]). A crash leaves them as orphans that `orphans`
+//!    finds; they are never referenced, so they never change what readers see.
+//! 7. **One retry budget** ([`retry::RetryPolicy`], from the table's `commit.retry.*`
+//!    properties) covers lost swaps and replans alike, with jittered backoff between them.
 
+mod failpoint;
+mod producer;
+pub mod record;
+pub mod retry;
 mod summary;
 pub mod validate;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use iceberg::MetadataLocation;
 use iceberg::TableIdent;
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataFile, FormatVersion, MAIN_BRANCH, ManifestFile, ManifestListWriter, ManifestWriterBuilder,
-    Operation, PartitionSpecRef, Schema, SchemaRef, Snapshot, SortOrder, Summary, TableMetadata,
-    TableMetadataBuilder, UnboundPartitionSpec,
+    DataFile, FormatVersion, ManifestFile, ManifestWriterBuilder, Operation, PartitionSpecRef,
+    Schema, SchemaRef, SortOrder, TableMetadata, TableMetadataBuilder, UnboundPartitionSpec,
 };
 use tracing::{debug, info, warn};
 
+pub use failpoint::failpoint;
+pub(crate) use producer::remove_files;
+pub use record::{AppliedInput, AppliedRecord, ObjectMeta, Standing};
 pub use summary::Added;
+pub use validate::Conflict;
 
 use crate::catalog::{Catalog, SwapError};
 use crate::error::{Error, Result};
-use crate::locate::OrderKey;
 use crate::table::LoadedTable;
+use retry::{Budget, RetryPolicy};
 
 /// The table a commit was planned against.
 #[derive(Debug, Clone)]
@@ -104,33 +120,86 @@ impl MetadataChanges {
     }
 }
 
+/// What a commit does to the table's files: each kind has its own validation rules and its
+/// own way of building the snapshot's manifest list.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// Ingest: new data files, and position deletes against live files (which must still be
+    /// live when it commits).
+    RowDelta {
+        referenced_data_files: BTreeSet<String>,
+    },
+    /// Compaction: files replaced by files holding the same rows. The replaced manifests must
+    /// still be current, and no commit since the base may have deleted rows of removed files.
+    Rewrite {
+        replaced_manifests: BTreeSet<String>,
+        removed_data_files: BTreeSet<String>,
+    },
+    /// Rows appended (the rejected-rows table).
+    Append,
+    /// A full load that replaces the table's contents: every file live at commit time is
+    /// removed, the new files added.
+    Reload,
+}
+
+impl Change {
+    fn operation(&self, added_deletes: bool, added_data: bool) -> Operation {
+        match self {
+            Change::Rewrite { .. } => Operation::Replace,
+            Change::Reload => Operation::Overwrite,
+            Change::Append => Operation::Append,
+            Change::RowDelta { .. } => match (added_data, added_deletes) {
+                (_, false) => Operation::Append,
+                (false, true) => Operation::Delete,
+                (true, true) => Operation::Overwrite,
+            },
+        }
+    }
+}
+
+/// How the exactly-once record moves with a commit.
+#[derive(Debug, Clone, Default)]
+pub struct RecordUpdate {
+    /// The record the input was planned against (validation replans if it moved).
+    pub base_record: AppliedRecord,
+    pub inputs: Vec<AppliedInput>,
+    /// The inputs are a new full load (a new generation).
+    pub reload: bool,
+    /// Greatest change sequence of the inputs.
+    pub change_seq: Option<String>,
+    /// Change files the record keeps.
+    pub window: usize,
+}
+
 /// Everything one commit needs, prepared once and reused by every attempt.
 #[derive(Debug)]
 pub struct Staged {
     pub ident: TableIdent,
     pub base: Base,
     pub changes: MetadataChanges,
-    /// Schema id and default spec id the files were written with (after `changes`).
+    /// Schema id the files were written with (after `changes`).
     pub schema_id: i32,
-    pub spec_id: i32,
     pub snapshot_id: i64,
-    pub operation: Operation,
+    pub change: Change,
     pub manifests: Vec<ManifestFile>,
     /// Every file prepared for this commit (data, deletes, manifests): deleted if abandoned.
     pub files: Vec<String>,
-    /// Data files our position deletes point into: must still be live when we commit.
-    pub referenced_data_files: BTreeSet<String>,
-    /// Rewrites (compaction): manifests of the base that `manifests` replace, and the data
-    /// files they remove. Every replaced manifest must still be current, and no commit since the
-    /// base may have added deletes against a removed file.
-    pub replaced_manifests: BTreeSet<String>,
-    pub removed_data_files: BTreeSet<String>,
     pub added: Added,
-    /// Our summary properties (source files, watermark, row counts).
-    pub properties: BTreeMap<String, String>,
-    /// DMS order of every input file: if the table records all of them as applied, the commit
-    /// is a no-op; if it records some, the commit is planned again without them.
-    pub input_orders: Vec<OrderKey>,
+    /// Snapshot summary properties of ours (source files, row counts).
+    pub summary: BTreeMap<String, String>,
+    /// The record update, for commits that apply DMS files (none for compaction).
+    pub record: Option<RecordUpdate>,
+}
+
+impl Staged {
+    /// Deletes every prepared file (nothing references them unless a commit landed).
+    pub async fn discard(&self, file_io: &FileIO) {
+        for f in &self.files {
+            if let Err(e) = file_io.delete(f).await {
+                warn!(file = %f, error = %e, "could not delete an abandoned file");
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,67 +216,208 @@ pub enum Outcome {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
-    /// The table changed in a way our prepared files cannot follow: redo the input.
+    /// The table changed in a way our prepared files cannot follow: plan the input again.
     #[error("replan needed: {0}")]
-    Replan(String),
+    Conflict(Conflict),
     /// The swap may have landed: prepared files must be kept (they may be live). Running the
-    /// input again is safe: it finds the table's watermark and skips.
+    /// input again is safe: the table's record says whether it landed.
     #[error("commit outcome unknown: {0}")]
     Unknown(String),
     #[error(transparent)]
     Failed(#[from] Error),
 }
 
-/// Retry settings, from the table's `commit.retry.*` properties (Iceberg's names).
-#[derive(Debug, Clone)]
-pub struct RetryPolicy {
-    pub num_retries: u32,
-    pub min_wait: Duration,
-    pub max_wait: Duration,
-    pub total_timeout: Duration,
+/// A planner's decision for the table as it is now.
+pub enum Plan<R> {
+    /// Nothing to commit (every input already applied, nothing to compact, ...).
+    Nothing(R),
+    Commit(Box<Staged>, R),
 }
 
-impl RetryPolicy {
-    pub fn from_properties(p: &HashMap<String, String>) -> RetryPolicy {
-        let get = |k: &str, d: u64| p.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(d);
-        RetryPolicy {
-            // More than Iceberg's default of 4: a Lambda fleet contends on hot tables.
-            num_retries: get("commit.retry.num-retries", 20) as u32,
-            min_wait: Duration::from_millis(get("commit.retry.min-wait-ms", 50)),
-            max_wait: Duration::from_millis(get("commit.retry.max-wait-ms", 5_000)),
-            total_timeout: Duration::from_millis(get("commit.retry.total-timeout-ms", 600_000)),
-        }
-    }
+/// Plans one commit; [`run`] calls it again whenever a conflict invalidates the plan.
+#[async_trait::async_trait]
+pub trait Planner: Send {
+    type Report: Send;
+    /// Plans against `table` (`None`: it does not exist yet). On an error the planner deletes
+    /// whatever it wrote.
+    async fn plan(&mut self, table: Option<LoadedTable>) -> Result<Plan<Self::Report>>;
+}
 
-    fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self.min_wait.as_millis() as u64 * 2u64.saturating_pow(attempt.min(16));
-        let cap = exp.min(self.max_wait.as_millis() as u64).max(1);
-        // Full jitter: contenders spread out instead of colliding again in lockstep.
-        Duration::from_millis(rand::random_range(cap / 2..=cap))
+/// How a [`run`] ended.
+#[derive(Debug)]
+pub struct Finished<R> {
+    pub report: R,
+    /// `None` when the planner found nothing to commit.
+    pub outcome: Option<Outcome>,
+    /// Plans thrown away because the table changed, by conflict kind.
+    pub replans: Vec<&'static str>,
+}
+
+/// The one plan → commit → replan loop. `preloaded`: the table as the caller just loaded it
+/// (saves a catalog round trip for the first plan).
+pub async fn run<P: Planner>(
+    catalog: &dyn Catalog,
+    ident: &TableIdent,
+    preloaded: Option<Option<LoadedTable>>,
+    planner: &mut P,
+) -> Result<Finished<P::Report>> {
+    let mut table = match preloaded {
+        Some(t) => t,
+        None => LoadedTable::load(catalog, ident).await?,
+    };
+    let mut budget = Budget::new(
+        table
+            .as_ref()
+            .map(|t| RetryPolicy::of(&t.metadata))
+            .unwrap_or_default(),
+    );
+    let mut replans = Vec::new();
+    loop {
+        let (staged, report) = match planner.plan(table).await? {
+            Plan::Nothing(report) => {
+                return Ok(Finished {
+                    report,
+                    outcome: None,
+                    replans,
+                });
+            }
+            Plan::Commit(staged, report) => (staged, report),
+        };
+        budget.update(RetryPolicy::of(staged.base.metadata()));
+        match attempt_until_decided(catalog, &staged, &mut budget).await {
+            Ok(outcome) => {
+                if matches!(outcome, Outcome::AlreadyApplied { .. }) {
+                    staged.discard(catalog.file_io()).await;
+                }
+                return Ok(Finished {
+                    report,
+                    outcome: Some(outcome),
+                    replans,
+                });
+            }
+            Err(CommitError::Conflict(c)) => {
+                staged.discard(catalog.file_io()).await;
+                replans.push(c.kind());
+                if !budget.retry() {
+                    return Err(gave_up(ident, &budget, &c));
+                }
+                info!(table = %ident, conflict = c.kind(), reason = %c, "planning again");
+                budget.wait().await;
+                table = LoadedTable::load(catalog, ident).await?;
+            }
+            Err(CommitError::Failed(e)) => {
+                staged.discard(catalog.file_io()).await;
+                return Err(e);
+            }
+            Err(CommitError::Unknown(reason)) => {
+                return Err(Error::Other(format!(
+                    "commit to {ident} may or may not have landed ({reason}); run it again: \
+                     the table's record says what is applied"
+                )));
+            }
+        }
     }
 }
 
-/// Test hook: `DMS2ICEBERG_FAILPOINT=<name>` fails at that step with an error,
-/// `<name>:kill` aborts the process there, `<name>:sleep=MS` pauses there (to force races).
-pub fn failpoint(name: &str) -> Result<()> {
-    if let Ok(v) = std::env::var("DMS2ICEBERG_FAILPOINT") {
-        let (point, action) = v.split_once(':').unwrap_or((v.as_str(), "error"));
-        if point == name {
-            if action == "kill" {
-                eprintln!("failpoint {name}: killing the process");
-                std::process::abort();
-            }
-            if let Some(ms) = action
-                .strip_prefix("sleep=")
-                .and_then(|m| m.parse::<u64>().ok())
-            {
-                std::thread::sleep(Duration::from_millis(ms));
-                return Ok(());
-            }
-            return Err(Error::Other(format!("failpoint {name}")));
-        }
+fn gave_up(ident: &TableIdent, budget: &Budget, last: &Conflict) -> Error {
+    Error::CommitFailed {
+        table: ident.to_string(),
+        attempts: budget.retries(),
+        reason: format!(
+            "the table kept changing concurrently (last: {last}); nothing was committed and the \
+             input can be retried"
+        ),
     }
-    Ok(())
+}
+
+/// Attempts the staged commit until it lands, is found applied, or needs a replan. Lost swaps
+/// (nothing else changed) are retried here on the new base, within `budget`.
+async fn attempt_until_decided(
+    catalog: &dyn Catalog,
+    staged: &Staged,
+    budget: &mut Budget,
+) -> std::result::Result<Outcome, CommitError> {
+    let file_io = catalog.file_io();
+    let mut attempt: u32 = 0;
+    loop {
+        attempt += 1;
+        let current = LoadedTable::load(catalog, &staged.ident).await?;
+        match validate::check(staged, current.as_ref(), file_io).await? {
+            validate::Verdict::Proceed => {}
+            validate::Verdict::AlreadyCommitted => {
+                let t = current
+                    .as_ref()
+                    .ok_or_else(|| CommitError::Conflict(Conflict::TableDropped))?;
+                return Ok(committed(staged, t, attempt));
+            }
+            validate::Verdict::AlreadyApplied => {
+                return Ok(Outcome::AlreadyApplied { attempts: attempt });
+            }
+        }
+        let built = producer::build_attempt(staged, current.as_ref(), file_io, attempt).await?;
+        if let Err(e) = failpoint("after-metadata").await {
+            built.delete(file_io).await;
+            return Err(e.into());
+        }
+        let base_pointer = current.as_ref().map(|t| &t.pointer);
+        match catalog
+            .swap(
+                &staged.ident,
+                base_pointer,
+                &built.location,
+                &built.metadata,
+            )
+            .await
+        {
+            Ok(()) => {
+                failpoint("after-swap")
+                    .await
+                    .map_err(|e| CommitError::Unknown(e.to_string()))?;
+                info!(table = %staged.ident, snapshot_id = staged.snapshot_id, attempts = attempt, "committed");
+                cleanup_expired(file_io, current.as_ref(), &built.metadata).await;
+                return Ok(Outcome::Committed {
+                    snapshot_id: staged.snapshot_id,
+                    sequence_number: built.metadata.last_sequence_number(),
+                    attempts: attempt,
+                    metadata_location: built.location,
+                });
+            }
+            Err(SwapError::Conflict) => {
+                debug!(table = %staged.ident, attempt, "commit conflict; retrying");
+                built.delete(file_io).await;
+            }
+            Err(SwapError::Unknown(reason)) => {
+                warn!(table = %staged.ident, attempt, %reason, "commit outcome unknown; checking");
+                // Keep the files: the swap may have landed and they may be live.
+            }
+            Err(SwapError::Failed(e)) => {
+                built.delete(file_io).await;
+                return Err(e.into());
+            }
+        }
+        if !budget.retry() {
+            return Err(CommitError::Failed(gave_up(
+                &staged.ident,
+                budget,
+                &Conflict::SwapLost,
+            )));
+        }
+        budget.wait().await;
+    }
+}
+
+fn committed(staged: &Staged, t: &LoadedTable, attempts: u32) -> Outcome {
+    let seq = t
+        .metadata
+        .snapshot_by_id(staged.snapshot_id)
+        .map(|s| s.sequence_number())
+        .unwrap_or_default();
+    Outcome::Committed {
+        snapshot_id: staged.snapshot_id,
+        sequence_number: seq,
+        attempts,
+        metadata_location: t.pointer.metadata_location.clone(),
+    }
 }
 
 /// Writes the manifests for `data` and `deletes` (one per partition spec and content). Data
@@ -267,192 +477,6 @@ pub async fn write_manifests(
     Ok(out)
 }
 
-impl Staged {
-    /// Deletes every prepared file (nothing references them unless a commit landed).
-    pub async fn discard(&self, file_io: &FileIO) {
-        for f in &self.files {
-            if let Err(e) = file_io.delete(f).await {
-                warn!(file = %f, error = %e, "could not delete an abandoned file");
-            }
-        }
-    }
-}
-
-/// Runs the protocol until the snapshot is committed, found already applied, or needs a replan.
-pub async fn commit(
-    catalog: &dyn Catalog,
-    staged: &Staged,
-) -> std::result::Result<Outcome, CommitError> {
-    let file_io = catalog.file_io();
-    let policy = RetryPolicy::from_properties(staged.base.metadata().properties());
-    let started = std::time::Instant::now();
-    let mut attempt: u32 = 0;
-    loop {
-        attempt += 1;
-        let current = LoadedTable::load(catalog, &staged.ident).await?;
-        match validate::check(staged, current.as_ref(), file_io).await? {
-            validate::Verdict::Proceed => {}
-            validate::Verdict::AlreadyCommitted => {
-                let t = current
-                    .as_ref()
-                    .ok_or_else(|| Error::Other("table vanished".into()))?;
-                return Ok(committed(staged, t, attempt));
-            }
-            validate::Verdict::AlreadyApplied => {
-                return Ok(Outcome::AlreadyApplied { attempts: attempt });
-            }
-        }
-        let (new_metadata, location, list_path) =
-            build_attempt(staged, current.as_ref(), file_io, attempt).await?;
-        if let Err(e) = failpoint("after-metadata") {
-            for f in [&list_path, &location] {
-                let _ = file_io.delete(f).await;
-            }
-            return Err(e.into());
-        }
-        let base_pointer = current.as_ref().map(|t| &t.pointer);
-        match catalog
-            .swap(&staged.ident, base_pointer, &location, &new_metadata)
-            .await
-        {
-            Ok(()) => {
-                failpoint("after-swap").map_err(|e| CommitError::Unknown(e.to_string()))?;
-                info!(table = %staged.ident, snapshot_id = staged.snapshot_id, attempts = attempt, "committed");
-                cleanup_expired(file_io, current.as_ref(), &new_metadata).await;
-                return Ok(Outcome::Committed {
-                    snapshot_id: staged.snapshot_id,
-                    sequence_number: new_metadata.last_sequence_number(),
-                    attempts: attempt,
-                    metadata_location: location,
-                });
-            }
-            Err(SwapError::Conflict) => {
-                debug!(table = %staged.ident, attempt, "commit conflict; retrying");
-                for f in [&list_path, &location] {
-                    if let Err(e) = file_io.delete(f).await {
-                        warn!(file = %f, error = %e, "could not delete a lost attempt's file");
-                    }
-                }
-            }
-            Err(SwapError::Unknown(reason)) => {
-                warn!(table = %staged.ident, attempt, %reason, "commit outcome unknown; checking");
-                // Keep the files: the swap may have landed and they may be live.
-            }
-            Err(SwapError::Failed(e)) => return Err(e.into()),
-        }
-        if attempt > policy.num_retries || started.elapsed() > policy.total_timeout {
-            return Err(Error::CommitFailed {
-                table: staged.ident.to_string(),
-                attempts: attempt,
-                reason: "too many concurrent commits; the input was not applied and can be retried"
-                    .into(),
-            }
-            .into());
-        }
-        tokio::time::sleep(policy.backoff(attempt)).await;
-    }
-}
-
-fn committed(staged: &Staged, t: &LoadedTable, attempts: u32) -> Outcome {
-    let seq = t
-        .metadata
-        .snapshot_by_id(staged.snapshot_id)
-        .map(|s| s.sequence_number())
-        .unwrap_or_default();
-    Outcome::Committed {
-        snapshot_id: staged.snapshot_id,
-        sequence_number: seq,
-        attempts,
-        metadata_location: t.pointer.metadata_location.clone(),
-    }
-}
-
-/// Manifest list, snapshot and metadata.json for one attempt on `current`.
-async fn build_attempt(
-    staged: &Staged,
-    current: Option<&LoadedTable>,
-    file_io: &FileIO,
-    attempt: u32,
-) -> Result<(TableMetadata, String, String)> {
-    let (base_md, base_location) = match (current, &staged.base) {
-        (Some(t), _) => (
-            t.metadata.as_ref().clone(),
-            Some(t.pointer.metadata_location.clone()),
-        ),
-        (None, Base::Create(m)) => (m.as_ref().clone(), None),
-        (None, Base::Existing(_)) => return Err(Error::Other("table vanished".into())),
-    };
-    let parent = base_md.current_snapshot().cloned();
-    let sequence_number = base_md.next_sequence_number();
-    let list_path = format!(
-        "{}/metadata/snap-{}-{}-{}.avro",
-        base_md.location(),
-        staged.snapshot_id,
-        attempt,
-        uuid::Uuid::new_v4()
-    );
-    let mut parent_manifests = Vec::new();
-    if let Some(p) = &parent {
-        parent_manifests = crate::table::manifest_list(file_io, &base_md, p).await?;
-    }
-    let mut writer = ManifestListWriter::v2(
-        file_io.new_output(&list_path)?.writer().await?,
-        staged.snapshot_id,
-        parent.as_ref().map(|p| p.snapshot_id()),
-        sequence_number,
-    );
-    let parent_manifests = parent_manifests
-        .into_iter()
-        .filter(|m| !staged.replaced_manifests.contains(&m.manifest_path));
-    writer.add_manifests(staged.manifests.iter().cloned().chain(parent_manifests))?;
-    writer.close().await?;
-    if let Err(e) = failpoint("after-manifest-list") {
-        let _ = file_io.delete(&list_path).await;
-        return Err(e);
-    }
-
-    let mut props: HashMap<String, String> =
-        summary::summarize(parent.as_ref().map(|p| p.summary()), &staged.added);
-    props.extend(
-        staged
-            .properties
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone())),
-    );
-    let snapshot = Snapshot::builder()
-        .with_snapshot_id(staged.snapshot_id)
-        .with_parent_snapshot_id(parent.as_ref().map(|p| p.snapshot_id()))
-        .with_sequence_number(sequence_number)
-        .with_timestamp_ms(
-            chrono::Utc::now()
-                .timestamp_millis()
-                .max(base_md.last_updated_ms()),
-        )
-        .with_manifest_list(list_path.clone())
-        .with_schema_id(staged.schema_id)
-        .with_summary(Summary {
-            operation: staged.operation.clone(),
-            additional_properties: props,
-        })
-        .build();
-    let builder = staged
-        .changes
-        .apply_to(base_md.clone().into_builder(base_location.clone()))?
-        .set_branch_snapshot(snapshot, MAIN_BRANCH)?;
-    let new_md = builder.build()?.metadata;
-    let location = match &base_location {
-        Some(l) => MetadataLocation::from_str(l)?
-            .with_next_version()
-            .with_new_metadata(&new_md),
-        None => MetadataLocation::new_with_metadata(new_md.location(), &new_md),
-    };
-    let location = location.to_string();
-    new_md
-        .write_to(file_io, &MetadataLocation::from_str(&location)?)
-        .await?;
-    Ok((new_md, location, list_path))
-}
-
 /// Deletes metadata files that fell out of the metadata log (`write.metadata.previous-versions-max`)
 /// when `write.metadata.delete-after-commit.enabled` is set, as Iceberg does.
 async fn cleanup_expired(file_io: &FileIO, base: Option<&LoadedTable>, new: &TableMetadata) {
@@ -488,9 +512,10 @@ pub fn new_snapshot_id(metadata: Option<&TableMetadata>) -> i64 {
 /// Format version for new tables: v2 (position deletes, read by every engine; see README).
 pub const FORMAT_VERSION: FormatVersion = FormatVersion::V2;
 
-/// Commits a metadata-only change (no new snapshot), such as expiring snapshots: `change`
-/// derives the new metadata from the current one (`None`: nothing to do) and is re-run on every
-/// attempt, so it always applies to the table as it is. Returns the committed metadata.
+/// Commits a metadata-only change (no new snapshot), such as expiring snapshots or declaring
+/// what a table holds: `change` derives the new metadata from the current one (`None`: nothing
+/// to do) and is re-run on every attempt, so it always applies to the table as it is. Returns
+/// the committed metadata.
 pub async fn commit_metadata<F>(
     catalog: &dyn Catalog,
     ident: &TableIdent,
@@ -500,13 +525,12 @@ where
     F: Fn(&TableMetadata, &str) -> Result<Option<TableMetadata>>,
 {
     let file_io = catalog.file_io();
-    let mut attempt: u32 = 0;
+    let mut budget: Option<Budget> = None;
     loop {
-        attempt += 1;
         let current = LoadedTable::load(catalog, ident)
             .await?
             .ok_or_else(|| Error::Other(format!("table {ident} does not exist")))?;
-        let policy = RetryPolicy::from_properties(current.metadata.properties());
+        let budget = budget.get_or_insert_with(|| Budget::new(RetryPolicy::of(&current.metadata)));
         let Some(new) = change(&current.metadata, &current.pointer.metadata_location)? else {
             return Ok(None);
         };
@@ -538,13 +562,9 @@ where
             }
             Err(SwapError::Failed(e)) => return Err(e),
         }
-        if attempt > policy.num_retries {
-            return Err(Error::CommitFailed {
-                table: ident.to_string(),
-                attempts: attempt,
-                reason: "too many concurrent commits".into(),
-            });
+        if !budget.retry() {
+            return Err(gave_up(ident, budget, &Conflict::SwapLost));
         }
-        tokio::time::sleep(policy.backoff(attempt)).await;
+        budget.wait().await;
     }
 }

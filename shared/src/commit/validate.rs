@@ -1,29 +1,145 @@
 //! Validation of a prepared commit against the table as it is now, run before every attempt.
-//! [`check`] calls one method per rule; each failure says what happened and what follows.
+//! [`check`] calls one method per rule; each failure is a typed [`Conflict`] whose message says
+//! what happened and what follows, or an error when no replan can help.
+//!
+//! Other Iceberg writers (Spark, Glue's optimizers, Athena, PyIceberg) commit to the same
+//! tables. Their commits are handled by what they can have changed, not by who made them:
+//! - a row delta (ingest) located the live rows of its keys at its base; any commit since that
+//!   can change rows (append, overwrite, delete, ours or another engine's) may have moved or
+//!   added rows of those keys, so the input is planned again; a `replace` (compaction, Spark's
+//!   `rewrite_data_files`, `rewrite_position_delete_files`) keeps every row, so it only matters
+//!   if it removed a file our position deletes point into;
+//! - a rewrite (compaction) must still find the manifests it replaces, and no commit since its
+//!   base may have deleted rows of the files it replaces;
+//! - a reload replaces whatever is live when it commits: only schema and spec matter;
+//! - equality deletes, which Flink and some Spark jobs write, are refused: our lookups and
+//!   compaction read position deletes only, and would resurrect rows.
 
 use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
 
 use iceberg::io::FileIO;
-use iceberg::spec::{DataContentType, ManifestContentType, Operation, TableMetadata};
+use iceberg::spec::{
+    DataContentType, ManifestContentType, ManifestStatus, Operation, Snapshot, TableMetadata,
+};
 
-use super::{Base, CommitError, Staged};
-use crate::table::{LoadedTable, ancestry, applied_files};
+use super::record::{AppliedRecord, Standing};
+use super::{Base, Change, CommitError, Staged};
+use crate::error::Error;
+use crate::table::{LoadedTable, ancestry, manifest_list};
+
+/// Why a prepared commit cannot go ahead as planned: the input must be planned again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conflict {
+    /// Another writer moved the catalog pointer between our load and our swap.
+    SwapLost,
+    TableDropped,
+    TableRecreated,
+    CreatedConcurrently,
+    /// Some (not all) of the input files were applied by another writer meanwhile.
+    InputPartlyApplied,
+    SchemaChanged,
+    SpecChanged,
+    /// Our base snapshot is no longer in the table's history (rollback, or expired).
+    HistoryRewritten,
+    /// A commit that can change rows landed since our base: our keys must be located again.
+    RowsChanged {
+        snapshot: i64,
+        operation: String,
+    },
+    /// A file our position deletes point into is gone (rewritten by compaction).
+    ReferencedFileRemoved {
+        file: String,
+    },
+    /// Compaction: a manifest it replaces is no longer current.
+    ManifestRewritten {
+        manifest: String,
+    },
+    /// Compaction: a commit deleted rows of a file it replaces.
+    DeletesAgainstRewrittenFile {
+        file: String,
+        snapshot: i64,
+    },
+}
+
+impl Conflict {
+    /// A stable name for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Conflict::SwapLost => "swap_lost",
+            Conflict::TableDropped => "table_dropped",
+            Conflict::TableRecreated => "table_recreated",
+            Conflict::CreatedConcurrently => "created_concurrently",
+            Conflict::InputPartlyApplied => "input_partly_applied",
+            Conflict::SchemaChanged => "schema_changed",
+            Conflict::SpecChanged => "spec_changed",
+            Conflict::HistoryRewritten => "history_rewritten",
+            Conflict::RowsChanged { .. } => "rows_changed",
+            Conflict::ReferencedFileRemoved { .. } => "referenced_file_removed",
+            Conflict::ManifestRewritten { .. } => "manifest_rewritten",
+            Conflict::DeletesAgainstRewrittenFile { .. } => "deletes_against_rewritten_file",
+        }
+    }
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Conflict::SwapLost => write!(f, "another commit landed first"),
+            Conflict::TableDropped => write!(f, "the table was dropped since it was read"),
+            Conflict::TableRecreated => {
+                write!(f, "the table was dropped and re-created since it was read")
+            }
+            Conflict::CreatedConcurrently => {
+                write!(f, "the table was created concurrently; re-reading it")
+            }
+            Conflict::InputPartlyApplied => {
+                write!(f, "some of the input files were applied concurrently")
+            }
+            Conflict::SchemaChanged => write!(f, "the table schema changed concurrently"),
+            Conflict::SpecChanged => write!(f, "the partition spec changed concurrently"),
+            Conflict::HistoryRewritten => write!(
+                f,
+                "the table's history was rolled back or expired past the snapshot this commit was planned on"
+            ),
+            Conflict::RowsChanged {
+                snapshot,
+                operation,
+            } => write!(
+                f,
+                "snapshot {snapshot} ({operation}) was committed concurrently and may have changed rows of the same keys"
+            ),
+            Conflict::ReferencedFileRemoved { file } => {
+                write!(f, "data file {file} was rewritten concurrently")
+            }
+            Conflict::ManifestRewritten { manifest } => {
+                write!(f, "manifest {manifest} was rewritten concurrently")
+            }
+            Conflict::DeletesAgainstRewrittenFile { file, snapshot } => write!(
+                f,
+                "snapshot {snapshot} deleted rows of {file}, which this rewrite replaces"
+            ),
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     Proceed,
     /// Our snapshot is already in the table (an earlier attempt landed).
     AlreadyCommitted,
-    /// The table's watermark already covers our input.
+    /// The table's record already holds our input.
     AlreadyApplied,
 }
 
 type Check = std::result::Result<Option<Verdict>, CommitError>;
 
-fn replan(reason: impl Into<String>) -> CommitError {
-    CommitError::Replan(reason.into())
+fn conflict(c: Conflict) -> CommitError {
+    CommitError::Conflict(c)
 }
 
+/// Runs every rule in order; the first that decides wins.
 pub async fn check(
     staged: &Staged,
     current: Option<&LoadedTable>,
@@ -32,7 +148,7 @@ pub async fn check(
     let Some(current) = current else {
         return match &staged.base {
             Base::Create(_) => Ok(Verdict::Proceed),
-            Base::Existing(_) => Err(replan("the table was dropped since it was read")),
+            Base::Existing(_) => Err(conflict(Conflict::TableDropped)),
         };
     };
     let now = current.metadata.as_ref();
@@ -46,8 +162,27 @@ pub async fn check(
             return Ok(v);
         }
     }
-    if let Some(v) = intervening_commits_are_compatible(staged, now, file_io).await? {
-        return Ok(v);
+    let intervening = intervening_snapshots(staged, now)?;
+    no_equality_deletes(&intervening)?;
+    match &staged.change {
+        Change::RowDelta {
+            referenced_data_files,
+        } => row_delta_still_valid(referenced_data_files, now, &intervening, file_io).await?,
+        Change::Rewrite {
+            replaced_manifests,
+            removed_data_files,
+        } => {
+            rewrite_still_valid(
+                replaced_manifests,
+                removed_data_files,
+                now,
+                &intervening,
+                file_io,
+            )
+            .await?
+        }
+        // A reload replaces whatever is live when it commits; appended rows touch nothing.
+        Change::Reload | Change::Append => {}
     }
     Ok(Verdict::Proceed)
 }
@@ -65,30 +200,37 @@ fn already_committed(staged: &Staged, now: &TableMetadata) -> Check {
 /// our files were written for (field ids may differ).
 fn table_is_the_planned_one(staged: &Staged, now: &TableMetadata) -> Check {
     match &staged.base {
-        Base::Create(_) => Err(replan("the table was created concurrently; re-reading it")),
-        Base::Existing(b) if b.metadata.uuid() != now.uuid() => Err(replan(
-            "the table was dropped and re-created since it was read",
-        )),
+        Base::Create(_) => Err(conflict(Conflict::CreatedConcurrently)),
+        Base::Existing(b) if b.metadata.uuid() != now.uuid() => {
+            Err(conflict(Conflict::TableRecreated))
+        }
         Base::Existing(_) => Ok(None),
     }
 }
 
-/// Idempotency: an input the table's snapshots record as applied (by us earlier, or by a
-/// concurrent worker) must not be applied again.
+/// Idempotency: input the table's record holds (applied by a concurrent worker, or by an
+/// earlier attempt whose outcome we lost) must not be applied again.
 fn input_not_applied(staged: &Staged, now: &TableMetadata) -> Check {
-    if staged.input_orders.is_empty() {
+    let Some(update) = &staged.record else {
+        return Ok(None);
+    };
+    if update.inputs.is_empty() {
         return Ok(None);
     }
-    let applied = applied_files(now);
-    let done = staged
-        .input_orders
+    let record = AppliedRecord::of_table(now)?.unwrap_or_default();
+    let done = update
+        .inputs
         .iter()
-        .filter(|o| applied.contains(o))
+        .filter(|i| record.classify(&i.order, i.kind, &i.meta) == Standing::Applied)
         .count();
-    if done == staged.input_orders.len() {
+    if done == update.inputs.len() {
         Ok(Some(Verdict::AlreadyApplied))
     } else if done > 0 {
-        Err(replan("some of the input files were applied concurrently"))
+        Err(conflict(Conflict::InputPartlyApplied))
+    } else if record != update.base_record {
+        // Another writer applied other files meanwhile; whether ours are late, superseded or
+        // a reload may have changed.
+        Err(conflict(Conflict::InputPartlyApplied))
     } else {
         Ok(None)
     }
@@ -102,101 +244,116 @@ fn schema_and_spec_unchanged(staged: &Staged, now: &TableMetadata) -> Check {
         || now.last_column_id() != base.last_column_id()
         || now.schemas_iter().len() != base.schemas_iter().len()
     {
-        return Err(replan("the table schema changed concurrently"));
+        return Err(conflict(Conflict::SchemaChanged));
     }
     if now.default_partition_spec_id() != base.default_partition_spec_id()
         || now.partition_specs_iter().len() != base.partition_specs_iter().len()
     {
-        return Err(replan("the partition spec changed concurrently"));
+        return Err(conflict(Conflict::SpecChanged));
     }
     Ok(None)
 }
 
-/// Commits since our base. An ingest may only be preceded by compaction (`replace`), and only
-/// if every data file its position deletes reference is still live; any other commit may have
-/// changed rows of its keys, so they must be located again. A rewrite (compaction) may follow
-/// anything that left the manifests it replaces in place and added no deletes against the files
-/// it removes (else those deletes would be lost with the files).
-async fn intervening_commits_are_compatible(
+/// Snapshots committed since our base, newest first; our base must still be an ancestor.
+fn intervening_snapshots(
     staged: &Staged,
     now: &TableMetadata,
-    file_io: &FileIO,
-) -> Check {
+) -> std::result::Result<Vec<Arc<Snapshot>>, CommitError> {
     let base_snapshot = staged.base.metadata().current_snapshot_id();
     if now.current_snapshot_id() == base_snapshot {
-        return Ok(None);
+        return Ok(Vec::new());
     }
-    let mut intervening = Vec::new();
-    let mut found_base = base_snapshot.is_none();
+    let mut out = Vec::new();
     for s in ancestry(now) {
         if Some(s.snapshot_id()) == base_snapshot {
-            found_base = true;
-            break;
+            return Ok(out);
         }
-        intervening.push(s.clone());
+        out.push(s.clone());
     }
-    if !found_base {
-        return Err(replan(
-            "the table's history was rolled back or rewritten since it was read",
-        ));
+    if base_snapshot.is_none() {
+        return Ok(out);
     }
-    if staged.operation == Operation::Replace {
-        return rewrite_still_valid(staged, now, &intervening, file_io).await;
+    Err(conflict(Conflict::HistoryRewritten))
+}
+
+/// Equality deletes from another engine: refused, whatever this commit is.
+fn no_equality_deletes(intervening: &[Arc<Snapshot>]) -> std::result::Result<(), CommitError> {
+    for s in intervening {
+        let p = &s.summary().additional_properties;
+        let added = |k: &str| p.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        if added("added-equality-delete-files") > 0 || added("added-equality-deletes") > 0 {
+            return Err(CommitError::Failed(Error::Other(format!(
+                "snapshot {} ({}) added equality delete files; dms2iceberg reads and writes \
+                 position deletes only and would resurrect rows those delete: rewrite them away \
+                 (Spark: CALL system.rewrite_data_files with delete-file-threshold=1) before \
+                 ingesting again",
+                s.snapshot_id(),
+                s.summary().operation.as_str()
+            ))));
+        }
     }
+    Ok(())
+}
+
+/// A row delta may only follow commits that keep every row where it was: `replace` snapshots,
+/// as long as every data file our position deletes reference is still live.
+async fn row_delta_still_valid(
+    referenced: &BTreeSet<String>,
+    now: &TableMetadata,
+    intervening: &[Arc<Snapshot>],
+    file_io: &FileIO,
+) -> std::result::Result<(), CommitError> {
     if let Some(s) = intervening
         .iter()
         .find(|s| s.summary().operation != Operation::Replace)
     {
-        return Err(replan(format!(
-            "snapshot {} ({}) was committed concurrently",
-            s.snapshot_id(),
-            s.summary().operation.as_str()
-        )));
+        return Err(conflict(Conflict::RowsChanged {
+            snapshot: s.snapshot_id(),
+            operation: s.summary().operation.as_str().to_string(),
+        }));
     }
-    if staged.referenced_data_files.is_empty() {
-        return Ok(None);
+    if intervening.is_empty() || referenced.is_empty() {
+        return Ok(());
     }
     let live = live_data_files(now, file_io).await?;
-    if let Some(gone) = staged
-        .referenced_data_files
-        .iter()
-        .find(|f| !live.contains(*f))
-    {
-        return Err(replan(format!(
-            "data file {gone} was rewritten concurrently (compaction)"
-        )));
+    if let Some(gone) = referenced.iter().find(|f| !live.contains(*f)) {
+        return Err(conflict(Conflict::ReferencedFileRemoved {
+            file: gone.clone(),
+        }));
     }
-    Ok(None)
+    Ok(())
 }
 
 async fn rewrite_still_valid(
-    staged: &Staged,
+    replaced_manifests: &BTreeSet<String>,
+    removed_data_files: &BTreeSet<String>,
     now: &TableMetadata,
-    intervening: &[std::sync::Arc<iceberg::spec::Snapshot>],
+    intervening: &[Arc<Snapshot>],
     file_io: &FileIO,
-) -> Check {
+) -> std::result::Result<(), CommitError> {
+    if intervening.is_empty() {
+        return Ok(());
+    }
     if let Some(current) = now.current_snapshot() {
-        let listed: BTreeSet<String> = crate::table::manifest_list(file_io, now, current)
+        let listed: BTreeSet<String> = manifest_list(file_io, now, current)
             .await?
             .into_iter()
             .map(|m| m.manifest_path)
             .collect();
-        if let Some(m) = staged
-            .replaced_manifests
-            .iter()
-            .find(|m| !listed.contains(*m))
-        {
-            return Err(replan(format!("manifest {m} was rewritten concurrently")));
+        if let Some(m) = replaced_manifests.iter().find(|m| !listed.contains(*m)) {
+            return Err(conflict(Conflict::ManifestRewritten {
+                manifest: m.clone(),
+            }));
         }
     }
     for s in intervening {
-        for m in crate::table::manifest_list(file_io, now, s).await? {
+        for m in manifest_list(file_io, now, s).await? {
             if m.content != ManifestContentType::Deletes || m.added_snapshot_id != s.snapshot_id() {
                 continue;
             }
-            let manifest = m.load_manifest(file_io).await.map_err(crate::Error::from)?;
+            let manifest = m.load_manifest(file_io).await.map_err(Error::from)?;
             for e in manifest.entries() {
-                if e.status() != iceberg::spec::ManifestStatus::Added {
+                if e.status() != ManifestStatus::Added {
                     continue;
                 }
                 let f = e.data_file();
@@ -211,19 +368,16 @@ async fn rewrite_still_valid(
                     .into_keys()
                     .collect(),
                 };
-                if let Some(t) = targets
-                    .iter()
-                    .find(|t| staged.removed_data_files.contains(*t))
-                {
-                    return Err(replan(format!(
-                        "snapshot {} deleted rows of {t}, which this rewrite replaces",
-                        s.snapshot_id()
-                    )));
+                if let Some(t) = targets.iter().find(|t| removed_data_files.contains(*t)) {
+                    return Err(conflict(Conflict::DeletesAgainstRewrittenFile {
+                        file: t.clone(),
+                        snapshot: s.snapshot_id(),
+                    }));
                 }
             }
         }
     }
-    Ok(None)
+    Ok(())
 }
 
 /// Paths of the data files in the current snapshot.
@@ -235,11 +389,11 @@ pub async fn live_data_files(
     let Some(s) = md.current_snapshot() else {
         return Ok(out);
     };
-    for m in crate::table::manifest_list(file_io, md, s).await? {
+    for m in manifest_list(file_io, md, s).await? {
         if m.content != ManifestContentType::Data {
             continue;
         }
-        let manifest = m.load_manifest(file_io).await.map_err(crate::Error::from)?;
+        let manifest = m.load_manifest(file_io).await.map_err(Error::from)?;
         for e in manifest.entries() {
             if e.is_alive() && e.content_type() == DataContentType::Data {
                 out.insert(e.file_path().to_string());

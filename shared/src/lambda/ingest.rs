@@ -19,14 +19,15 @@ use tracing::{error, info, warn};
 use super::FunctionEnv;
 use super::events::{self, Source};
 use super::metrics::emf_line;
-use crate::aws::{Aws, S3Objects};
+use crate::aws::{Aws, ObjectInfo, S3Objects};
 use crate::catalog::GlueCatalog;
+use crate::commit::{AppliedRecord, Standing};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::locate::{DmsObject, locate, table_prefix};
 use crate::lookup::LookupCache;
 use crate::ops::ingest::{FileInput, Ingest, Status, TableReport};
-use crate::table::{LoadedTable, applied_files};
+use crate::table::LoadedTable;
 
 pub struct IngestHandler {
     env: FunctionEnv,
@@ -173,14 +174,14 @@ impl IngestHandler {
             applied: BTreeSet::new(),
             error: None,
         };
-        type Listed = Vec<(DmsObject, Option<i64>)>;
-        let result: Result<(TableReport, Listed, crate::table::AppliedFiles)> = async {
+        type Listed = Vec<(DmsObject, ObjectInfo)>;
+        let result: Result<(TableReport, Listed, AppliedRecord)> = async {
             let listing = self.objects.list(bucket, prefix).await?;
-            let mut files: Vec<(DmsObject, Option<i64>)> = Vec::new();
+            let mut files: Listed = Vec::new();
             for o in listing {
                 let uri = format!("s3://{bucket}/{}", o.key);
                 match locate(&uri, &config.source) {
-                    Ok(Some(obj)) if obj.schema == schema && obj.table == table => files.push((obj, o.last_modified_ms)),
+                    Ok(Some(obj)) if obj.schema == schema && obj.table == table => files.push((obj, o)),
                     Ok(_) => {}
                     Err(e) => warn!(object = %uri, error = %e, "ignoring a malformed key in the table folder"),
                 }
@@ -192,12 +193,17 @@ impl IngestHandler {
             if let Some(t) = &loaded {
                 crate::ops::ingest::check_source(&cfg, t)?;
             }
-            let applied = loaded.as_ref().map(|t| applied_files(&t.metadata)).unwrap_or_default();
+            let applied = match &loaded {
+                Some(t) => AppliedRecord::of_table(&t.metadata)?.unwrap_or_default(),
+                None => AppliedRecord::default(),
+            };
+            // Files the record passes over quietly are not listed to the ingest; the rest are
+            // (a loud one is reported by it).
             let pending: Vec<FileInput> = files
                 .iter()
-                .filter(|(o, _)| !applied.contains(&o.order))
+                .filter(|(o, info)| !done(&applied, o, info))
                 .take(self.env.files_per_invocation)
-                .map(|(o, _)| FileInput { object: o.clone(), data: None })
+                .map(|(o, info)| FileInput::new(o.clone(), None).with_meta(info.meta()))
                 .collect();
             let report = Ingest::new(&self.catalog, config)
                 .loaded(loaded)
@@ -224,42 +230,48 @@ impl IngestHandler {
         if report.error.is_none()
             && let Ok(cfg) = config.table(schema, table)
         {
-            let committed: BTreeSet<&str> = report
+            // Applied, skipped, superseded, or taken as applied: settled. A loud file is not.
+            let settled: BTreeSet<&str> = report
                 .commits
                 .iter()
+                .filter(|c| !c.loud)
                 .flat_map(|c| c.files.iter().map(String::as_str))
                 .collect();
             outcome.applied = files
                 .iter()
-                .filter(|(o, _)| {
-                    applied_before.contains(&o.order)
-                        || committed.contains(o.key.as_str())
+                .filter(|(o, info)| {
+                    done(&applied_before, o, info)
+                        || settled.contains(o.key.as_str())
                         || cfg.is_skipped(&o.key)
                 })
                 .map(|(o, _)| o.key.clone())
                 .collect();
+            if let Some(loud) = report.loud_files().first() {
+                outcome.error = Some(format!(
+                    "{loud}: older than the files the table's applied-file record lists, and \
+                     changed since: not applied (see the function's log)"
+                ));
+            }
         } else if let Ok(cfg) = config.table(schema, table)
             && let Ok(ident) = iceberg::TableIdent::from_strs([&cfg.namespace, &cfg.table])
             && let Ok(Some(t)) = LoadedTable::load(&self.catalog, &ident).await
+            && let Ok(record) = AppliedRecord::of_table(&t.metadata)
         {
-            let applied = applied_files(&t.metadata);
+            let record = record.unwrap_or_default();
             outcome.applied = files
                 .iter()
-                .filter(|(o, _)| applied.contains(&o.order) || cfg.is_skipped(&o.key))
+                .filter(|(o, info)| done(&record, o, info) || cfg.is_skipped(&o.key))
                 .map(|(o, _)| o.key.clone())
                 .collect();
         }
-        outcome.error = report.error.as_deref().map(crate::error::redact);
+        if let Some(e) = report.error.as_deref() {
+            outcome.error = Some(crate::error::redact(e));
+        }
         self.log_table(&report, &files, started);
         outcome
     }
 
-    fn log_table(
-        &self,
-        report: &TableReport,
-        files: &[(DmsObject, Option<i64>)],
-        started: Instant,
-    ) {
+    fn log_table(&self, report: &TableReport, files: &[(DmsObject, ObjectInfo)], started: Instant) {
         let applied: Vec<_> = report
             .commits
             .iter()
@@ -276,7 +288,7 @@ impl IngestHandler {
             .iter()
             .map(|c| match c.status {
                 Status::Applied => c.attempts.saturating_sub(1) + c.replans,
-                Status::Skipped => c.attempts + c.replans,
+                _ => c.attempts + c.replans,
             })
             .sum();
         // Lag: how long the newest applied file waited between landing in S3 and being committed.
@@ -287,7 +299,7 @@ impl IngestHandler {
                 files
                     .iter()
                     .find(|(o, _)| &o.key == k)
-                    .and_then(|(_, m)| *m)
+                    .and_then(|(_, info)| info.last_modified_ms)
             })
             .max();
         let lag_s = newest_applied_ms
@@ -313,6 +325,18 @@ impl IngestHandler {
             ("RowsDeleted", "Count", sum(|c| c.deleted) as f64),
             ("FilesApplied", "Count", report.applied_files() as f64),
             ("FilesSkipped", "Count", report.skipped_files() as f64),
+            ("FilesSuperseded", "Count", report.superseded_files() as f64),
+            (
+                "FilesBeyondRecord",
+                "Count",
+                report.beyond_record_files() as f64,
+            ),
+            (
+                "FilesNotApplicable",
+                "Count",
+                report.loud_files().len() as f64,
+            ),
+            ("Reloads", "Count", report.reloads() as f64),
             ("FilesFailed", "Count", report.error.is_some() as u8 as f64),
             ("CommitAttempts", "Count", attempts as f64),
             ("CommitConflicts", "Count", conflicts as f64),
@@ -334,4 +358,14 @@ impl IngestHandler {
         }
         println!("{}", emf_line("ingest", &report.table, &metrics));
     }
+}
+
+/// Whether the table's record has settled `o`: applied, superseded by a reload, or older than
+/// the record and unchanged since (taken as applied). A LOAD file whose identity only its
+/// content can tell is not settled: the ingest reads it.
+fn done(record: &AppliedRecord, o: &DmsObject, info: &ObjectInfo) -> bool {
+    matches!(
+        record.classify(&o.order, o.kind, &info.meta()),
+        Standing::Applied | Standing::Superseded(_) | Standing::BeyondRecord { loud: false }
+    )
 }

@@ -15,19 +15,18 @@ use arrow_array::RecordBatch;
 use arrow_ord::sort::{SortColumn, lexsort_to_indices};
 use futures::{StreamExt, TryStreamExt};
 use iceberg::TableIdent;
-use iceberg::spec::{
-    DataContentType, DataFile, ManifestContentType, ManifestFile, ManifestStatus,
-    ManifestWriterBuilder, Operation, Struct, TableMetadata,
-};
+use iceberg::spec::{DataContentType, ManifestFile, ManifestStatus, Struct, TableMetadata};
 use serde::Serialize;
 use tracing::info;
 
 use crate::catalog::Catalog;
-use crate::commit::{self, Added, Base, CommitError, MetadataChanges, Outcome, Staged};
+use crate::commit::{
+    self, Added, Base, Change, MetadataChanges, Outcome, Plan, Planner, Staged, remove_files,
+};
 use crate::error::{Error, Result};
 use crate::evolve::key_columns;
 use crate::lookup::read_position_deletes;
-use crate::table::{LoadedTable, carried_state, manifest_list};
+use crate::table::{LoadedTable, manifest_list};
 use crate::write::write_data_files;
 
 #[derive(Debug, Clone)]
@@ -109,8 +108,6 @@ struct Group {
     bytes: u64,
 }
 
-const MAX_REPLANS: usize = 10;
-
 impl<'a> Compact<'a> {
     pub fn new(catalog: &'a dyn Catalog, ident: TableIdent) -> Self {
         Compact {
@@ -131,75 +128,39 @@ impl<'a> Compact<'a> {
             table: self.ident.to_string(),
             ..Default::default()
         };
-        let mut budget = self.options.max_bytes;
-        let mut first = true;
-        let mut replans = 0;
+        let mut planner = GroupPlanner {
+            compact: &self,
+            budget: self.options.max_bytes,
+            started,
+            first: true,
+            counts: (0, 0),
+            before: None,
+            groups_left: 0,
+        };
+        // One group per commit, through the commit loop (which plans a group again when
+        // ingest deletes rows of its files meanwhile), until nothing is left within budget.
         loop {
-            let Some(table) = LoadedTable::load(self.catalog, &self.ident).await? else {
-                return Err(Error::Other(format!("table {} does not exist", self.ident)));
-            };
-            let (data, deletes) = live_files(self.catalog, &table.metadata).await?;
-            if first {
-                report.data_files_before = data.len();
-                report.delete_files_before = deletes.len();
-                first = false;
+            let finished = commit::run(self.catalog, &self.ident, None, &mut planner).await?;
+            report.replans += finished.replans.len();
+            if let Some(before) = planner.before.take() {
+                (report.data_files_before, report.delete_files_before) = before;
             }
-            report.data_files_after = data.len();
-            report.delete_files_after = deletes.len();
-            let mut groups = self.plan(&table.metadata, &data, &deletes);
-            if groups.is_empty() && deletes.iter().any(|d| d.targets.is_empty()) {
-                // Nothing to rewrite, but delete files point only at files gone: drop them.
-                groups.push(Group {
-                    files: Vec::new(),
-                    bytes: 0,
-                });
-            }
-            let Some(group) = groups
-                .first()
-                .filter(|g| g.bytes <= budget || report.commits == 0)
-            else {
-                report.groups_left = groups.len();
+            let Some((group, stats)) = finished.report else {
                 break;
             };
-            if started.elapsed() > self.options.time_budget {
-                report.groups_left = groups.len();
-                break;
-            }
-            match self.rewrite(&table, group, &deletes).await {
-                Ok((outcome, stats)) => {
-                    if let Outcome::Committed { snapshot_id, .. } = outcome {
-                        info!(table = %self.ident, snapshot_id, files = group.files.len(), bytes = group.bytes, "compacted a group");
-                        report.commits += 1;
-                        report.data_files_rewritten += group.files.len();
-                        report.data_files_written += stats.data_files as usize;
-                        report.delete_files_removed += stats.removed_delete_files as usize;
-                        report.bytes_rewritten += group.bytes;
-                        report.records_written += stats.records;
-                        budget = budget.saturating_sub(group.bytes);
-                    }
-                }
-                Err(CommitError::Replan(reason)) => {
-                    replans += 1;
-                    report.replans += 1;
-                    info!(table = %self.ident, %reason, "compaction group changed under us; planning again");
-                    if replans > MAX_REPLANS {
-                        return Err(Error::CommitFailed {
-                            table: self.ident.to_string(),
-                            attempts: replans as u32,
-                            reason: format!(
-                                "ingest kept changing the files being compacted ({reason}); the next run retries"
-                            ),
-                        });
-                    }
-                }
-                Err(CommitError::Failed(e)) => return Err(e),
-                Err(CommitError::Unknown(r)) => {
-                    return Err(Error::Other(format!(
-                        "compaction commit outcome unknown: {r}"
-                    )));
-                }
+            if let Some(Outcome::Committed { snapshot_id, .. }) = finished.outcome {
+                info!(table = %self.ident, snapshot_id, files = group.files.len(), bytes = group.bytes, "compacted a group");
+                report.commits += 1;
+                report.data_files_rewritten += group.files.len();
+                report.data_files_written += stats.data_files as usize;
+                report.delete_files_removed += stats.removed_delete_files as usize;
+                report.bytes_rewritten += group.bytes;
+                report.records_written += stats.records;
+                planner.budget = planner.budget.saturating_sub(group.bytes);
             }
         }
+        report.groups_left = planner.groups_left;
+        (report.data_files_after, report.delete_files_after) = planner.counts;
         if let Some(table) = LoadedTable::load(self.catalog, &self.ident).await? {
             let (data, deletes) = live_files(self.catalog, &table.metadata).await?;
             report.data_files_after = data.len();
@@ -276,13 +237,14 @@ impl<'a> Compact<'a> {
         groups
     }
 
-    /// Reads a group with its deletes applied, writes it sorted by key, commits a `replace`.
+    /// Reads a group with its deletes applied and writes it sorted by key: a `replace` staged
+    /// for the commit loop.
     async fn rewrite(
         &self,
         table: &LoadedTable,
         group: &Group,
         deletes: &[LiveDelete],
-    ) -> std::result::Result<(Outcome, Added), CommitError> {
+    ) -> Result<(Staged, Added)> {
         let file_io = self.catalog.file_io();
         let md = table.metadata.clone();
         let snapshot = md
@@ -290,52 +252,10 @@ impl<'a> Compact<'a> {
             .ok_or_else(|| Error::Other("no snapshot".into()))?;
         let base_seq = snapshot.sequence_number();
         let paths: BTreeSet<String> = group.files.iter().map(|f| f.path.clone()).collect();
-
-        // Rows of the group as of the snapshot, deletes applied, in the current schema.
-        let t = table.table(file_io)?;
-        let scan = t
-            .scan()
-            .snapshot_id(snapshot.snapshot_id())
-            .select_all()
-            .build()
-            .map_err(Error::from)?;
-        let wanted = paths.clone();
-        let tasks = scan
-            .plan_files()
-            .await
-            .map_err(Error::from)?
-            .try_filter(move |task| futures::future::ready(wanted.contains(&task.data_file_path)))
-            .boxed();
-        let batches: Vec<RecordBatch> = t
-            .reader_builder()
-            .build()
-            .read(tasks)
-            .map_err(Error::from)?
-            .stream()
-            .try_collect()
-            .await
-            .map_err(Error::from)?;
-        let schema = md.current_schema().clone();
-        let arrow_schema = std::sync::Arc::new(
-            iceberg::arrow::schema_to_arrow_schema(&schema).map_err(Error::from)?,
-        );
-        let all =
-            arrow_select::concat::concat_batches(&arrow_schema, &batches).map_err(Error::from)?;
-        let key = key_columns(&schema);
-        let sorted = if key.is_empty() || all.num_rows() == 0 {
-            all
-        } else {
-            let cols: Vec<SortColumn> = key
-                .iter()
-                .filter_map(|k| all.column_by_name(k))
-                .map(|c| SortColumn {
-                    values: c.clone(),
-                    options: None,
-                })
-                .collect();
-            let idx = lexsort_to_indices(&cols, None).map_err(Error::from)?;
-            arrow_select::take::take_record_batch(&all, &idx).map_err(Error::from)?
-        };
+        let sorted = self
+            .read_group(table, snapshot.snapshot_id(), &paths)
+            .await?;
+        let key = key_columns(md.current_schema());
         let written = write_data_files(file_io, &md, &sorted, &key, self.target(&md)).await?;
 
         // Delete files that only target removed (or long gone) files go too.
@@ -353,10 +273,12 @@ impl<'a> Compact<'a> {
             let mut manifests =
                 commit::write_manifests(file_io, &md, snapshot_id, &written, &[], Some(base_seq))
                     .await?;
-            let (rewritten, replaced, removed) =
-                rewrite_manifests(file_io, &md, snapshot_id, &paths, &removed_deletes).await?;
-            manifests.extend(rewritten);
-            Ok::<_, Error>((manifests, replaced, removed))
+            let removal = remove_files(file_io, &md, snapshot_id, |p| {
+                paths.contains(p) || removed_deletes.contains(p)
+            })
+            .await?;
+            manifests.extend(removal.manifests);
+            Ok::<_, Error>((manifests, removal.replaced, removal.removed))
         }
         .await;
         let (manifests, replaced, removed) = match result {
@@ -365,7 +287,7 @@ impl<'a> Compact<'a> {
                 for p in &prepared {
                     let _ = file_io.delete(p).await;
                 }
-                return Err(e.into());
+                return Err(e);
             }
         };
         prepared.extend(manifests.iter().map(|m| m.manifest_path.clone()));
@@ -391,8 +313,8 @@ impl<'a> Compact<'a> {
             }
         }
         added.changed_partitions = 1;
-        let mut properties = carried_state(&md);
-        properties.insert(
+        let mut summary = BTreeMap::new();
+        summary.insert(
             "dms2iceberg.compaction".into(),
             format!("{} files", group.files.len()),
         );
@@ -401,105 +323,114 @@ impl<'a> Compact<'a> {
             base: Base::Existing(table.clone()),
             changes: MetadataChanges::default(),
             schema_id: md.current_schema_id(),
-            spec_id: md.default_partition_spec_id(),
             snapshot_id,
-            operation: Operation::Replace,
+            change: Change::Rewrite {
+                replaced_manifests: replaced,
+                removed_data_files: paths,
+            },
             manifests,
             files: prepared,
-            referenced_data_files: Default::default(),
-            replaced_manifests: replaced,
-            removed_data_files: paths,
             added: added.clone(),
-            properties,
-            input_orders: Vec::new(),
+            summary,
+            record: None,
         };
-        match commit::commit(self.catalog, &staged).await {
-            Ok(o) => Ok((o, added)),
-            Err(CommitError::Unknown(r)) => Err(CommitError::Unknown(r)),
-            Err(e) => {
-                staged.discard(file_io).await;
-                Err(e)
-            }
+        Ok((staged, added))
+    }
+
+    /// The rows of `paths` as of `snapshot_id`, deletes applied, in the current schema, sorted
+    /// by key.
+    async fn read_group(
+        &self,
+        table: &LoadedTable,
+        snapshot_id: i64,
+        paths: &BTreeSet<String>,
+    ) -> Result<RecordBatch> {
+        let file_io = self.catalog.file_io();
+        let t = table.table(file_io)?;
+        let scan = t.scan().snapshot_id(snapshot_id).select_all().build()?;
+        let wanted = paths.clone();
+        let tasks = scan
+            .plan_files()
+            .await?
+            .try_filter(move |task| futures::future::ready(wanted.contains(&task.data_file_path)))
+            .boxed();
+        let batches: Vec<RecordBatch> = t
+            .reader_builder()
+            .build()
+            .read(tasks)?
+            .stream()
+            .try_collect()
+            .await?;
+        let schema = table.metadata.current_schema().clone();
+        let arrow_schema = std::sync::Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
+        let all = arrow_select::concat::concat_batches(&arrow_schema, &batches)?;
+        let key = key_columns(&schema);
+        if key.is_empty() || all.num_rows() == 0 {
+            return Ok(all);
         }
+        let cols: Vec<SortColumn> = key
+            .iter()
+            .filter_map(|k| all.column_by_name(k))
+            .map(|c| SortColumn {
+                values: c.clone(),
+                options: None,
+            })
+            .collect();
+        let idx = lexsort_to_indices(&cols, None)?;
+        Ok(arrow_select::take::take_record_batch(&all, &idx)?)
     }
 }
 
-/// Rewrites every manifest of the current snapshot that holds a removed file: the removed ones
-/// become DELETED entries, the rest EXISTING (same snapshot and sequence numbers).
-async fn rewrite_manifests(
-    file_io: &iceberg::io::FileIO,
-    md: &TableMetadata,
-    snapshot_id: i64,
-    removed_data: &BTreeSet<String>,
-    removed_deletes: &BTreeSet<String>,
-) -> Result<(
-    Vec<ManifestFile>,
-    BTreeSet<String>,
-    Vec<(DataContentType, DataFile)>,
-)> {
-    let Some(snapshot) = md.current_snapshot() else {
-        return Ok(Default::default());
-    };
-    let mut out = Vec::new();
-    let mut replaced = BTreeSet::new();
-    let mut removed = Vec::new();
-    for m in manifest_list(file_io, md, snapshot).await? {
-        let manifest = m.load_manifest(file_io).await?;
-        let touched = manifest.entries().iter().any(|e| {
-            e.is_alive()
-                && (removed_data.contains(e.file_path()) || removed_deletes.contains(e.file_path()))
-        });
-        if !touched {
-            continue;
-        }
-        let spec = md
-            .partition_spec_by_id(m.partition_spec_id)
-            .ok_or_else(|| {
-                Error::Other(format!(
-                    "partition spec {} not in table metadata",
-                    m.partition_spec_id
-                ))
-            })?;
-        let path = format!(
-            "{}/metadata/{}-m{}.avro",
-            md.location(),
-            uuid::Uuid::new_v4(),
-            out.len()
-        );
-        let builder = ManifestWriterBuilder::new(
-            file_io.new_output(&path)?,
-            Some(snapshot_id),
-            md.current_schema().clone(),
-            spec.as_ref().clone(),
-        );
-        let mut w = match m.content {
-            ManifestContentType::Data => builder.build_v2_data(),
-            ManifestContentType::Deletes => builder.build_v2_deletes(),
+/// Plans one rewrite group per commit against the table as it is now.
+struct GroupPlanner<'a> {
+    compact: &'a Compact<'a>,
+    /// Input bytes left for this run.
+    budget: u64,
+    started: Instant,
+    first: bool,
+    /// Data and delete files at the last plan.
+    counts: (usize, usize),
+    /// Data and delete files before the run (set by the first plan).
+    before: Option<(usize, usize)>,
+    /// Groups left for the next run at the last plan.
+    groups_left: usize,
+}
+
+#[async_trait::async_trait]
+impl Planner for GroupPlanner<'_> {
+    /// The group and what its commit adds and removes; `None`: nothing (more) to do.
+    type Report = Option<(Group, Added)>;
+
+    async fn plan(&mut self, table: Option<LoadedTable>) -> Result<Plan<Self::Report>> {
+        let c = self.compact;
+        let Some(table) = table else {
+            return Err(Error::Other(format!("table {} does not exist", c.ident)));
         };
-        for e in manifest.entries() {
-            if !e.is_alive() {
-                continue;
-            }
-            let (Some(seq), Some(file_seq), Some(sid)) =
-                (e.sequence_number(), e.file_sequence_number, e.snapshot_id())
-            else {
-                return Err(Error::Other(format!(
-                    "manifest entry {} lacks sequence numbers",
-                    e.file_path()
-                )));
-            };
-            let f = e.data_file().clone();
-            if removed_data.contains(e.file_path()) || removed_deletes.contains(e.file_path()) {
-                removed.push((f.content_type(), f.clone()));
-                w.add_delete_file(f, seq, Some(file_seq))?;
-            } else {
-                w.add_existing_file(f, sid, seq, Some(file_seq))?;
-            }
+        let (data, deletes) = live_files(c.catalog, &table.metadata).await?;
+        self.counts = (data.len(), deletes.len());
+        if self.first {
+            self.before = Some(self.counts);
+            self.first = false;
         }
-        out.push(w.write_manifest_file().await?);
-        replaced.insert(m.manifest_path.clone());
+        let mut groups = c.plan(&table.metadata, &data, &deletes);
+        if groups.is_empty() && deletes.iter().any(|d| d.targets.is_empty()) {
+            // Nothing to rewrite, but delete files point only at files gone: drop them.
+            groups.push(Group {
+                files: Vec::new(),
+                bytes: 0,
+            });
+        }
+        self.groups_left = groups.len();
+        let within = groups
+            .first()
+            .filter(|g| g.bytes <= self.budget || self.budget == c.options.max_bytes);
+        let Some(group) = within.filter(|_| self.started.elapsed() <= c.options.time_budget) else {
+            return Ok(Plan::Nothing(None));
+        };
+        self.groups_left -= 1;
+        let (staged, added) = c.rewrite(&table, group, &deletes).await?;
+        Ok(Plan::Commit(Box::new(staged), Some((group.clone(), added))))
     }
-    Ok((out, replaced, removed))
 }
 
 /// Live data and delete files of the current snapshot, with deleted-row counts per data file.

@@ -7,6 +7,7 @@ pub mod discover;
 pub mod history;
 pub mod ingest;
 pub mod maintain;
+pub mod mark_applied;
 pub mod rejected;
 pub mod scan;
 

@@ -10,15 +10,16 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use iceberg::TableIdent;
 use iceberg::spec::{
-    NestedField, Operation, PrimitiveType, Schema, SortOrder, TableMetadataBuilder, Type,
-    UnboundPartitionSpec,
+    NestedField, PrimitiveType, Schema, SortOrder, TableMetadataBuilder, Type, UnboundPartitionSpec,
 };
 
 use crate::catalog::Catalog;
-use crate::commit::{self, Added, Base, CommitError, MetadataChanges, Outcome, Staged};
+use crate::commit::{
+    self, Added, AppliedInput, AppliedRecord, Base, Change, MetadataChanges, Plan, Planner,
+    RecordUpdate, Staged, Standing,
+};
 use crate::error::{Error, Position, Rejected, Result};
-use crate::locate::OrderKey;
-use crate::table::{LoadedTable, applied_files, keys};
+use crate::table::{LoadedTable, keys};
 use crate::write::write_data_files;
 
 /// Name of the companion table.
@@ -46,25 +47,53 @@ fn schema() -> Result<Schema> {
         .build()?)
 }
 
-/// Appends `rows` (rejected from the files `inputs`: (object key, DMS order)) to the companion
-/// table of `main`, unless it already holds those files.
-pub async fn record(
-    catalog: &dyn Catalog,
-    main: &TableIdent,
-    inputs: &[(String, OrderKey)],
-    rows: &[Rejected],
-) -> Result<()> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let ident = rejected_ident(main)?;
-    for _ in 0..10 {
-        let table = LoadedTable::load(catalog, &ident).await?;
-        if let Some(t) = &table {
-            let applied = applied_files(&t.metadata);
-            if inputs.iter().all(|(_, o)| applied.contains(o)) {
-                return Ok(());
-            }
+/// Appends `rows` (rejected from the files `inputs`) to the companion table of `main`,
+/// unless it already holds those files.
+pub fn record<'a>(
+    catalog: &'a dyn Catalog,
+    main: &'a TableIdent,
+    inputs: &'a [AppliedInput],
+    rows: &'a [Rejected],
+) -> futures::future::BoxFuture<'a, Result<()>> {
+    // Boxed: the ingest planner awaits it inside its own (boxed, Send) plan.
+    Box::pin(async move {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let ident = rejected_ident(main)?;
+        let mut planner = RejectedPlanner {
+            catalog,
+            ident: ident.clone(),
+            inputs,
+            rows,
+        };
+        commit::run(catalog, &ident, None, &mut planner).await?;
+        Ok(())
+    })
+}
+
+struct RejectedPlanner<'a> {
+    catalog: &'a dyn Catalog,
+    ident: TableIdent,
+    inputs: &'a [AppliedInput],
+    rows: &'a [Rejected],
+}
+
+#[async_trait::async_trait]
+impl Planner for RejectedPlanner<'_> {
+    type Report = ();
+
+    async fn plan(&mut self, table: Option<LoadedTable>) -> Result<Plan<()>> {
+        let record = match &table {
+            Some(t) => AppliedRecord::of_table(&t.metadata)?.unwrap_or_default(),
+            None => AppliedRecord::default(),
+        };
+        if self
+            .inputs
+            .iter()
+            .all(|i| record.classify(&i.order, i.kind, &i.meta) == Standing::Applied)
+        {
+            return Ok(Plan::Nothing(()));
         }
         let (base, md) = match &table {
             Some(t) => (Base::Existing(t.clone()), t.metadata.clone()),
@@ -73,7 +102,7 @@ pub async fn record(
                     schema()?,
                     UnboundPartitionSpec::builder().build(),
                     SortOrder::unsorted_order(),
-                    catalog.default_location(&ident),
+                    self.catalog.default_location(&self.ident),
                     commit::FORMAT_VERSION,
                     Default::default(),
                 )?
@@ -83,39 +112,8 @@ pub async fn record(
                 (Base::Create(md.clone()), md)
             }
         };
-        let now = chrono::Utc::now().timestamp_micros();
-        let (lines, row_idx): (Vec<Option<i64>>, Vec<Option<i64>>) = rows
-            .iter()
-            .map(|r| match r.error.position {
-                Some(Position::Line(l)) => (Some(l as i64), None),
-                Some(Position::Row(n)) => (None, Some(n as i64)),
-                None => (None, None),
-            })
-            .unzip();
-        let arrow_schema = Arc::new(iceberg::arrow::schema_to_arrow_schema(md.current_schema())?);
-        let batch = RecordBatch::try_new(
-            arrow_schema,
-            vec![
-                Arc::new(StringArray::from_iter_values(
-                    rows.iter().map(|r| r.error.file.as_str()),
-                )) as ArrayRef,
-                Arc::new(Int64Array::from(lines)),
-                Arc::new(Int64Array::from(row_idx)),
-                Arc::new(StringArray::from_iter(
-                    rows.iter().map(|r| r.error.column.as_deref()),
-                )),
-                Arc::new(StringArray::from_iter_values(
-                    rows.iter().map(|r| r.error.reason.as_str()),
-                )),
-                Arc::new(StringArray::from_iter(
-                    rows.iter().map(|r| r.record.as_deref()),
-                )),
-                Arc::new(
-                    TimestampMicrosecondArray::from(vec![now; rows.len()]).with_timezone("+00:00"),
-                ),
-            ],
-        )?;
-        let file_io = catalog.file_io();
+        let batch = rows_batch(&md, self.rows)?;
+        let file_io = self.catalog.file_io();
         let data = write_data_files(
             file_io,
             &md,
@@ -126,7 +124,15 @@ pub async fn record(
         .await?;
         let snapshot_id = commit::new_snapshot_id(Some(&md));
         let manifests =
-            commit::write_manifests(file_io, &md, snapshot_id, &data, &[], None).await?;
+            match commit::write_manifests(file_io, &md, snapshot_id, &data, &[], None).await {
+                Ok(m) => m,
+                Err(e) => {
+                    for (_, f) in &data {
+                        let _ = file_io.delete(f.file_path()).await;
+                    }
+                    return Err(e);
+                }
+            };
         let mut added = Added::default();
         for (_, f) in &data {
             added.data_files += 1;
@@ -134,62 +140,76 @@ pub async fn record(
             added.data_files_size += f.file_size_in_bytes();
         }
         added.changed_partitions = 1;
-        let mut properties = BTreeMap::new();
-        let keys_json = serde_json::to_string(&inputs.iter().map(|(k, _)| k).collect::<Vec<_>>())
-            .map_err(|e| Error::Other(e.to_string()))?;
-        let orders_json = serde_json::to_string(
-            &inputs
-                .iter()
-                .map(|(_, o)| o.to_string())
-                .collect::<Vec<_>>(),
-        )
-        .map_err(|e| Error::Other(e.to_string()))?;
-        properties.insert(keys::SOURCE_FILES.to_string(), keys_json);
-        properties.insert(keys::SOURCE_ORDERS.to_string(), orders_json);
+        let json =
+            |v: Vec<String>| serde_json::to_string(&v).map_err(|e| Error::Other(e.to_string()));
+        let mut summary = BTreeMap::new();
+        summary.insert(
+            keys::SOURCE_FILES.to_string(),
+            json(self.inputs.iter().map(|i| i.key.clone()).collect())?,
+        );
+        summary.insert(
+            keys::SOURCE_ORDERS.to_string(),
+            json(self.inputs.iter().map(|i| i.order.to_string()).collect())?,
+        );
         let staged = Staged {
-            ident: ident.clone(),
+            ident: self.ident.clone(),
             base,
             changes: MetadataChanges::default(),
             schema_id: md.current_schema_id(),
-            spec_id: md.default_partition_spec_id(),
             snapshot_id,
-            operation: Operation::Append,
+            change: Change::Append,
             files: data
                 .iter()
                 .map(|(_, f)| f.file_path().to_string())
                 .chain(manifests.iter().map(|m| m.manifest_path.clone()))
                 .collect(),
             manifests,
-            referenced_data_files: Default::default(),
-            replaced_manifests: Default::default(),
-            removed_data_files: Default::default(),
             added,
-            properties,
-            input_orders: inputs.iter().map(|(_, o)| o.clone()).collect(),
+            summary,
+            record: Some(RecordUpdate {
+                base_record: record,
+                inputs: self.inputs.to_vec(),
+                reload: false,
+                change_seq: None,
+                window: crate::commit::record::DEFAULT_WINDOW,
+            }),
         };
-        match commit::commit(catalog, &staged).await {
-            Ok(Outcome::Committed { .. }) => return Ok(()),
-            Ok(Outcome::AlreadyApplied { .. }) => {
-                staged.discard(file_io).await;
-                return Ok(());
-            }
-            Err(CommitError::Replan(_)) => {
-                staged.discard(file_io).await;
-            }
-            Err(CommitError::Failed(e)) => {
-                staged.discard(file_io).await;
-                return Err(e);
-            }
-            Err(CommitError::Unknown(r)) => {
-                return Err(Error::Other(format!(
-                    "rejected rows: commit outcome unknown: {r}"
-                )));
-            }
-        }
+        Ok(Plan::Commit(Box::new(staged), ()))
     }
-    Err(Error::CommitFailed {
-        table: ident.to_string(),
-        attempts: 10,
-        reason: "the rejected-rows table kept changing".into(),
-    })
+}
+
+/// The rejected rows as a batch of the companion table's schema.
+fn rows_batch(md: &iceberg::spec::TableMetadata, rows: &[Rejected]) -> Result<RecordBatch> {
+    let now = chrono::Utc::now().timestamp_micros();
+    let (lines, row_idx): (Vec<Option<i64>>, Vec<Option<i64>>) = rows
+        .iter()
+        .map(|r| match r.error.position {
+            Some(Position::Line(l)) => (Some(l as i64), None),
+            Some(Position::Row(n)) => (None, Some(n as i64)),
+            None => (None, None),
+        })
+        .unzip();
+    let arrow_schema = Arc::new(iceberg::arrow::schema_to_arrow_schema(md.current_schema())?);
+    Ok(RecordBatch::try_new(
+        arrow_schema,
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.error.file.as_str()),
+            )) as ArrayRef,
+            Arc::new(Int64Array::from(lines)),
+            Arc::new(Int64Array::from(row_idx)),
+            Arc::new(StringArray::from_iter(
+                rows.iter().map(|r| r.error.column.as_deref()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.error.reason.as_str()),
+            )),
+            Arc::new(StringArray::from_iter(
+                rows.iter().map(|r| r.record.as_deref()),
+            )),
+            Arc::new(
+                TimestampMicrosecondArray::from(vec![now; rows.len()]).with_timezone("+00:00"),
+            ),
+        ],
+    )?)
 }

@@ -112,6 +112,26 @@ impl SourceData {
         Ok(self.len()? == 0)
     }
 
+    /// MD5 (hex) and length of the stored bytes (as stored: not gunzipped), which is what S3
+    /// reports as the ETag of a single-part upload.
+    pub fn md5(&self, label: &str) -> Result<(String, u64)> {
+        use md5::Digest;
+        let mut r = self.open_raw()?;
+        let mut h = md5::Md5::new();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut n = 0u64;
+        loop {
+            let k = r.read(&mut buf).map_err(|e| Error::io(label, e))?;
+            if k == 0 {
+                break;
+            }
+            h.update(&buf[..k]);
+            n += k as u64;
+        }
+        let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        Ok((hex, n))
+    }
+
     fn open_raw(&self) -> Result<Box<dyn Read + Send>> {
         match self {
             SourceData::Path(p) => Ok(Box::new(std::io::BufReader::with_capacity(

@@ -10,12 +10,14 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use iceberg::spec::PrimitiveType;
 
-use super::{FileInput, align};
+use super::FileInput;
+use super::read::align;
 use crate::config::TableConfig;
 use crate::error::{Error, Result};
 use crate::read::SourceFile;
 
 /// What reading a large input again needs.
+#[derive(Clone)]
 pub(super) struct SecondPass {
     pub(super) cfg: TableConfig,
     pub(super) files: Vec<FileInput>,

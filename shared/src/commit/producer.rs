@@ -1,0 +1,268 @@
+//! One attempt's files: the manifest list (what the snapshot holds), the snapshot with its
+//! summary, and the new metadata.json with the exactly-once record, built on the table as it
+//! is now.
+
+use std::collections::{BTreeSet, HashMap};
+use std::str::FromStr;
+
+use iceberg::MetadataLocation;
+use iceberg::io::FileIO;
+use iceberg::spec::{
+    DataContentType, DataFile, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestListWriter,
+    ManifestWriterBuilder, Snapshot, Summary, TableMetadata,
+};
+
+use super::record::{AppliedRecord, PROPERTY};
+use super::{Base, Change, Staged, failpoint, summary};
+use crate::error::{Error, Result};
+use crate::table::{LoadedTable, manifest_list};
+
+/// Files one attempt wrote: deleted if the attempt loses.
+pub(super) struct Built {
+    pub metadata: TableMetadata,
+    pub location: String,
+    /// Manifest list, and manifests written for this attempt only (a reload's removals).
+    written: Vec<String>,
+}
+
+impl Built {
+    pub async fn delete(&self, file_io: &FileIO) {
+        for f in self.written.iter().chain(std::iter::once(&self.location)) {
+            if let Err(e) = file_io.delete(f).await {
+                tracing::warn!(file = %f, error = %e, "could not delete a lost attempt's file");
+            }
+        }
+    }
+}
+
+pub(super) async fn build_attempt(
+    staged: &Staged,
+    current: Option<&LoadedTable>,
+    file_io: &FileIO,
+    attempt: u32,
+) -> Result<Built> {
+    let (base_md, base_location) = match (current, &staged.base) {
+        (Some(t), _) => (
+            t.metadata.as_ref().clone(),
+            Some(t.pointer.metadata_location.clone()),
+        ),
+        (None, Base::Create(m)) => (m.as_ref().clone(), None),
+        (None, Base::Existing(_)) => return Err(Error::Other("table vanished".into())),
+    };
+    let parent = base_md.current_snapshot().cloned();
+    let sequence_number = base_md.next_sequence_number();
+    let mut written = Vec::new();
+
+    // What the snapshot holds besides our prepared manifests.
+    let parent_manifests = match &parent {
+        Some(p) => manifest_list(file_io, &base_md, p).await?,
+        None => Vec::new(),
+    };
+    let mut added = staged.added.clone();
+    let carried: Vec<ManifestFile> = match &staged.change {
+        Change::RowDelta { .. } | Change::Append => parent_manifests,
+        Change::Rewrite {
+            replaced_manifests, ..
+        } => parent_manifests
+            .into_iter()
+            .filter(|m| !replaced_manifests.contains(&m.manifest_path))
+            .collect(),
+        Change::Reload => {
+            let removal = remove_files(file_io, &base_md, staged.snapshot_id, |_| true).await?;
+            written.extend(removal.manifests.iter().map(|m| m.manifest_path.clone()));
+            count_removed(&mut added, &removal.removed);
+            removal.manifests
+        }
+    };
+
+    let list_path = format!(
+        "{}/metadata/snap-{}-{}-{}.avro",
+        base_md.location(),
+        staged.snapshot_id,
+        attempt,
+        uuid::Uuid::new_v4()
+    );
+    written.push(list_path.clone());
+    let result = async {
+        let mut writer = ManifestListWriter::v2(
+            file_io.new_output(&list_path)?.writer().await?,
+            staged.snapshot_id,
+            parent.as_ref().map(|p| p.snapshot_id()),
+            sequence_number,
+        );
+        writer.add_manifests(staged.manifests.iter().cloned().chain(carried))?;
+        writer.close().await?;
+        failpoint("after-manifest-list").await
+    }
+    .await;
+    if let Err(e) = result {
+        for f in &written {
+            let _ = file_io.delete(f).await;
+        }
+        return Err(e);
+    }
+
+    let mut props: HashMap<String, String> =
+        summary::summarize(parent.as_ref().map(|p| p.summary()), &added);
+    props.extend(staged.summary.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let added_data = staged.added.data_files > 0;
+    let added_deletes = staged.added.delete_files > 0;
+    let snapshot = Snapshot::builder()
+        .with_snapshot_id(staged.snapshot_id)
+        .with_parent_snapshot_id(parent.as_ref().map(|p| p.snapshot_id()))
+        .with_sequence_number(sequence_number)
+        .with_timestamp_ms(
+            chrono::Utc::now()
+                .timestamp_millis()
+                .max(base_md.last_updated_ms()),
+        )
+        .with_manifest_list(list_path.clone())
+        .with_schema_id(staged.schema_id)
+        .with_summary(Summary {
+            operation: staged.change.operation(added_deletes, added_data),
+            additional_properties: props,
+        })
+        .build();
+    let mut builder = staged
+        .changes
+        .apply_to(base_md.clone().into_builder(base_location.clone()))?
+        .set_branch_snapshot(snapshot, MAIN_BRANCH)?;
+    if let Some(update) = &staged.record {
+        // Recomputed from the table as it is: validation made sure it still holds what the
+        // input was planned against.
+        let now = AppliedRecord::of_table(&base_md)?.unwrap_or_default();
+        let next = now.applied(
+            &update.inputs,
+            update.reload,
+            update.change_seq.clone(),
+            update.window,
+            chrono::Utc::now().timestamp_millis(),
+        );
+        builder = builder.set_properties([(PROPERTY.to_string(), next.encode()?)].into())?;
+    }
+    let metadata = builder.build()?.metadata;
+    let location = match &base_location {
+        Some(l) => MetadataLocation::from_str(l)?
+            .with_next_version()
+            .with_new_metadata(&metadata),
+        None => MetadataLocation::new_with_metadata(metadata.location(), &metadata),
+    }
+    .to_string();
+    if let Err(e) = metadata
+        .write_to(file_io, &MetadataLocation::from_str(&location)?)
+        .await
+    {
+        for f in &written {
+            let _ = file_io.delete(f).await;
+        }
+        return Err(e.into());
+    }
+    Ok(Built {
+        metadata,
+        location,
+        written,
+    })
+}
+
+fn count_removed(added: &mut summary::Added, removed: &[(DataContentType, DataFile)]) {
+    for (content, f) in removed {
+        match content {
+            DataContentType::Data => {
+                added.removed_data_files += 1;
+                added.removed_records += f.record_count();
+                added.removed_data_files_size += f.file_size_in_bytes();
+            }
+            _ => {
+                added.removed_delete_files += 1;
+                added.removed_position_deletes += f.record_count();
+                added.removed_delete_files_size += f.file_size_in_bytes();
+            }
+        }
+    }
+}
+
+/// Manifests that replace the current snapshot's manifests holding removed files.
+pub(crate) struct Removal {
+    /// The rewritten manifests (removed files as DELETED entries, the rest EXISTING).
+    pub manifests: Vec<ManifestFile>,
+    /// Paths of the manifests they replace.
+    pub replaced: BTreeSet<String>,
+    pub removed: Vec<(DataContentType, DataFile)>,
+}
+
+/// Rewrites every manifest of the current snapshot that holds a live file `remove` selects:
+/// those become DELETED entries (so snapshot diffs and expiry see them go), the rest stay as
+/// EXISTING entries with their snapshot and sequence numbers. Manifests left with no live
+/// entry are dropped.
+pub(crate) async fn remove_files(
+    file_io: &FileIO,
+    md: &TableMetadata,
+    snapshot_id: i64,
+    remove: impl Fn(&str) -> bool,
+) -> Result<Removal> {
+    let mut out = Removal {
+        manifests: Vec::new(),
+        replaced: BTreeSet::new(),
+        removed: Vec::new(),
+    };
+    let Some(snapshot) = md.current_snapshot() else {
+        return Ok(out);
+    };
+    for m in manifest_list(file_io, md, snapshot).await? {
+        let manifest = m.load_manifest(file_io).await?;
+        let touched = manifest
+            .entries()
+            .iter()
+            .any(|e| e.is_alive() && remove(e.file_path()));
+        if !touched {
+            continue;
+        }
+        let spec = md
+            .partition_spec_by_id(m.partition_spec_id)
+            .ok_or_else(|| {
+                Error::Other(format!(
+                    "partition spec {} not in table metadata",
+                    m.partition_spec_id
+                ))
+            })?;
+        let path = format!(
+            "{}/metadata/{}-m{}.avro",
+            md.location(),
+            uuid::Uuid::new_v4(),
+            out.manifests.len()
+        );
+        let builder = ManifestWriterBuilder::new(
+            file_io.new_output(&path)?,
+            Some(snapshot_id),
+            md.current_schema().clone(),
+            spec.as_ref().clone(),
+        );
+        let mut w = match m.content {
+            ManifestContentType::Data => builder.build_v2_data(),
+            ManifestContentType::Deletes => builder.build_v2_deletes(),
+        };
+        for e in manifest.entries() {
+            if !e.is_alive() {
+                continue;
+            }
+            let (Some(seq), Some(file_seq), Some(sid)) =
+                (e.sequence_number(), e.file_sequence_number, e.snapshot_id())
+            else {
+                return Err(Error::Other(format!(
+                    "manifest entry {} lacks sequence numbers",
+                    e.file_path()
+                )));
+            };
+            let f = e.data_file().clone();
+            if remove(e.file_path()) {
+                out.removed.push((f.content_type(), f.clone()));
+                w.add_delete_file(f, seq, Some(file_seq))?;
+            } else {
+                w.add_existing_file(f, sid, seq, Some(file_seq))?;
+            }
+        }
+        out.manifests.push(w.write_manifest_file().await?);
+        out.replaced.insert(m.manifest_path.clone());
+    }
+    Ok(out)
+}

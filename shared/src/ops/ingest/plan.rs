@@ -1,0 +1,671 @@
+//! Planning one ingest commit against the table as it is now: which pending files the table's
+//! record says to apply (and how: as changes, late, or as a reload), then read → dedupe →
+//! evolve → lookup → write, staged for [`crate::commit`]. The commit loop calls [`IngestPlanner::plan`]
+//! again whenever another writer's commit invalidates a plan.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use iceberg::TableIdent;
+use iceberg::spec::{DataFile, TableMetadata, TableMetadataBuilder};
+use tracing::{info, warn};
+
+use super::read::{ReadResult, read_files};
+use super::report::{CommitReport, Status, Timings, micros};
+use super::{FileInput, Ingest};
+use crate::commit::{
+    self, Added, AppliedInput, AppliedRecord, Base, Change, MetadataChanges, Plan, Planner,
+    RecordUpdate, Staged, Standing, failpoint,
+};
+use crate::config::TableConfig;
+use crate::error::{Error, Rejected, Result};
+use crate::evolve;
+use crate::locate::FileKind;
+use crate::lookup::{Located, locate_rows};
+use crate::table::{LoadedTable, keys};
+use crate::write::{write_data_files, write_position_deletes};
+
+/// How the selected inputs apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Changes on top of the table; `late`: re-merged with the files applied after them.
+    Changes { late: bool },
+    /// A new full load replacing the table's contents.
+    Reload,
+}
+
+/// Plans the commits of one group of files, one at a time.
+pub(super) struct IngestPlanner<'a> {
+    pub(super) ingest: &'a Ingest<'a>,
+    pub(super) cfg: &'a TableConfig,
+    pub(super) ident: &'a TableIdent,
+    /// Files not decided yet, in DMS order.
+    pub(super) pending: Vec<FileInput>,
+    /// Files passed over (applied before, superseded, beyond the record): reported once each.
+    pub(super) decided: Vec<CommitReport>,
+    pub(super) started: Instant,
+    /// Files the current plan applies (taken out of `pending`; put back if it is abandoned).
+    planned: Vec<FileInput>,
+}
+
+impl<'a> IngestPlanner<'a> {
+    pub(super) fn new(
+        ingest: &'a Ingest<'a>,
+        cfg: &'a TableConfig,
+        ident: &'a TableIdent,
+        pending: Vec<FileInput>,
+    ) -> Self {
+        IngestPlanner {
+            ingest,
+            cfg,
+            ident,
+            pending,
+            decided: Vec::new(),
+            started: Instant::now(),
+            planned: Vec::new(),
+        }
+    }
+
+    /// Files still to plan after the last commit.
+    pub(super) fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// The files the last plan applied.
+    pub(super) fn planned(&self) -> &[FileInput] {
+        &self.planned
+    }
+
+    /// Decides every pending file against `record`: passed over ones are reported, the rest
+    /// stay pending with their standing.
+    async fn classify(&mut self, record: &AppliedRecord) -> Result<Vec<Standing>> {
+        let mut keep = Vec::new();
+        let mut standings = Vec::new();
+        for mut f in std::mem::take(&mut self.pending) {
+            let mut standing = record.classify(&f.object.order, f.object.kind, &f.meta);
+            if standing == Standing::NeedsDigest {
+                self.ingest.digest(&mut f).await?;
+                standing = record.classify(&f.object.order, f.object.kind, &f.meta);
+            }
+            let started = self.started;
+            let report =
+                |status| CommitReport::passed_over(std::slice::from_ref(&f), status, started);
+            match standing {
+                Standing::Applied => self.decided.push(report(Status::Skipped)),
+                Standing::Superseded(why) => {
+                    info!(table = %self.ident, file = %f.object.key, %why, "superseded by a reload; not applied");
+                    let mut r = report(Status::Superseded);
+                    r.note = Some(why);
+                    self.decided.push(r);
+                }
+                Standing::BeyondRecord { loud } => {
+                    let mut r = report(Status::BeyondRecord);
+                    r.loud = loud;
+                    r.note = Some(beyond_record_note(record, loud));
+                    if loud {
+                        warn!(table = %self.ident, file = %f.object.key, "older than the applied-file record and changed since: not applied");
+                    }
+                    self.decided.push(r);
+                }
+                s => {
+                    standings.push(s);
+                    keep.push(f);
+                }
+            }
+        }
+        self.pending = keep;
+        Ok(standings)
+    }
+
+    /// Takes the files of the next commit out of `pending`: a run of full-load files that
+    /// reloads the table, or of files that apply as changes (up to the next reload).
+    fn select(&mut self, standings: &[Standing]) -> Mode {
+        let reload = standings.first() == Some(&Standing::Reload);
+        let n = if reload {
+            // The new load's files, together; changes after them apply on the new load.
+            self.pending
+                .iter()
+                .take_while(|f| f.object.kind == FileKind::Load)
+                .count()
+        } else {
+            standings
+                .iter()
+                .take_while(|s| **s != Standing::Reload)
+                .count()
+        };
+        let late = standings[..n].contains(&Standing::Pending { late: true });
+        self.planned = self.pending.drain(..n).collect();
+        if reload {
+            Mode::Reload
+        } else {
+            Mode::Changes { late }
+        }
+    }
+
+    /// Puts the files of an abandoned plan back in front of the pending ones.
+    fn unplan(&mut self) {
+        let mut files = std::mem::take(&mut self.planned);
+        files.append(&mut self.pending);
+        self.pending = files;
+    }
+}
+
+fn beyond_record_note(record: &AppliedRecord, loud: bool) -> String {
+    let horizon = record
+        .horizon
+        .as_ref()
+        .map_or_else(String::new, |h| format!(" (up to {h})"));
+    if loud {
+        format!(
+            "older than the files the table's applied-file record lists{horizon}, and changed \
+             after the record moved past it: it was not applied and cannot be merged in order; \
+             if it is new, reload the table from DMS; if it is a copy of an applied file, list \
+             it in `skip_files`"
+        )
+    } else {
+        format!(
+            "older than the files the table's applied-file record lists{horizon}: taken as \
+             applied long ago"
+        )
+    }
+}
+
+#[async_trait::async_trait]
+impl Planner for IngestPlanner<'_> {
+    type Report = CommitReport;
+
+    async fn plan(&mut self, table: Option<LoadedTable>) -> Result<Plan<CommitReport>> {
+        self.unplan();
+        let load_started = Instant::now();
+        let record = match &table {
+            Some(t) => {
+                super::check_source(self.cfg, t)?;
+                match AppliedRecord::of_table(&t.metadata)? {
+                    Some(r) => r,
+                    None if t.metadata.current_snapshot().is_some() => {
+                        return Err(Error::NoRecord {
+                            table: self.cfg.target(),
+                        });
+                    }
+                    None => AppliedRecord::default(),
+                }
+            }
+            None => AppliedRecord::default(),
+        };
+        let standings = self.classify(&record).await?;
+        if self.pending.is_empty() {
+            return Ok(Plan::Nothing(CommitReport::skipped(&[], self.started)));
+        }
+        let mode = self.select(&standings);
+        let mut timings = Timings {
+            load_us: micros(load_started),
+            ..Default::default()
+        };
+        let (staged, mut report, rejected) = self.stage(table, record, mode, &mut timings).await?;
+        // Rejected rows land first (idempotent per file), then the table's commit.
+        if !rejected.is_empty() {
+            let inputs: Vec<AppliedInput> = self.planned.iter().map(applied_input).collect();
+            if let Err(e) =
+                crate::ops::rejected::record(self.ingest.catalog, self.ident, &inputs, &rejected)
+                    .await
+            {
+                staged.discard(self.ingest.catalog.file_io()).await;
+                return Err(e);
+            }
+            warn!(table = %self.ident, rows = rejected.len(), first = %crate::error::redact(&rejected[0].error.to_string()), "rows set aside in the rejected-rows table");
+        }
+        report.timings = timings;
+        Ok(Plan::Commit(Box::new(staged), report))
+    }
+}
+
+fn applied_input(f: &FileInput) -> AppliedInput {
+    AppliedInput {
+        order: f.object.order.clone(),
+        key: f.object.key.clone(),
+        kind: f.object.kind,
+        meta: f.meta.clone(),
+    }
+}
+
+/// Everything a commit writes, before it is staged.
+struct Written {
+    data: Vec<(i32, DataFile)>,
+    deletes: Vec<(i32, DataFile)>,
+    snapshot_id: i64,
+    manifests: Vec<iceberg::spec::ManifestFile>,
+    prepared: Vec<String>,
+}
+
+impl IngestPlanner<'_> {
+    /// Reads, dedupes, looks up and writes the planned files; stages the commit.
+    async fn stage(
+        &mut self,
+        table: Option<LoadedTable>,
+        record: AppliedRecord,
+        mode: Mode,
+        timings: &mut Timings,
+    ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
+        let started = Instant::now();
+        let cfg = self.cfg;
+        let key = primary_key(cfg, table.as_ref())?;
+        // A late file is read with every applied file after it; only its keys are rewritten.
+        let mut inputs = self.planned.clone();
+        if mode == (Mode::Changes { late: true })
+            && let Some(oldest) = self.planned.iter().map(|f| f.object.order.clone()).min()
+        {
+            for (_, key) in record.applied_after(&oldest)? {
+                let object =
+                    crate::locate::locate(&key, &self.ingest.config.source)?.ok_or_else(|| {
+                        Error::Other(format!("applied object {key} is not a DMS file any more"))
+                    })?;
+                inputs.push(FileInput::new(object, None));
+            }
+            info!(table = %self.ident, files = self.planned.len(), later_files = inputs.len() - self.planned.len(), "late input: re-merging with later files");
+        }
+        let fetched = self.ingest.fetch(&mut inputs).await?;
+        let result = async {
+            // LOAD files are known by content too: a reload reuses their names.
+            for f in inputs.iter_mut().take(self.planned.len()) {
+                if f.object.kind == FileKind::Load && f.meta.md5.is_none() {
+                    self.ingest.digest(f).await?;
+                }
+            }
+            for (p, f) in self.planned.iter_mut().zip(&inputs) {
+                p.meta = f.meta.clone();
+            }
+            let read = self.read(&table, &key, inputs, mode).await?;
+            timings.read_us = micros(started);
+            self.stage_read(table, record, mode, key, read, timings)
+                .await
+        }
+        .await;
+        for d in &fetched {
+            self.ingest.objects.release(d).await;
+        }
+        result
+    }
+
+    async fn read(
+        &self,
+        table: &Option<LoadedTable>,
+        key: &[String],
+        inputs: Vec<FileInput>,
+        mode: Mode,
+    ) -> Result<ReadResult> {
+        let cfg = self.cfg.clone();
+        let key = key.to_vec();
+        let schema = table.as_ref().map(|t| {
+            (
+                t.metadata.current_schema().as_ref().clone(),
+                t.metadata.last_column_id(),
+            )
+        });
+        let only_keys_of = (mode == Mode::Changes { late: true }).then_some(self.planned.len());
+        tokio::task::spawn_blocking(move || read_files(&cfg, &key, schema, inputs, only_keys_of))
+            .await
+            .map_err(|e| Error::Other(format!("reader task failed: {e}")))?
+    }
+
+    async fn stage_read(
+        &self,
+        table: Option<LoadedTable>,
+        record: AppliedRecord,
+        mode: Mode,
+        key: Vec<String>,
+        read: ReadResult,
+        timings: &mut Timings,
+    ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
+        let (base, changes, planned) = self.metadata_for(table.as_ref(), &read)?;
+        let lookup_started = Instant::now();
+        // A reload replaces every row: nothing to look up.
+        let located = match (&table, mode) {
+            (Some(t), Mode::Changes { .. }) => self.locate(&t.metadata, &key, &read).await?,
+            _ => Located {
+                found: vec![false; read.deduped.keys.num_rows()],
+                stale: vec![false; read.deduped.keys.num_rows()],
+                ..Default::default()
+            },
+        };
+        failpoint("after-lookup").await?;
+        timings.lookup_us = micros(lookup_started);
+        let write_started = Instant::now();
+        let written = self.write(&planned, &key, &read, &located).await?;
+        timings.write_us = micros(write_started);
+
+        let mut report = CommitReport::passed_over(&self.planned, Status::Applied, self.started);
+        report.late = mode == Mode::Changes { late: true };
+        report.reload = mode == Mode::Reload;
+        report.rows_read = read.deduped.rows_read;
+        report.read_twice = read.second_pass.is_some();
+        count_rows(&mut report, &read, &located);
+        report.data_files = written.data.len();
+        report.delete_files = written.deletes.len();
+        report.columns_added = read.change.added.clone();
+        report.columns_promoted = read
+            .change
+            .promoted
+            .iter()
+            .map(|(n, a, b)| format!("{n}: {a} -> {b}"))
+            .collect();
+        report.lookup = located.stats.clone();
+        report.rows_rejected = read.rejected.len();
+
+        let change = match mode {
+            Mode::Reload => Change::Reload,
+            Mode::Changes { .. } => Change::RowDelta {
+                referenced_data_files: located.deletes.keys().cloned().collect(),
+            },
+        };
+        let summary = self.summary(&report)?;
+        let staged = Staged {
+            ident: self.ident.clone(),
+            base,
+            changes,
+            schema_id: planned.current_schema_id(),
+            snapshot_id: written.snapshot_id,
+            change,
+            manifests: written.manifests,
+            files: written.prepared,
+            added: added(&written.data, &written.deletes),
+            summary,
+            record: Some(RecordUpdate {
+                base_record: record,
+                inputs: self.planned.iter().map(applied_input).collect(),
+                reload: mode == Mode::Reload,
+                change_seq: read.max_seq.clone(),
+                window: cfg_window(self.cfg),
+            }),
+        };
+        Ok((staged, report, read.rejected))
+    }
+
+    /// Metadata the files are written against: the new table, or the current one changed.
+    fn metadata_for(
+        &self,
+        table: Option<&LoadedTable>,
+        read: &ReadResult,
+    ) -> Result<(Base, MetadataChanges, Arc<TableMetadata>)> {
+        let cfg = self.cfg;
+        let schema = &read.schema;
+        match table {
+            None => {
+                let spec = evolve::partition_spec(
+                    cfg.partition_by.as_deref().unwrap_or_default(),
+                    schema,
+                    &cfg.target(),
+                )?;
+                let sort = evolve::key_sort_order(schema)?;
+                let mut props: HashMap<String, String> = [
+                    ("write.parquet.compression-codec", "zstd"),
+                    ("write.metadata.delete-after-commit.enabled", "true"),
+                    ("write.metadata.previous-versions-max", "100"),
+                    (
+                        "write.target-file-size-bytes",
+                        &cfg.target_file_size_bytes.to_string(),
+                    ),
+                    (keys::SOURCE_TABLE, &cfg.source),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+                props.extend(cfg.properties.iter().map(|(k, v)| (k.clone(), v.clone())));
+                let md = TableMetadataBuilder::new(
+                    schema.clone(),
+                    spec,
+                    sort,
+                    self.ingest.catalog.default_location(self.ident),
+                    commit::FORMAT_VERSION,
+                    props,
+                )?
+                .build()?
+                .metadata;
+                check_ids_kept(schema, md.current_schema())?;
+                let md = Arc::new(md);
+                Ok((Base::Create(md.clone()), MetadataChanges::default(), md))
+            }
+            Some(t) => {
+                let mut changes = MetadataChanges::default();
+                if !read.change.is_empty() {
+                    changes.schema = Some(schema.clone());
+                }
+                if let Some(p) = &cfg.partition_by {
+                    let spec = evolve::partition_spec(p, schema, &cfg.target())?;
+                    if !evolve::same_partitioning(&spec, t.metadata.default_partition_spec()) {
+                        changes.spec = Some(spec);
+                    }
+                }
+                let planned = Arc::new(changes.apply(&t.metadata)?);
+                Ok((Base::Existing(t.clone()), changes, planned))
+            }
+        }
+    }
+
+    /// Where the live rows of the touched keys are.
+    async fn locate(
+        &self,
+        md: &TableMetadata,
+        key: &[String],
+        read: &ReadResult,
+    ) -> Result<Located> {
+        let ids = key
+            .iter()
+            .map(|k| {
+                md.current_schema()
+                    .field_id_by_name(k)
+                    .ok_or_else(|| Error::Other(format!("key column `{k}` not in table")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // With an ordering column the table already has, an older change never overwrites a
+        // newer row (a file applied out of order, a replayed change).
+        let order = self
+            .cfg
+            .change_sequence_column
+            .as_ref()
+            .or(self.cfg.commit_timestamp_column.as_ref())
+            .and_then(|c| md.current_schema().field_id_by_name(c))
+            .zip(read.deduped.order_values.clone());
+        locate_rows(
+            self.ingest.catalog.file_io(),
+            md,
+            &read.deduped.keys,
+            ids,
+            order,
+            &self.ingest.cache,
+        )
+        .await
+    }
+
+    /// Data files (upserts that are not stale), position deletes and their manifests.
+    async fn write(
+        &self,
+        planned: &Arc<TableMetadata>,
+        key: &[String],
+        read: &ReadResult,
+        located: &Located,
+    ) -> Result<Written> {
+        let file_io = self.ingest.catalog.file_io();
+        let mut prepared: Vec<String> = Vec::new();
+        let result = async {
+            let data = self
+                .write_data(planned, key, read, located, &mut prepared)
+                .await?;
+            failpoint("after-data-files").await?;
+            let deletes = write_position_deletes(file_io, planned, &located.deletes).await?;
+            prepared.extend(deletes.iter().map(|(_, f)| f.file_path().to_string()));
+            failpoint("after-delete-files").await?;
+            let snapshot_id = commit::new_snapshot_id(Some(planned));
+            let manifests =
+                commit::write_manifests(file_io, planned, snapshot_id, &data, &deletes, None)
+                    .await?;
+            prepared.extend(manifests.iter().map(|m| m.manifest_path.clone()));
+            failpoint("after-manifests").await?;
+            Ok::<_, Error>((data, deletes, snapshot_id, manifests))
+        }
+        .await;
+        match result {
+            Ok((data, deletes, snapshot_id, manifests)) => Ok(Written {
+                data,
+                deletes,
+                snapshot_id,
+                manifests,
+                prepared,
+            }),
+            Err(e) => {
+                for p in &prepared {
+                    let _ = file_io.delete(p).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn write_data(
+        &self,
+        planned: &Arc<TableMetadata>,
+        key: &[String],
+        read: &ReadResult,
+        located: &Located,
+        prepared: &mut Vec<String>,
+    ) -> Result<Vec<(i32, DataFile)>> {
+        let file_io = self.ingest.catalog.file_io();
+        let target = self.cfg.target_file_size_bytes;
+        let deduped = &read.deduped;
+        let Some(pass) = &read.second_pass else {
+            // Upserts of stale keys are dropped (their live row stays as it is).
+            let upserts = if located.stale.iter().any(|s| *s) {
+                let keep: arrow_array::BooleanArray = deduped
+                    .upserted
+                    .iter()
+                    .zip(&located.stale)
+                    .filter(|(up, _)| up.unwrap_or(false))
+                    .map(|(_, stale)| Some(!stale))
+                    .collect();
+                arrow_select::filter::filter_record_batch(&deduped.upserts, &keep)?
+            } else {
+                deduped.upserts.clone()
+            };
+            let data = write_data_files(file_io, planned, &upserts, key, target).await?;
+            prepared.extend(data.iter().map(|(_, f)| f.file_path().to_string()));
+            return Ok(data);
+        };
+        // The winning rows of a large input, read again in sorted chunks.
+        let mut keep: HashMap<u32, HashSet<u64>> = HashMap::new();
+        let mut sources = deduped.upsert_sources.iter();
+        for (up, stale) in deduped.upserted.iter().zip(&located.stale) {
+            if up.unwrap_or(false)
+                && let Some((file, pos)) = sources.next()
+                && !stale
+            {
+                keep.entry(*file).or_default().insert(*pos);
+            }
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+        let pass = pass.clone();
+        let reader = tokio::task::spawn_blocking(move || pass.run(keep, tx));
+        let mut data = Vec::new();
+        while let Some(chunk) = rx.recv().await {
+            let written = write_data_files(file_io, planned, &chunk?, key, target).await?;
+            prepared.extend(written.iter().map(|(_, f)| f.file_path().to_string()));
+            data.extend(written);
+        }
+        reader
+            .await
+            .map_err(|e| Error::Other(format!("reader task failed: {e}")))?;
+        Ok(data)
+    }
+
+    /// Our snapshot summary: the files applied and the row counts (for `history`).
+    fn summary(&self, report: &CommitReport) -> Result<BTreeMap<String, String>> {
+        let json =
+            |v: &Vec<String>| serde_json::to_string(v).map_err(|e| Error::Other(e.to_string()));
+        let orders: Vec<String> = self
+            .planned
+            .iter()
+            .map(|f| f.object.order.to_string())
+            .collect();
+        let mut p = BTreeMap::new();
+        p.insert(keys::SOURCE_FILES.to_string(), json(&report.files)?);
+        p.insert(keys::SOURCE_ORDERS.to_string(), json(&orders)?);
+        p.insert(keys::ROWS_INSERTED.to_string(), report.inserted.to_string());
+        p.insert(keys::ROWS_UPDATED.to_string(), report.updated.to_string());
+        p.insert(keys::ROWS_DELETED.to_string(), report.deleted.to_string());
+        if report.reload {
+            p.insert(keys::RELOAD.to_string(), "true".into());
+        }
+        p.insert(
+            keys::VERSION.to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        );
+        Ok(p)
+    }
+}
+
+fn cfg_window(cfg: &TableConfig) -> usize {
+    cfg.applied_record_files
+}
+
+/// The table's key (identifier fields), else the configured one.
+fn primary_key(cfg: &TableConfig, table: Option<&LoadedTable>) -> Result<Vec<String>> {
+    match table
+        .map(|t| evolve::key_columns(t.metadata.current_schema()))
+        .filter(|k| !k.is_empty())
+    {
+        Some(k) => Ok(k),
+        None => cfg.primary_key.clone().ok_or_else(|| Error::NoPrimaryKey {
+            table: cfg.target(),
+            source_table: cfg.source.clone(),
+        }),
+    }
+}
+
+/// Inserted / updated / deleted / stale counts from the deduplicated keys and what the table
+/// held for them.
+fn count_rows(report: &mut CommitReport, read: &ReadResult, located: &Located) {
+    for (i, up) in read.deduped.upserted.iter().enumerate() {
+        if located.stale[i] {
+            report.stale_changes += 1;
+            continue;
+        }
+        match (up.unwrap_or(false), located.found[i]) {
+            (true, true) => report.updated += 1,
+            (true, false) => report.inserted += 1,
+            (false, true) => report.deleted += 1,
+            (false, false) => report.deletes_of_absent_keys += 1,
+        }
+    }
+}
+
+fn added(data: &[(i32, DataFile)], deletes: &[(i32, DataFile)]) -> Added {
+    let mut partitions = std::collections::BTreeSet::new();
+    let mut added = Added::default();
+    for (spec, f) in data {
+        added.data_files += 1;
+        added.records += f.record_count();
+        added.data_files_size += f.file_size_in_bytes();
+        partitions.insert((*spec, format!("{:?}", f.partition())));
+    }
+    for (spec, f) in deletes {
+        added.delete_files += 1;
+        added.position_deletes += f.record_count();
+        added.delete_files_size += f.file_size_in_bytes();
+        partitions.insert((*spec, format!("{:?}", f.partition())));
+    }
+    added.changed_partitions = partitions.len() as u64;
+    added
+}
+
+/// TableMetadataBuilder re-assigns field ids of a new table; ours are already 1..n in order,
+/// which it keeps. Checked, because every file we write depends on it.
+fn check_ids_kept(ours: &iceberg::spec::Schema, theirs: &iceberg::spec::Schema) -> Result<()> {
+    for f in ours.as_struct().fields() {
+        if theirs.field_id_by_name(&f.name) != Some(f.id) {
+            return Err(Error::Other(format!(
+                "field id of `{}` changed on table creation",
+                f.name
+            )));
+        }
+    }
+    Ok(())
+}

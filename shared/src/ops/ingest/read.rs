@@ -1,0 +1,364 @@
+//! Reading a commit's input: open every file, settle the table schema (new columns, type
+//! promotions), read the rows aligned to it, and deduplicate per key (blocking I/O and CPU).
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{ArrayRef, RecordBatch, new_null_array};
+use arrow_schema::{Field, Schema as ArrowSchema, SchemaRef};
+use iceberg::spec::{PrimitiveType, Schema, Type};
+
+use super::FileInput;
+use super::second_pass::SecondPass;
+use crate::config::{BadRows, TableConfig};
+use crate::dedupe::{Deduped, FileChanges, dedupe};
+use crate::error::{Error, InputError, Rejected, Result};
+use crate::evolve::{self, SchemaChange};
+use crate::locate::OrderKey;
+use crate::read::{ChangeBatch, SourceFile};
+use crate::types::arrow_type;
+
+pub(super) struct ReadResult {
+    /// The table schema after this commit.
+    pub(super) schema: Schema,
+    pub(super) change: SchemaChange,
+    pub(super) deduped: Deduped,
+    pub(super) max_seq: Option<String>,
+    /// Rows set aside (bad-row policy `quarantine`).
+    pub(super) rejected: Vec<Rejected>,
+    /// A large input was deduplicated on its key columns only: its rows are read again.
+    pub(super) second_pass: Option<SecondPass>,
+}
+
+/// Opens every file, settles the schema, reads and dedupes (blocking I/O and CPU).
+pub(super) fn read_files(
+    cfg: &TableConfig,
+    key: &[String],
+    current: Option<(Schema, i32)>,
+    mut files: Vec<FileInput>,
+    only_keys_of_first: Option<usize>,
+) -> Result<ReadResult> {
+    // `only_keys_of_first = Some(n)`: only keys the first n inputs touch are rewritten (a late
+    // input re-merged with files applied after it). Source order across files is DMS order.
+    let restrict: Option<Vec<OrderKey>> =
+        only_keys_of_first.map(|n| files[..n].iter().map(|f| f.object.order.clone()).collect());
+    files.sort_by(|a, b| a.object.order.cmp(&b.object.order));
+    let only_keys_of: Option<Vec<usize>> = restrict.map(|r| {
+        files
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| r.contains(&f.object.order))
+            .map(|(i, _)| i)
+            .collect()
+    });
+    let table_name = cfg.target();
+    let Settled {
+        schema,
+        change,
+        opened,
+        table_columns,
+    } = settle_schema(cfg, key, current, &files)?;
+    for k in key {
+        if schema.field_by_name(k).is_none() {
+            return Err(Error::Schema {
+                table: table_name.clone(),
+                reason: format!(
+                    "primary key column `{k}` is not in the file (check `primary_key` in the config)"
+                ),
+            });
+        }
+    }
+    let processing = processing_schema(&schema)?;
+    let key_types: Vec<PrimitiveType> = key
+        .iter()
+        .map(|k| primitive(&schema, k))
+        .collect::<Result<_>>()?;
+    let order_column = match (&cfg.change_sequence_column, &cfg.commit_timestamp_column) {
+        (Some(c), _) | (None, Some(c)) => {
+            if schema.field_by_name(c).is_none() {
+                return Err(Error::Config(format!(
+                    "table {table_name}: ordering column `{c}` (change_sequence_column / commit_timestamp_column) is not in the files"
+                )));
+            }
+            Some(c.clone())
+        }
+        (None, None) => None,
+    };
+    let mut changes = Vec::with_capacity(opened.len());
+    let mut max_seq: Option<String> = None;
+    let mut rejected: Vec<Rejected> = Vec::new();
+    let input_bytes: u64 = files
+        .iter()
+        .map(|f| f.data.as_ref().map_or(Ok(0), |d| d.len()))
+        .sum::<Result<u64>>()?;
+    let large = input_bytes > cfg.large_input_bytes;
+    // A large input keeps only the key and ordering columns in memory.
+    let slim: Option<(SchemaRef, Vec<usize>)> = if large {
+        let keep: Vec<usize> = processing
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| key.contains(f.name()) || Some(f.name()) == order_column.as_ref())
+            .map(|(i, _)| i)
+            .collect();
+        Some((Arc::new(processing.project(&keep)?), keep))
+    } else {
+        None
+    };
+    let mut all_types: Vec<Vec<PrimitiveType>> = Vec::with_capacity(files.len());
+    for (src, f) in opened.into_iter().zip(&files) {
+        let types: Vec<PrimitiveType> = src
+            .columns()
+            .iter()
+            .map(|c| primitive(&schema, &c.name))
+            .collect::<Result<_>>()?;
+        all_types.push(types.clone());
+        let mut batches = Vec::new();
+        for b in src.read(types, key_types.clone())? {
+            let mut b = align(b?, &processing)?;
+            rejected.append(&mut b.rejected);
+            if cfg.bad_rows == BadRows::Quarantine {
+                b = reject_null_keys(b, key, f, &mut rejected)?;
+            }
+            if let Some(seq) = &cfg.change_sequence_column
+                && let Some(col) = b.data.column_by_name(seq)
+                && let Some(m) = col.as_string::<i32>().iter().flatten().max()
+                && max_seq.as_deref().is_none_or(|x| m > x)
+            {
+                max_seq = Some(m.to_string());
+            }
+            if let Some((_, cols)) = &slim {
+                b.data = b.data.project(cols)?;
+            }
+            batches.push(b);
+        }
+        changes.push(FileChanges {
+            label: f.object.key.clone(),
+            kind: f.object.kind,
+            format: f.object.format,
+            batches,
+        });
+    }
+    let dedupe_schema = slim.as_ref().map_or(processing.clone(), |(s, _)| s.clone());
+    let deduped = dedupe(
+        dedupe_schema,
+        changes,
+        key,
+        order_column.as_deref(),
+        only_keys_of.as_deref(),
+    )?;
+    let second_pass = large.then(|| SecondPass {
+        cfg: cfg.clone(),
+        files,
+        table_columns,
+        types: all_types,
+        key_types,
+        processing,
+        key: key.to_vec(),
+    });
+    Ok(ReadResult {
+        schema,
+        change,
+        deduped,
+        max_seq,
+        rejected,
+        second_pass,
+    })
+}
+
+/// The files opened, and the table schema once every file's columns are in it.
+struct Settled {
+    schema: Schema,
+    change: SchemaChange,
+    opened: Vec<SourceFile>,
+    /// The table's columns before this input (names for headerless files).
+    table_columns: Option<Vec<String>>,
+}
+
+/// Opens every file and evolves the schema by its columns, in DMS order.
+fn settle_schema(
+    cfg: &TableConfig,
+    key: &[String],
+    current: Option<(Schema, i32)>,
+    files: &[FileInput],
+) -> Result<Settled> {
+    let table_name = cfg.target();
+    let mut schema: Option<Schema> = current.as_ref().map(|(s, _)| s.clone());
+    let mut last_column_id = current.as_ref().map_or(0, |(_, l)| *l);
+    let mut change = SchemaChange::default();
+    let table_columns: Option<Vec<String>> = schema.as_ref().map(|s| {
+        s.as_struct()
+            .fields()
+            .iter()
+            .map(|f| f.name.clone())
+            .collect()
+    });
+    let mut opened = Vec::with_capacity(files.len());
+    for f in files {
+        let data = f
+            .data
+            .clone()
+            .ok_or_else(|| Error::Other(format!("{} was not fetched", f.object.key)))?;
+        let src = SourceFile::open(&f.object, data, cfg, table_columns.as_deref())?;
+        if let Some(dup) = src.layout().duplicate_column() {
+            return Err(InputError::new(&f.object.key, "the column appears twice")
+                .column(dup)
+                .into());
+        }
+        let typed = column_types(&src, schema.as_ref(), cfg)?;
+        match &schema {
+            None => {
+                let s = evolve::initial_schema(&typed, key, &table_name)?;
+                last_column_id = s.highest_field_id();
+                schema = Some(s);
+            }
+            Some(s) => {
+                if let Some((next, ch)) =
+                    evolve::evolve(s, last_column_id, &typed, &table_name, &f.object.key)?
+                {
+                    last_column_id = next.highest_field_id();
+                    change.added.extend(ch.added);
+                    change.promoted.extend(ch.promoted);
+                    schema = Some(next);
+                }
+            }
+        }
+        opened.push(src);
+    }
+    let schema = schema.ok_or_else(|| Error::Other("no files to read".into()))?;
+    Ok(Settled {
+        schema,
+        change,
+        opened,
+        table_columns,
+    })
+}
+
+/// The type of every column of `src`: the table's where the column exists (text), else the
+/// file's declared type, a configured one, or inferred from the file.
+fn column_types(
+    src: &SourceFile,
+    schema: Option<&Schema>,
+    cfg: &TableConfig,
+) -> Result<Vec<(String, PrimitiveType)>> {
+    let cols = src.columns();
+    let mut typed: Vec<(String, Option<PrimitiveType>)> = Vec::with_capacity(cols.len());
+    for c in &cols {
+        let existing = schema.and_then(|s| s.field_by_name(&c.name)).and_then(|f| {
+            match f.field_type.as_ref() {
+                Type::Primitive(p) => Some(p.clone()),
+                _ => None,
+            }
+        });
+        let t = if Some(&c.name) == cfg.change_sequence_column.as_ref() {
+            Some(c.declared.clone().unwrap_or(PrimitiveType::String))
+        } else if matches!(src, SourceFile::Csv(_)) {
+            // Text takes the table's type when the column exists; else declared or inferred.
+            existing.or_else(|| c.declared.clone()).or_else(|| {
+                (Some(&c.name) == cfg.commit_timestamp_column.as_ref())
+                    .then_some(PrimitiveType::Timestamp)
+            })
+        } else {
+            c.declared.clone()
+        };
+        typed.push((c.name.clone(), t));
+    }
+    let unknown: Vec<String> = typed
+        .iter()
+        .filter(|(_, t)| t.is_none())
+        .map(|(n, _)| n.clone())
+        .collect();
+    let inferred = if unknown.is_empty() {
+        vec![]
+    } else if cfg.infer_types {
+        src.infer_types(&unknown)?
+    } else {
+        vec![PrimitiveType::String; unknown.len()]
+    };
+    let mut inferred = inferred.into_iter();
+    Ok(typed
+        .into_iter()
+        .map(|(n, t)| {
+            let t = t
+                .or_else(|| inferred.next())
+                .unwrap_or(PrimitiveType::String);
+            (n, t)
+        })
+        .collect())
+}
+
+/// Quarantine: rows whose key is NULL cannot be applied; set them aside.
+fn reject_null_keys(
+    b: ChangeBatch,
+    key: &[String],
+    f: &FileInput,
+    rejected: &mut Vec<Rejected>,
+) -> Result<ChangeBatch> {
+    let cols: Vec<(&String, &ArrayRef)> = key
+        .iter()
+        .filter_map(|k| b.data.column_by_name(k).map(|c| (k, c)))
+        .collect();
+    if cols.iter().all(|(_, c)| c.null_count() == 0) {
+        return Ok(b);
+    }
+    let mut keep = Vec::with_capacity(b.data.num_rows());
+    for r in 0..b.data.num_rows() {
+        match cols.iter().find(|(_, c)| c.is_null(r)) {
+            Some((k, _)) => {
+                rejected.push(Rejected {
+                    error: InputError::new(&f.object.key, "primary key value is NULL")
+                        .at(crate::read::position(f.object.format, b.positions[r]))
+                        .column(k.as_str()),
+                    record: None,
+                });
+                keep.push(Some(false));
+            }
+            None => keep.push(Some(true)),
+        }
+    }
+    b.filter(&arrow_array::BooleanArray::from(keep))
+}
+
+fn primitive(schema: &Schema, name: &str) -> Result<PrimitiveType> {
+    match schema.field_by_name(name).map(|f| f.field_type.as_ref()) {
+        Some(Type::Primitive(p)) => Ok(p.clone()),
+        _ => Err(Error::Other(format!(
+            "column `{name}` is not a primitive column of the table"
+        ))),
+    }
+}
+
+/// The table schema as plain nullable Arrow fields: what batches are aligned to.
+fn processing_schema(schema: &Schema) -> Result<SchemaRef> {
+    let fields = schema
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| match f.field_type.as_ref() {
+            Type::Primitive(p) => Ok(Field::new(&f.name, arrow_type(p)?, true)),
+            other => Err(Error::Other(format!(
+                "column `{}` has nested type {other}",
+                f.name
+            ))),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Arc::new(ArrowSchema::new(fields)))
+}
+
+/// Reorders a file's batch into the table's column order; columns the file lacks are NULL.
+pub(super) fn align(b: ChangeBatch, schema: &SchemaRef) -> Result<ChangeBatch> {
+    let n = b.data.num_rows();
+    let columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| match b.data.column_by_name(f.name()) {
+            Some(c) if c.data_type() == f.data_type() => Ok(c.clone()),
+            Some(c) => Ok(arrow_cast::cast(c, f.data_type())?),
+            None => Ok(new_null_array(f.data_type(), n)),
+        })
+        .collect::<Result<_>>()?;
+    Ok(ChangeBatch {
+        data: RecordBatch::try_new(schema.clone(), columns)?,
+        ..b
+    })
+}
