@@ -34,11 +34,14 @@
 //!    properties) covers lost swaps and replans alike, with jittered backoff between them.
 
 mod failpoint;
-mod producer;
+pub(crate) mod producer;
 pub mod record;
 pub mod retry;
 mod summary;
 pub mod validate;
+
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;

@@ -198,7 +198,7 @@ pub(crate) async fn remove_files(
     file_io: &FileIO,
     md: &TableMetadata,
     snapshot_id: i64,
-    remove: impl Fn(&str) -> bool,
+    remove: impl Fn(&DataFile) -> bool,
 ) -> Result<Removal> {
     let mut out = Removal {
         manifests: Vec::new(),
@@ -213,7 +213,7 @@ pub(crate) async fn remove_files(
         let touched = manifest
             .entries()
             .iter()
-            .any(|e| e.is_alive() && remove(e.file_path()));
+            .any(|e| e.is_alive() && remove(e.data_file()));
         if !touched {
             continue;
         }
@@ -254,7 +254,7 @@ pub(crate) async fn remove_files(
                 )));
             };
             let f = e.data_file().clone();
-            if remove(e.file_path()) {
+            if remove(e.data_file()) {
                 out.removed.push((f.content_type(), f.clone()));
                 w.add_delete_file(f, seq, Some(file_seq))?;
             } else {

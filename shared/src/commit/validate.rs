@@ -39,6 +39,9 @@ pub enum Conflict {
     CreatedConcurrently,
     /// Some (not all) of the input files were applied by another writer meanwhile.
     InputPartlyApplied,
+    /// Other DMS files were applied meanwhile: whether ours are late, superseded or a reload
+    /// may have changed.
+    RecordMoved,
     SchemaChanged,
     SpecChanged,
     /// Our base snapshot is no longer in the table's history (rollback, or expired).
@@ -72,6 +75,7 @@ impl Conflict {
             Conflict::TableRecreated => "table_recreated",
             Conflict::CreatedConcurrently => "created_concurrently",
             Conflict::InputPartlyApplied => "input_partly_applied",
+            Conflict::RecordMoved => "record_moved",
             Conflict::SchemaChanged => "schema_changed",
             Conflict::SpecChanged => "spec_changed",
             Conflict::HistoryRewritten => "history_rewritten",
@@ -97,6 +101,7 @@ impl fmt::Display for Conflict {
             Conflict::InputPartlyApplied => {
                 write!(f, "some of the input files were applied concurrently")
             }
+            Conflict::RecordMoved => write!(f, "other DMS files were applied concurrently"),
             Conflict::SchemaChanged => write!(f, "the table schema changed concurrently"),
             Conflict::SpecChanged => write!(f, "the partition spec changed concurrently"),
             Conflict::HistoryRewritten => write!(
@@ -228,9 +233,7 @@ fn input_not_applied(staged: &Staged, now: &TableMetadata) -> Check {
     } else if done > 0 {
         Err(conflict(Conflict::InputPartlyApplied))
     } else if record != update.base_record {
-        // Another writer applied other files meanwhile; whether ours are late, superseded or
-        // a reload may have changed.
-        Err(conflict(Conflict::InputPartlyApplied))
+        Err(conflict(Conflict::RecordMoved))
     } else {
         Ok(None)
     }

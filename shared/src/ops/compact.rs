@@ -273,8 +273,8 @@ impl<'a> Compact<'a> {
             let mut manifests =
                 commit::write_manifests(file_io, &md, snapshot_id, &written, &[], Some(base_seq))
                     .await?;
-            let removal = remove_files(file_io, &md, snapshot_id, |p| {
-                paths.contains(p) || removed_deletes.contains(p)
+            let removal = remove_files(file_io, &md, snapshot_id, |f| {
+                paths.contains(f.file_path()) || removed_deletes.contains(f.file_path())
             })
             .await?;
             manifests.extend(removal.manifests);
@@ -499,4 +499,22 @@ async fn live_files(
         d.targets.retain(|t| live.contains(t));
     }
     Ok((data, deletes))
+}
+
+/// The staged commit of the first group the next run would rewrite (tests of the protocol).
+#[cfg(test)]
+pub(crate) async fn plan_for_tests(c: &Compact<'_>, table: LoadedTable) -> Option<Staged> {
+    let mut planner = GroupPlanner {
+        compact: c,
+        budget: c.options.max_bytes,
+        started: Instant::now(),
+        first: true,
+        counts: (0, 0),
+        before: None,
+        groups_left: 0,
+    };
+    match planner.plan(Some(table)).await.ok()? {
+        Plan::Commit(staged, _) => Some(*staged),
+        Plan::Nothing(_) => None,
+    }
 }

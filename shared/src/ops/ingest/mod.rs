@@ -371,3 +371,14 @@ pub fn local_inputs(files: Vec<(DmsObject, std::path::PathBuf)>) -> Vec<FileInpu
         })
         .collect()
 }
+
+/// A planner for `files` (tests of the commit protocol).
+#[cfg(test)]
+pub(crate) fn planner_for_tests<'a>(
+    ingest: &'a Ingest<'a>,
+    cfg: &'a TableConfig,
+    ident: &'a TableIdent,
+    files: Vec<FileInput>,
+) -> impl commit::Planner<Report = CommitReport> + 'a {
+    IngestPlanner::new(ingest, cfg, ident, files)
+}
