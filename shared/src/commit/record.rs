@@ -127,6 +127,11 @@ pub struct Generation {
     /// modified after it is a reload, one modified before it a late file of this load.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub changes_ms: Option<i64>,
+    /// This load's files are not all listed (declared with `mark-applied`, or history expired
+    /// before the record existed): unlisted LOAD files modified before this time are taken as
+    /// part of it, already applied.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub before_ms: Option<i64>,
 }
 
 /// The whole record.
@@ -306,6 +311,13 @@ impl AppliedRecord {
             return Standing::NeedsDigest;
         }
         let recorded = self.load.files.iter().any(|f| &f.order == order);
+        if !recorded && let Some(before) = self.load.before_ms {
+            match meta.modified_ms {
+                Some(m) if m <= before => return Standing::BeyondRecord { loud: false },
+                None => return Standing::BeyondRecord { loud: true },
+                Some(_) => {}
+            }
+        }
         if !recorded && self.load.changes_ms.is_none() && self.last_change_in_generation().is_none()
         {
             // Another file of the load being applied (a multi-file or segmented full load).
@@ -416,6 +428,7 @@ impl AppliedRecord {
                 since: self.last_change().cloned().or(previous.since),
                 started_ms: None,
                 changes_ms: None,
+                before_ms: None,
             };
         }
         for i in inputs {
@@ -473,6 +486,7 @@ impl AppliedRecord {
             load: Generation {
                 number: 1,
                 changes_ms: (!is_load(through)).then_some(now_ms),
+                before_ms: Some(now_ms),
                 ..Default::default()
             },
             ..Default::default()
@@ -480,69 +494,68 @@ impl AppliedRecord {
     }
 }
 
-/// The record of a table written before the property existed: what its snapshot summaries
-/// say (files each snapshot applied, the cumulative watermark), and how far expiry reached.
+/// The record rebuilt from snapshot summaries (tables written before the property existed, or
+/// whose property another tool removed): each snapshot's files replayed oldest first, and how
+/// far expiry cut the history.
 fn from_summaries(md: &TableMetadata) -> Option<AppliedRecord> {
     let chain = ancestry(md);
     let mut r = AppliedRecord::default();
     let mut any = false;
-    // Oldest first, so a later snapshot's entry for the same order wins.
     for s in chain.iter().rev() {
         let p = &s.summary().additional_properties;
-        let Some(w) = p.get(keys::WATERMARK).and_then(|w| OrderKey::parse(w)) else {
-            continue;
-        };
-        any = true;
-        r.watermark = Some(w);
-        if let Some(seq) = p.get(keys::CHANGE_SEQ) {
-            r.change_seq = Some(seq.clone());
-        }
         let orders: Vec<String> = p
             .get(keys::SOURCE_ORDERS)
             .and_then(|v| serde_json::from_str(v).ok())
             .unwrap_or_default();
-        for (o, k) in orders.iter().zip(source_files(p)) {
-            let Some(o) = OrderKey::parse(o) else {
-                continue;
-            };
-            if is_load(&o) {
-                r.load.number = 1;
-                r.load.files.retain(|f| f.order != o);
-                r.load.files.push(LoadFile {
-                    order: o,
-                    key: k,
+        let inputs: Vec<AppliedInput> = orders
+            .iter()
+            .zip(source_files(p))
+            .filter_map(|(o, key)| {
+                let order = OrderKey::parse(o)?;
+                let kind = if is_load(&order) {
+                    FileKind::Load
+                } else {
+                    FileKind::Cdc
+                };
+                Some(AppliedInput {
+                    order,
+                    key,
+                    kind,
                     meta: ObjectMeta::default(),
-                    applied_ms: Some(s.timestamp_ms()),
-                });
-            } else {
-                r.load.changes_ms.get_or_insert(s.timestamp_ms());
-                r.files.insert(o, k);
-            }
+                })
+            })
+            .collect();
+        if inputs.is_empty() {
+            continue;
+        }
+        any = true;
+        let reload = p.get(keys::RELOAD).is_some_and(|v| v == "true");
+        r = r.applied(&inputs, reload, None, usize::MAX, s.timestamp_ms());
+        // Old versions kept the cumulative change sequence in every summary.
+        if let Some(seq) = p.get(keys::CHANGE_SEQ) {
+            r.change_seq = Some(seq.clone());
         }
     }
     if !any {
         return None;
     }
-    r.load.files.sort_by(|a, b| a.order.cmp(&b.order));
     // History cut short by snapshot expiry: what the expired snapshots applied is only known
-    // up to a bound.
+    // up to a bound, and their full load is not known at all.
     let truncated = chain
         .last()
         .and_then(|root| root.parent_snapshot_id())
         .is_some();
-    r.horizon = md
-        .properties()
-        .get(keys::EXPIRED_WATERMARK)
-        .and_then(|w| OrderKey::parse(w));
-    if truncated && r.horizon.is_none() {
-        r.horizon = chain
-            .iter()
-            .rev()
-            .find_map(|s| s.summary().additional_properties.get(keys::WATERMARK))
-            .and_then(|w| OrderKey::parse(w));
-    }
-    if r.horizon.is_some() {
-        r.horizon_ms = chain.last().map(|s| s.timestamp_ms());
+    if truncated {
+        let oldest = chain.last().map(|s| s.timestamp_ms());
+        r.horizon = md
+            .properties()
+            .get(keys::EXPIRED_WATERMARK)
+            .and_then(|w| OrderKey::parse(w))
+            .or_else(|| r.files.keys().next().cloned());
+        r.horizon_ms = oldest;
+        if r.load.number <= 1 {
+            r.load.before_ms = oldest;
+        }
     }
     Some(r)
 }
@@ -871,6 +884,14 @@ mod tests {
     #[test]
     fn declared_record_counts_everything_before_as_applied() {
         let r = AppliedRecord::declared(&cdc(5), 1_000);
+        assert_eq!(
+            r.classify(&load(1), FileKind::Load, &meta(9, "l", 500)),
+            Standing::BeyondRecord { loud: false }
+        );
+        assert_eq!(
+            r.classify(&load(1), FileKind::Load, &meta(9, "l", 5_000)),
+            Standing::Reload
+        );
         assert_eq!(
             r.classify(&cdc(4), FileKind::Cdc, &meta(1, "x", 500)),
             Standing::BeyondRecord { loud: false }
