@@ -1119,3 +1119,88 @@ fn tooling_event_keys_and_work_dirs() {
     assert_eq!(v.iter().copied().collect::<BTreeSet<_>>().len(), 10);
     assert_eq!(median(&[5, 1, 3]), 3);
 }
+
+/// A table reload as DMS does it on S3: the table folder emptied, a new full load under the
+/// same names, then new change files; the events arrive shuffled, with late ones for objects
+/// the reload deleted. The function applies the reload as one snapshot and the changes on top.
+#[test]
+fn a_reload_with_shuffled_events_equals_the_source() {
+    require_python();
+    let lab = Lab::new("reload");
+    lab.generate("product", &[]);
+    lab.upload_config(&[]);
+    let mut f = Function::start(&lab, "ingest", &[]);
+    let table = "sales.product";
+    let meta = lab.work.meta(table);
+    let name = lab.glue_name(&meta);
+    for key in &meta.files {
+        lab.upload(key);
+    }
+    f.invoke_ok(&lab.s3_event(&meta.files[0]));
+    lab.assert_table(table);
+
+    // The reload: 101, 104 and 105 were deleted at the source, 102 changed, 107 is new.
+    for key in &meta.files {
+        lab.moto.delete(LANDING, key);
+    }
+    let dir = format!("{}/sales/product", lab.folder);
+    let header = "Op,product_id,category,product_name,quantity_available,last_update_time\n";
+    let load = format!(
+        "{header}I,100,Smartphone,Apple iPhone 12,30,2022-03-02 11:30:01.000000\n\
+         I,102,Laptop,Dell XPS 13,9,2022-03-02 12:00:00.000000\n\
+         I,106,Tablet,Apple iPad Air,40,2022-03-02 11:34:01.000000\n\
+         I,107,Phone,Pixel 9,5,2022-03-02 12:00:00.000000\n"
+    );
+    let change = format!(
+        "{header}U,107,Phone,Pixel 9,6,2022-03-02 12:10:00.000000\n\
+         D,100,Smartphone,Apple iPhone 12,30,2022-03-02 11:30:01.000000\n"
+    );
+    let load_key = format!("{dir}/LOAD00000001.csv");
+    let change_key = format!("{dir}/20220302-1210000000.csv");
+    lab.moto.put(LANDING, &load_key, load.as_bytes());
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    lab.moto.put(LANDING, &change_key, change.as_bytes());
+    // The change file's event first, then a late one for a deleted pre-reload file, then the
+    // load's, each delivered twice.
+    let late = meta.files[1].clone();
+    let events = [
+        eventbridge_event(LANDING, &change_key, change.len()),
+        lab.s3_event(&late),
+        eventbridge_event(LANDING, &load_key, load.len()),
+    ];
+    for e in events.iter().chain(events.iter()) {
+        f.invoke_ok(e);
+    }
+    let row = |id: i64, cat: &str, prod: &str, q: i64, t: &str| {
+        json!({"product_id": id, "category": cat, "product_name": prod,
+               "quantity_available": q, "last_update_time": t})
+    };
+    let expected = vec![
+        row(
+            102,
+            "Laptop",
+            "Dell XPS 13",
+            9,
+            "2022-03-02 12:00:00.000000",
+        ),
+        row(
+            106,
+            "Tablet",
+            "Apple iPad Air",
+            40,
+            "2022-03-02 11:34:01.000000",
+        ),
+        row(107, "Phone", "Pixel 9", 6, "2022-03-02 12:10:00.000000"),
+    ];
+    lab.assert_table_rows(table, &expected, "reloaded");
+    let ops: Vec<Value> = lab
+        .history(&name)
+        .iter()
+        .map(|h| h["operation"].clone())
+        .collect();
+    assert_eq!(
+        ops,
+        ["append", "overwrite", "overwrite", "overwrite", "overwrite"],
+        "load, 2 changes, the reload, the change after it"
+    );
+}

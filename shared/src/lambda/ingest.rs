@@ -44,6 +44,8 @@ pub struct IngestHandler {
 struct TableOutcome {
     /// Object keys (`s3://bucket/key`) the table records as applied afterwards.
     applied: BTreeSet<String>,
+    /// Object keys the table folder held when listed (`None`: not listed).
+    listed: Option<BTreeSet<String>>,
     error: Option<String>,
 }
 
@@ -128,6 +130,12 @@ impl IngestHandler {
                 let why = match table.as_ref().and_then(|t| outcomes.get(t)) {
                     None => bad_keys.get(uri).cloned(),
                     Some(o) if o.applied.contains(uri) => None,
+                    // Gone from the folder (DMS empties it to reload the table): nothing to
+                    // apply, and nothing a retry could change.
+                    Some(o) if o.listed.as_ref().is_some_and(|l| !l.contains(uri)) => {
+                        info!(object = %uri, "no longer in the table folder; nothing to apply");
+                        None
+                    }
                     Some(o) => Some(o.error.clone().unwrap_or_else(|| {
                         "not applied yet (backlog beyond the per-invocation cap)".into()
                     })),
@@ -172,6 +180,7 @@ impl IngestHandler {
         let started = Instant::now();
         let mut outcome = TableOutcome {
             applied: BTreeSet::new(),
+            listed: None,
             error: None,
         };
         type Listed = Vec<(DmsObject, ObjectInfo)>;
@@ -224,6 +233,7 @@ impl IngestHandler {
                 return outcome;
             }
         };
+        outcome.listed = Some(files.iter().map(|(o, _)| o.key.clone()).collect());
         // What the table holds now. Without an error every pending file this run took was
         // applied, by this run or (reported as skipped) by a concurrent one: the table as
         // loaded before plus the commits' files. After an error, ask the catalog.
