@@ -300,18 +300,11 @@ impl<'a> Compact<'a> {
             .build()
             .map_err(Error::from)?;
         let wanted = paths.clone();
-        let tasks = scan
+        let tasks: Vec<_> = scan
             .plan_files()
             .await
             .map_err(Error::from)?
             .try_filter(move |task| futures::future::ready(wanted.contains(&task.data_file_path)))
-            .boxed();
-        let batches: Vec<RecordBatch> = t
-            .reader_builder()
-            .build()
-            .read(tasks)
-            .map_err(Error::from)?
-            .stream()
             .try_collect()
             .await
             .map_err(Error::from)?;
@@ -319,6 +312,10 @@ impl<'a> Compact<'a> {
         let arrow_schema = std::sync::Arc::new(
             iceberg::arrow::schema_to_arrow_schema(&schema).map_err(Error::from)?,
         );
+        // Through scan's reader: it reads columns added after a file was written whatever
+        // their type (iceberg-rust alone fails on binary ones).
+        let batches: Vec<RecordBatch> =
+            crate::ops::scan::read_tasks(&t, file_io, tasks, &arrow_schema).await?;
         let all =
             arrow_select::concat::concat_batches(&arrow_schema, &batches).map_err(Error::from)?;
         let key = key_columns(&schema);
