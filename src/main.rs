@@ -402,6 +402,13 @@ async fn run(kind: CatalogKind, command: Command) -> Result<bool> {
                     r.too_young
                 );
             }
+            if let Some(why) = &r.refused {
+                if delete {
+                    eprintln!("error: {}: refusing to delete orphan files: {why}", r.table);
+                    return Ok(false);
+                }
+                eprintln!("warning: {}: these files may be in use: {why}", r.table);
+            }
             Ok(true)
         }
         Command::Tables { warehouse } => {
