@@ -57,7 +57,8 @@ impl SqliteCatalog {
         let conn = Connection::open(&path)?;
         // Several processes may commit to one warehouse: wait for the lock rather than fail.
         conn.busy_timeout(Duration::from_secs(60))?;
-        conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(SCHEMA)
+            .map_err(|e| locked_hint(e, &path))?;
         Ok(SqliteCatalog {
             conn: Mutex::new(conn),
             name: CATALOG_NAME.to_string(),
@@ -90,6 +91,20 @@ impl SqliteCatalog {
         self.conn
             .lock()
             .map_err(|_| Error::Catalog("catalog connection poisoned".into()))
+    }
+}
+
+/// A write that waited the whole busy timeout says who usually holds the lock.
+fn locked_hint(e: rusqlite::Error, path: &Path) -> Error {
+    match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+            Error::Catalog(format!(
+                "{} stayed locked by another process for 60 s ({e}); Iceberg's JdbcCatalog \
+                 (Spark) holds it unless configured with jdbc.init-catalog-tables=false",
+                path.display()
+            ))
+        }
+        _ => Error::from(e),
     }
 }
 
@@ -174,21 +189,21 @@ impl Catalog for SqliteCatalog {
                         ident.name()
                     ],
                 )
-                .map_err(Error::from)?,
+                .map_err(|e| locked_hint(e, &self.path))?,
             None => {
                 conn.execute(
                     "INSERT OR IGNORE INTO iceberg_namespace_properties
                      (catalog_name, namespace, property_key, property_value) VALUES (?1, ?2, 'exists', 'true')",
                     params![self.name, ns],
                 )
-                .map_err(Error::from)?;
+                .map_err(|e| locked_hint(e, &self.path))?;
                 conn.execute(
                     "INSERT OR IGNORE INTO iceberg_tables
                      (catalog_name, table_namespace, table_name, metadata_location, previous_metadata_location, iceberg_type)
                      VALUES (?1, ?2, ?3, ?4, NULL, 'TABLE')",
                     params![self.name, ns, ident.name(), new_location],
                 )
-                .map_err(Error::from)?
+                .map_err(|e| locked_hint(e, &self.path))?
             }
         };
         if changed == 1 {
@@ -251,6 +266,31 @@ mod tests {
             "loc2"
         );
         assert_eq!(cat.list_tables().await.unwrap(), vec![id]);
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[tokio::test]
+    async fn a_held_lock_names_the_likely_holder() {
+        let dir = std::env::temp_dir().join(format!("d2i-cat-{}", uuid::Uuid::new_v4()));
+        let cat = SqliteCatalog::open(&dir).unwrap();
+        cat.conn()
+            .unwrap()
+            .busy_timeout(Duration::from_millis(50))
+            .unwrap();
+        let holder = Connection::open(dir.join("catalog.db")).unwrap();
+        holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let id = TableIdent::from_strs(["sales", "product"]).unwrap();
+        let e = match cat.swap(&id, None, "loc", &test_metadata()).await {
+            Err(SwapError::Failed(e)) => e.to_string(),
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            e.contains("stayed locked by another process")
+                && e.contains("jdbc.init-catalog-tables=false"),
+            "{e}"
+        );
+        holder.execute_batch("ROLLBACK").unwrap();
+        cat.swap(&id, None, "loc", &test_metadata()).await.unwrap();
         std::fs::remove_dir_all(dir).ok();
     }
 
