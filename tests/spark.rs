@@ -690,10 +690,19 @@ fn files_spark_imports_from_elsewhere_are_never_deleted() {
     );
     assert_eq!(o["deleted"], 0, "{o}");
     // Spark deletes the imported row (copy-on-write: the file leaves the table); expiring the
-    // snapshots that had it keeps the file, which is not the table's.
+    // snapshots that had it keeps the file, which is not the table's. A tag Spark puts on our
+    // first snapshot keeps that snapshot.
+    let hist = parse_json_lines(
+        &cli(&w, catalog, &["history", table, "--format", "json"])
+            .ok()
+            .stdout,
+        "history",
+    );
+    let first = hist[0]["snapshot_id"].as_i64().unwrap();
     sp.sql(&[
         &format!("ALTER TABLE {t} SET TBLPROPERTIES ('write.delete.mode'='copy-on-write')"),
         &format!("DELETE FROM {t} WHERE product_id = 900"),
+        &format!("ALTER TABLE {t} CREATE TAG first_load AS OF VERSION {first}"),
     ]);
     drop(sp);
     let (r, e) = maintain(
@@ -723,6 +732,15 @@ fn files_spark_imports_from_elsewhere_are_never_deleted() {
         &expected,
         &scan(&w, catalog, table, &[]),
     );
+    let expired: Vec<i64> = e["snapshots_expired"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_i64().unwrap())
+        .collect();
+    assert!(!expired.is_empty() && !expired.contains(&first), "{e}");
     let mut sp = spark();
     assert_spark(&mut sp, &w, table, json!({"table": t}), &expected, "end");
+    let src = json!({"table": t, "snapshot_id": first});
+    assert_spark(&mut sp, &w, table, src, &w.asof(table)[0].rows, "tagged");
 }
