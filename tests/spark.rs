@@ -369,6 +369,35 @@ fn keys_changed(before: &[Value], steps: &[Vec<Value>]) -> BTreeSet<i64> {
     out
 }
 
+/// The table after the pending DMS files on top of `after_spark`: their row images replace
+/// what Spark made of their keys, every other key keeps Spark's values.
+fn after_new_dms(w: &Work, table: &str, initial: &[Value], after_spark: &[Value]) -> Vec<Value> {
+    let pending: Vec<Vec<Value>> = w
+        .asof(table)
+        .iter()
+        .filter(|s| s.pending)
+        .map(|s| without(&s.rows, TIME_COLUMN))
+        .collect();
+    let changed = keys_changed(initial, &pending);
+    let dms_final: BTreeMap<i64, &Value> = pending
+        .last()
+        .unwrap()
+        .iter()
+        .map(|r| (r["order_id"].as_i64().unwrap(), r))
+        .collect();
+    let mut by_key: BTreeMap<i64, Value> = after_spark
+        .iter()
+        .map(|r| (r["order_id"].as_i64().unwrap(), r.clone()))
+        .filter(|(k, _)| !changed.contains(k))
+        .collect();
+    for k in &changed {
+        if let Some(r) = dms_final.get(k) {
+            by_key.insert(*k, (*r).clone());
+        }
+    }
+    by_key.into_values().collect()
+}
+
 /// Every location Spark's view of the table references: data and delete files of every
 /// snapshot, manifests, manifest lists, the metadata log.
 fn spark_references(sp: &mut Spark, t: &str) -> BTreeSet<String> {
@@ -509,44 +538,18 @@ fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool) {
 
     let mut expected = after_spark.clone();
     if more_dms {
-        // DMS files that arrived since: their row images replace what Spark made of their keys,
-        // every other key keeps Spark's values.
-        let pending: Vec<Vec<Value>> = w
-            .asof(table)
-            .iter()
-            .filter(|s| s.pending)
-            .map(|s| without(&s.rows, TIME_COLUMN))
-            .collect();
-        let changed = keys_changed(&initial, &pending);
-        let last = pending.last().unwrap();
-        let dms_final: BTreeMap<i64, &Value> = last
-            .iter()
-            .map(|r| (r["order_id"].as_i64().unwrap(), r))
-            .collect();
-        let mut by_key: BTreeMap<i64, Value> = after_spark
-            .iter()
-            .map(|r| (r["order_id"].as_i64().unwrap(), r.clone()))
-            .filter(|(k, _)| !changed.contains(k))
-            .collect();
-        for k in &changed {
-            if let Some(r) = dms_final.get(k) {
-                by_key.insert(*k, (*r).clone());
-            }
-        }
-        expected = by_key.into_values().collect();
+        let pending = w.asof(table).iter().filter(|s| s.pending).count();
+        expected = after_new_dms(&w, table, &initial, &after_spark);
         w.promote_pending();
         let r = ingest(&w, catalog).ok();
-        let applied_before = meta.files.len() - pending.len();
-        let want = format!(
-            "{} files applied, {applied_before} skipped (already applied)",
-            pending.len()
-        );
+        let applied_before = meta.files.len() - pending;
+        let want = format!("{pending} files applied, {applied_before} skipped (already applied)");
         assert!(
             r.stdout.contains(&want),
             "after Spark's expire_snapshots left none of our snapshots, our ingest must apply \
              only the {} new DMS files and skip the {applied_before} applied before (`{want}`): \
              re-applying history reverts the rows Spark changed\n{}",
-            pending.len(),
+            pending,
             r.describe()
         );
         assert_rows(
