@@ -29,6 +29,10 @@ struct Cli {
     /// Catalog, with `--warehouse s3://bucket/prefix` (AWS settings from the environment).
     #[arg(long, global = true, value_enum, default_value = "sqlite")]
     catalog: CatalogKind,
+    /// The SQLite catalog's name: the `catalog_name` of its rows in catalog.db. Iceberg's
+    /// JdbcCatalog (Spark, Flink, Trino) uses its own configured name there: use the same.
+    #[arg(long, global = true, default_value = "default")]
+    catalog_name: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -169,7 +173,11 @@ fn main() {
             std::process::exit(2);
         }
     };
-    match runtime.block_on(run(cli.catalog, cli.command)) {
+    let catalog = CatalogArgs {
+        kind: cli.catalog,
+        name: cli.catalog_name,
+    };
+    match runtime.block_on(run(&catalog, cli.command)) {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
         Err(e) => {
@@ -186,13 +194,19 @@ fn main() {
     }
 }
 
+/// Which catalog, from the global flags.
+struct CatalogArgs {
+    kind: CatalogKind,
+    name: String,
+}
+
 /// The catalog a command works on.
 async fn open_catalog(
-    kind: CatalogKind,
+    args: &CatalogArgs,
     warehouse: &str,
     must_exist: bool,
 ) -> Result<Box<dyn Catalog>> {
-    match kind {
+    match args.kind {
         CatalogKind::Sqlite => {
             let path = std::path::Path::new(warehouse);
             if must_exist && !path.join("catalog.db").exists() {
@@ -200,11 +214,17 @@ async fn open_catalog(
                     "no warehouse at {warehouse} (run `dms2iceberg ingest` first, or pass --warehouse)"
                 );
             }
-            Ok(Box::new(SqliteCatalog::open(path).with_context(|| {
-                format!("opening warehouse {warehouse}")
-            })?))
+            let catalog = SqliteCatalog::open(path)
+                .and_then(|c| c.with_name(&args.name))
+                .with_context(|| format!("opening warehouse {warehouse}"))?;
+            Ok(Box::new(catalog))
         }
         CatalogKind::Glue => {
+            if args.name != dms2iceberg::catalog::SQLITE_CATALOG_NAME {
+                bail!(
+                    "--catalog-name is for the SQLite catalog; Glue's catalog is the account's (DMS2ICEBERG_GLUE_CATALOG_ID)"
+                );
+            }
             let aws = dms2iceberg::aws::Aws::from_env().await;
             Ok(Box::new(aws.glue_catalog(warehouse)?))
         }
@@ -212,7 +232,7 @@ async fn open_catalog(
 }
 
 /// Ok(false): ran, but some table failed.
-async fn run(kind: CatalogKind, command: Command) -> Result<bool> {
+async fn run(kind: &CatalogArgs, command: Command) -> Result<bool> {
     match command {
         Command::Ingest {
             paths,
@@ -414,6 +434,13 @@ async fn run(kind: CatalogKind, command: Command) -> Result<bool> {
                     },
                     r.too_young
                 );
+            }
+            if let Some(why) = &r.refused {
+                if delete {
+                    eprintln!("error: {}: refusing to delete orphan files: {why}", r.table);
+                    return Ok(false);
+                }
+                eprintln!("warning: {}: these files may be in use: {why}", r.table);
             }
             Ok(true)
         }

@@ -2,11 +2,11 @@
 """Read a dms2iceberg table with independent engines and compare it with an expected state.
 
   check_readers.py --warehouse W --table ns.table --expected FILE.jsonl [--snapshot-id ID]
-                   [--key col,col] [--readers pyiceberg,duckdb]
+                   [--key col,col] [--readers pyiceberg,duckdb] [--catalog-name NAME]
 
 Readers:
-  pyiceberg  SqlCatalog("default", uri="sqlite:///W/catalog.db", warehouse="file://W")
-             .load_table(table).scan([snapshot_id]).to_arrow()
+  pyiceberg  SqlCatalog(NAME, uri="sqlite:///W/catalog.db", warehouse="file://W")
+             .load_table(table).scan([snapshot_id]).to_arrow()   (NAME: "default" unless given)
   duckdb     iceberg_scan('<metadata_location read from W/catalog.db>' [, snapshot_from_id=ID]),
              with the avro and iceberg extensions loaded from the installed PyPI packages
              duckdb-extension-avro / duckdb-extension-iceberg (offline, unsigned allowed).
@@ -31,6 +31,8 @@ import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# The catalog_name of the table's row in catalog.db (dms2iceberg --catalog-name).
+CATALOG_NAME = "default"
 sys.path.insert(0, str(HERE))
 import jsoncmp  # noqa: E402
 
@@ -97,7 +99,8 @@ def metadata_location(warehouse: Path, table: str) -> str:
     try:
         rows = con.execute(
             "SELECT metadata_location FROM iceberg_tables "
-            "WHERE catalog_name = 'default' AND table_namespace = ? AND table_name = ?", (ns, t)).fetchall()
+            "WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?",
+            (CATALOG_NAME, ns, t)).fetchall()
     finally:
         con.close()
     if len(rows) != 1:
@@ -107,7 +110,7 @@ def metadata_location(warehouse: Path, table: str) -> str:
 
 def read_pyiceberg(warehouse: Path, table: str, snapshot_id: int | None):
     from pyiceberg.catalog.sql import SqlCatalog
-    cat = SqlCatalog("default", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}")
+    cat = SqlCatalog(CATALOG_NAME, uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}")
     t = cat.load_table(table)
     scan = t.scan(snapshot_id=snapshot_id) if snapshot_id is not None else t.scan()
     return scan.to_arrow()
@@ -164,11 +167,15 @@ def main(argv=None) -> int:
     ap.add_argument("--key", help="primary key columns, comma-separated (default: from .meta.json)")
     ap.add_argument("--meta", help="meta.json (default: next to --expected)")
     ap.add_argument("--readers", default="pyiceberg,duckdb")
+    ap.add_argument("--catalog-name", default="default",
+                    help="catalog_name of the table in catalog.db (dms2iceberg --catalog-name)")
     ap.add_argument("--dump", action="store_true", help="print what each reader returned")
     ap.add_argument("--repeat", type=int, default=1,
                     help="read N times and report the median read time (read_s=...)")
     a = ap.parse_args(argv)
 
+    global CATALOG_NAME
+    CATALOG_NAME = a.catalog_name
     warehouse = Path(a.warehouse).resolve()
     meta = json.loads(Path(a.meta).read_text()) if a.meta else jsoncmp.load_meta(a.expected)
     key = a.key.split(",") if a.key else (meta or {}).get("primary_key")

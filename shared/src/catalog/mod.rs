@@ -2,8 +2,8 @@
 //! it is the commit point, so the one operation that matters is a compare-and-swap.
 //!
 //! - [`SqliteCatalog`]: the embedded default, `<warehouse>/catalog.db`, in the schema Iceberg's
-//!   JDBC catalog and PyIceberg's `SqlCatalog` use (catalog name `default`), so both open our
-//!   tables.
+//!   JDBC catalog and PyIceberg's `SqlCatalog` use (catalog name `default` unless configured),
+//!   so both open our tables.
 //! - [`GlueCatalog`] (feature `aws`): the AWS Glue Data Catalog, compare-and-swap through
 //!   `UpdateTable`'s `VersionId`.
 
@@ -18,7 +18,7 @@ use iceberg::spec::TableMetadata;
 
 #[cfg(feature = "aws")]
 pub use glue::{GlueCatalog, hive_type};
-pub use sqlite::SqliteCatalog;
+pub use sqlite::{CATALOG_NAME as SQLITE_CATALOG_NAME, SqliteCatalog};
 
 use crate::error::Result;
 

@@ -13,11 +13,15 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{Catalog, ListedFile, Pointer, SwapError, list_local};
 use crate::error::{Error, Result};
 
-/// Catalog name PyIceberg's `SqlCatalog("default", ...)` and Java's JdbcCatalog use.
+/// The default catalog name: what PyIceberg's `SqlCatalog("default", ...)` uses. Iceberg
+/// Java's JdbcCatalog uses the name of the catalog it is configured as (a Spark catalog's
+/// name), so sharing with it means the same name on both sides.
 pub const CATALOG_NAME: &str = "default";
 
 pub struct SqliteCatalog {
     conn: Mutex<Connection>,
+    /// The `catalog_name` column of every row this catalog reads or writes.
+    name: String,
     warehouse_uri: String,
     file_io: FileIO,
     path: PathBuf,
@@ -53,13 +57,30 @@ impl SqliteCatalog {
         let conn = Connection::open(&path)?;
         // Several processes may commit to one warehouse: wait for the lock rather than fail.
         conn.busy_timeout(Duration::from_secs(60))?;
-        conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(SCHEMA)
+            .map_err(|e| locked_hint(e, &path))?;
         Ok(SqliteCatalog {
             conn: Mutex::new(conn),
+            name: CATALOG_NAME.to_string(),
             warehouse_uri: format!("file://{}", warehouse.display()),
             file_io: FileIO::new_with_fs(),
             path,
         })
+    }
+
+    /// Use another catalog name than `default` (the rows of `catalog.db` it owns).
+    pub fn with_name(mut self, name: &str) -> Result<SqliteCatalog> {
+        if name.is_empty() || name.len() > 255 {
+            return Err(Error::Config(format!(
+                "catalog name `{name}` must be 1 to 255 characters"
+            )));
+        }
+        self.name = name.to_string();
+        Ok(self)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     pub fn path(&self) -> &Path {
@@ -70,6 +91,20 @@ impl SqliteCatalog {
         self.conn
             .lock()
             .map_err(|_| Error::Catalog("catalog connection poisoned".into()))
+    }
+}
+
+/// A write that waited the whole busy timeout says who usually holds the lock.
+fn locked_hint(e: rusqlite::Error, path: &Path) -> Error {
+    match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+            Error::Catalog(format!(
+                "{} stayed locked by another process for 60 s ({e}); Iceberg's JdbcCatalog \
+                 (Spark) holds it unless configured with jdbc.init-catalog-tables=false",
+                path.display()
+            ))
+        }
+        _ => Error::from(e),
     }
 }
 
@@ -94,14 +129,35 @@ impl Catalog for SqliteCatalog {
 
     async fn load(&self, ident: &TableIdent) -> Result<Option<Pointer>> {
         let conn = self.conn()?;
+        let ns = ns_string(ident.namespace());
         let loc: Option<Option<String>> = conn
             .query_row(
                 "SELECT metadata_location FROM iceberg_tables
                  WHERE catalog_name = ?1 AND table_namespace = ?2 AND table_name = ?3",
-                params![CATALOG_NAME, ns_string(ident.namespace()), ident.name()],
+                params![self.name, ns, ident.name()],
                 |r| r.get(0),
             )
             .optional()?;
+        if loc.is_none() {
+            // Every catalog name puts a table in the same folder: a second one would share (and
+            // its maintenance delete) the first one's files.
+            let other: Option<String> = conn
+                .query_row(
+                    "SELECT catalog_name FROM iceberg_tables
+                     WHERE catalog_name <> ?1 AND table_namespace = ?2 AND table_name = ?3",
+                    params![self.name, ns, ident.name()],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(other) = other {
+                return Err(Error::Catalog(format!(
+                    "table {ident} is in {} under catalog name `{other}`, not `{}`: pass \
+                     --catalog-name {other} (tables of every catalog name share the warehouse's folders)",
+                    self.path.display(),
+                    self.name
+                )));
+            }
+        }
         Ok(loc.flatten().map(|metadata_location| Pointer {
             metadata_location,
             version: None,
@@ -128,26 +184,26 @@ impl Catalog for SqliteCatalog {
                     params![
                         new_location,
                         b.metadata_location,
-                        CATALOG_NAME,
+                        self.name,
                         ns,
                         ident.name()
                     ],
                 )
-                .map_err(Error::from)?,
+                .map_err(|e| locked_hint(e, &self.path))?,
             None => {
                 conn.execute(
                     "INSERT OR IGNORE INTO iceberg_namespace_properties
                      (catalog_name, namespace, property_key, property_value) VALUES (?1, ?2, 'exists', 'true')",
-                    params![CATALOG_NAME, ns],
+                    params![self.name, ns],
                 )
-                .map_err(Error::from)?;
+                .map_err(|e| locked_hint(e, &self.path))?;
                 conn.execute(
                     "INSERT OR IGNORE INTO iceberg_tables
                      (catalog_name, table_namespace, table_name, metadata_location, previous_metadata_location, iceberg_type)
                      VALUES (?1, ?2, ?3, ?4, NULL, 'TABLE')",
-                    params![CATALOG_NAME, ns, ident.name(), new_location],
+                    params![self.name, ns, ident.name(), new_location],
                 )
-                .map_err(Error::from)?
+                .map_err(|e| locked_hint(e, &self.path))?
             }
         };
         if changed == 1 {
@@ -168,7 +224,7 @@ impl Catalog for SqliteCatalog {
              WHERE catalog_name = ?1 AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)
              ORDER BY table_namespace, table_name",
         )?;
-        let rows = stmt.query_map(params![CATALOG_NAME], |r| {
+        let rows = stmt.query_map(params![self.name], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
         })?;
         let mut out = Vec::new();
@@ -210,6 +266,82 @@ mod tests {
             "loc2"
         );
         assert_eq!(cat.list_tables().await.unwrap(), vec![id]);
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[tokio::test]
+    async fn a_held_lock_names_the_likely_holder() {
+        let dir = std::env::temp_dir().join(format!("d2i-cat-{}", uuid::Uuid::new_v4()));
+        let cat = SqliteCatalog::open(&dir).unwrap();
+        cat.conn()
+            .unwrap()
+            .busy_timeout(Duration::from_millis(50))
+            .unwrap();
+        let holder = Connection::open(dir.join("catalog.db")).unwrap();
+        holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let id = TableIdent::from_strs(["sales", "product"]).unwrap();
+        let e = match cat.swap(&id, None, "loc", &test_metadata()).await {
+            Err(SwapError::Failed(e)) => e.to_string(),
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            e.contains("stayed locked by another process")
+                && e.contains("jdbc.init-catalog-tables=false"),
+            "{e}"
+        );
+        holder.execute_batch("ROLLBACK").unwrap();
+        cat.swap(&id, None, "loc", &test_metadata()).await.unwrap();
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[tokio::test]
+    async fn catalog_names_keep_their_own_rows() {
+        let dir = std::env::temp_dir().join(format!("d2i-cat-{}", uuid::Uuid::new_v4()));
+        let md = test_metadata();
+        let id = TableIdent::from_strs(["sales", "product"]).unwrap();
+        let other = TableIdent::from_strs(["sales", "orders"]).unwrap();
+        let spark = SqliteCatalog::open(&dir)
+            .unwrap()
+            .with_name("spark")
+            .unwrap();
+        spark.swap(&id, None, "loc-spark", &md).await.unwrap();
+        let default = SqliteCatalog::open(&dir).unwrap();
+        assert_eq!(default.name(), "default");
+        default
+            .swap(&other, None, "loc-default", &md)
+            .await
+            .unwrap();
+        assert_eq!(spark.list_tables().await.unwrap(), vec![id.clone()]);
+        assert_eq!(default.list_tables().await.unwrap(), vec![other.clone()]);
+        assert_eq!(
+            spark.load(&id).await.unwrap().unwrap().metadata_location,
+            "loc-spark"
+        );
+        assert!(
+            spark
+                .load(&other)
+                .await
+                .unwrap_err()
+                .to_string()
+                .contains("table sales.orders is in")
+        );
+        let e = default.load(&id).await.unwrap_err().to_string();
+        assert!(
+            e.contains("under catalog name `spark`, not `default`")
+                && e.contains("--catalog-name spark"),
+            "{e}"
+        );
+        // The rows as Iceberg's JdbcCatalog reads them.
+        let conn = Connection::open(dir.join("catalog.db")).unwrap();
+        let n: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM iceberg_tables WHERE catalog_name = 'spark' AND table_namespace = 'sales' AND table_name = 'product' AND iceberg_type = 'TABLE'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+        assert!(SqliteCatalog::open(&dir).unwrap().with_name("").is_err());
         std::fs::remove_dir_all(dir).ok();
     }
 

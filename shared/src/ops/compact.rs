@@ -349,20 +349,18 @@ impl<'a> Compact<'a> {
         let t = table.table(file_io)?;
         let scan = t.scan().snapshot_id(snapshot_id).select_all().build()?;
         let wanted = paths.clone();
-        let tasks = scan
+        let tasks: Vec<_> = scan
             .plan_files()
             .await?
             .try_filter(move |task| futures::future::ready(wanted.contains(&task.data_file_path)))
-            .boxed();
-        let batches: Vec<RecordBatch> = t
-            .reader_builder()
-            .build()
-            .read(tasks)?
-            .stream()
             .try_collect()
             .await?;
         let schema = table.metadata.current_schema().clone();
         let arrow_schema = std::sync::Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
+        // Through scan's reader: it reads columns added after a file was written whatever
+        // their type (iceberg-rust alone fails on binary ones).
+        let batches: Vec<RecordBatch> =
+            crate::ops::scan::read_tasks(&t, file_io, tasks, &arrow_schema).await?;
         let all = arrow_select::concat::concat_batches(&arrow_schema, &batches)?;
         let key = key_columns(&schema);
         if key.is_empty() || all.num_rows() == 0 {

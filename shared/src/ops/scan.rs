@@ -1,12 +1,19 @@
 //! scan: read a table as of now, a snapshot, or a point in time, sorted by primary key.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
+use arrow_array::{ArrayRef, RecordBatch};
 use arrow_ord::sort::{SortColumn, lexsort_to_indices};
-use arrow_schema::SchemaRef;
-use futures::TryStreamExt;
+use arrow_schema::{DataType, SchemaRef};
+use futures::{StreamExt, TryStreamExt};
 use iceberg::TableIdent;
+use iceberg::arrow::ArrowFileReader;
+use iceberg::io::{FileIO, FileMetadata};
+use iceberg::scan::FileScanTask;
+use iceberg::table::Table;
+use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
@@ -81,22 +88,24 @@ impl<'a> Scan<'a> {
             Some(s) => s.schema(md)?,
             None => md.current_schema().clone(),
         };
-        let arrow_schema: SchemaRef = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
+        let out_schema: SchemaRef = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
         let batches: Vec<RecordBatch> = match snapshot_id {
             None => vec![],
             Some(id) => {
-                let table = t.table(self.catalog.file_io())?;
-                let stream = table
+                let file_io = self.catalog.file_io();
+                let table = t.table(file_io)?;
+                let tasks: Vec<FileScanTask> = table
                     .scan()
                     .snapshot_id(id)
                     .select_all()
                     .build()?
-                    .to_arrow()
+                    .plan_files()
+                    .await?
+                    .try_collect()
                     .await?;
-                stream.try_collect().await?
+                read_tasks(&table, file_io, tasks, &out_schema).await?
             }
         };
-        let out_schema = batches.first().map(|b| b.schema()).unwrap_or(arrow_schema);
         let all = arrow_select::concat::concat_batches(&out_schema, &batches)?;
         let key: Vec<usize> = schema
             .identifier_field_ids()
@@ -126,4 +135,108 @@ impl<'a> Scan<'a> {
             snapshot_id,
         })
     }
+}
+
+/// The rows of `tasks`, deletes applied, each batch in `schema` (the scanned schema as
+/// iceberg-rust maps it to Arrow).
+///
+/// iceberg-rust 0.10 fills a column that a data file predates (added later by schema
+/// evolution) only for some Arrow types: for `binary` (LargeBinary), `time`, `uuid` or `fixed`
+/// it fails with "unexpected target column type". Such a column is left out of the
+/// projection of every file that lacks it (its Parquet schema says so: one footer read per
+/// file, and only when the schema has such a column) and filled with NULLs here, which is
+/// what the Iceberg spec reads for a column a file does not have.
+pub(crate) async fn read_tasks(
+    table: &Table,
+    file_io: &FileIO,
+    mut tasks: Vec<FileScanTask>,
+    schema: &SchemaRef,
+) -> Result<Vec<RecordBatch>> {
+    let unfillable: BTreeSet<i32> = schema
+        .fields()
+        .iter()
+        .filter(|f| !fillable(f.data_type()))
+        .filter_map(|f| f.metadata().get(PARQUET_FIELD_ID_META_KEY)?.parse().ok())
+        .collect();
+    if !unfillable.is_empty() {
+        // By index: a closure over `&FileScanTask` items trips rustc's higher-ranked Send
+        // check when this future is boxed as `Send` (compaction's planner is).
+        let tasks_ref = &tasks;
+        let present: Vec<Option<BTreeSet<i32>>> = futures::stream::iter(0..tasks.len())
+            .map(|i| {
+                let t = &tasks_ref[i];
+                file_field_ids(file_io, &t.data_file_path, t.file_size_in_bytes)
+            })
+            .buffered(8)
+            .try_collect()
+            .await?;
+        for (task, present) in tasks.iter_mut().zip(present) {
+            // A file without field ids is read by name mapping: left to iceberg-rust.
+            if let Some(present) = present {
+                task.project_field_ids
+                    .retain(|id| !unfillable.contains(id) || present.contains(id));
+            }
+        }
+    }
+    let stream = futures::stream::iter(tasks.into_iter().map(Ok)).boxed();
+    let batches: Vec<RecordBatch> = table
+        .reader_builder()
+        .build()
+        .read(stream)?
+        .stream()
+        .try_collect()
+        .await?;
+    batches
+        .into_iter()
+        .map(|b| {
+            if b.schema() == *schema {
+                return Ok(b);
+            }
+            let columns: Vec<ArrayRef> = schema
+                .fields()
+                .iter()
+                .map(|f| match b.column_by_name(f.name()) {
+                    Some(c) => c.clone(),
+                    None => arrow_array::new_null_array(f.data_type(), b.num_rows()),
+                })
+                .collect();
+            Ok(RecordBatch::try_new(schema.clone(), columns)?)
+        })
+        .collect()
+}
+
+/// Arrow types iceberg-rust 0.10 can fill for a column a data file lacks
+/// (`arrow::value::create_primitive_array_repeated`).
+fn fillable(t: &DataType) -> bool {
+    match t {
+        DataType::Boolean
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::Date32
+        | DataType::Timestamp(_, _)
+        | DataType::Float32
+        | DataType::Float64
+        | DataType::Utf8
+        | DataType::Binary
+        | DataType::Decimal128(_, _)
+        | DataType::Null => true,
+        DataType::Struct(fields) => fields.iter().all(|f| fillable(f.data_type())),
+        _ => false,
+    }
+}
+
+/// The top-level field ids of a Parquet data file's schema (`None` if it has none).
+async fn file_field_ids(file_io: &FileIO, path: &str, size: u64) -> Result<Option<BTreeSet<i32>>> {
+    let input = file_io.new_input(path)?;
+    let reader = ArrowFileReader::new(FileMetadata { size }, input.reader().await?);
+    let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
+    let descr = builder.metadata().file_metadata().schema_descr_ptr();
+    let ids: BTreeSet<i32> = descr
+        .root_schema()
+        .get_fields()
+        .iter()
+        .filter(|f| f.get_basic_info().has_id())
+        .map(|f| f.get_basic_info().id())
+        .collect();
+    Ok((!ids.is_empty()).then_some(ids))
 }
