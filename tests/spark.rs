@@ -630,7 +630,6 @@ fn spark_writes_and_expiry_then_our_maintenance() {
 }
 
 #[test]
-#[ignore = "needs the durable applied-file record (lead, issue 10.1)"]
 fn spark_writes_and_expiry_then_our_ingest_goes_on() {
     foreign_then_ours("spark_ingest", "spark_ingest", true);
 }
