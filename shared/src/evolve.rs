@@ -135,6 +135,16 @@ pub fn evolve(
     if change.is_empty() {
         return Ok(None);
     }
+    if fields.len() > crate::read::MAX_COLUMNS {
+        return Err(Error::Schema {
+            table: table.to_string(),
+            reason: format!(
+                "{file} would give the table {} columns; at most {} are supported",
+                fields.len(),
+                crate::read::MAX_COLUMNS
+            ),
+        });
+    }
     let schema = Schema::builder()
         .with_schema_id(current.schema_id() + 1)
         .with_fields(fields.into_iter().map(Arc::new))

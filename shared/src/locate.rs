@@ -378,6 +378,13 @@ pub fn table_prefix(obj: &DmsObject) -> Option<String> {
         .map(|i| format!("{}/", parts[..=i].join("/")))
 }
 
+/// Whether two keys name the same file (same file name, wherever the folder): copies of one DMS
+/// file, as opposed to two files that merely share a place in DMS order.
+pub fn same_file_name(a: &str, b: &str) -> bool {
+    let name = |k: &str| k.rsplit('/').next().unwrap_or(k).to_string();
+    name(a) == name(b)
+}
+
 /// Decodes an S3 event key: `+` is a space, `%XX` a byte (UTF-8).
 pub fn decode_event_key(key: &str) -> Result<String> {
     let bytes = key.as_bytes();

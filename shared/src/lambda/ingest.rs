@@ -193,9 +193,11 @@ impl IngestHandler {
                 crate::ops::ingest::check_source(&cfg, t)?;
             }
             let applied = loaded.as_ref().map(|t| applied_files(&t.metadata)).unwrap_or_default();
+            // A file at the place of an applied file of another name goes to the ingest, which
+            // refuses it (two files at one place in DMS order).
             let pending: Vec<FileInput> = files
                 .iter()
-                .filter(|(o, _)| !applied.contains(&o.order))
+                .filter(|(o, _)| !holds(&applied, o))
                 .take(self.env.files_per_invocation)
                 .map(|(o, _)| FileInput { object: o.clone(), data: None })
                 .collect();
@@ -232,7 +234,7 @@ impl IngestHandler {
             outcome.applied = files
                 .iter()
                 .filter(|(o, _)| {
-                    applied_before.contains(&o.order)
+                    holds(&applied_before, o)
                         || committed.contains(o.key.as_str())
                         || cfg.is_skipped(&o.key)
                 })
@@ -245,7 +247,7 @@ impl IngestHandler {
             let applied = applied_files(&t.metadata);
             outcome.applied = files
                 .iter()
-                .filter(|(o, _)| applied.contains(&o.order) || cfg.is_skipped(&o.key))
+                .filter(|(o, _)| holds(&applied, o) || cfg.is_skipped(&o.key))
                 .map(|(o, _)| o.key.clone())
                 .collect();
         }
@@ -334,4 +336,14 @@ impl IngestHandler {
         }
         println!("{}", emf_line("ingest", &report.table, &metrics));
     }
+}
+
+/// Whether the table holds `o`: its place in DMS order is applied, by this file (not by another
+/// file at the same place).
+fn holds(applied: &crate::table::AppliedFiles, o: &DmsObject) -> bool {
+    applied.contains(&o.order)
+        && applied
+            .files
+            .get(&o.order)
+            .is_none_or(|k| crate::locate::same_file_name(k, &o.key))
 }

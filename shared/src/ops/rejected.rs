@@ -10,8 +10,8 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use iceberg::TableIdent;
 use iceberg::spec::{
-    NestedField, Operation, PrimitiveType, Schema, SortOrder, TableMetadataBuilder, Type,
-    UnboundPartitionSpec,
+    NestedField, Operation, PrimitiveType, Schema, SortOrder, TableMetadata, TableMetadataBuilder,
+    Type, UnboundPartitionSpec,
 };
 
 use crate::catalog::Catalog;
@@ -20,6 +20,30 @@ use crate::error::{Error, Position, Rejected, Result};
 use crate::locate::OrderKey;
 use crate::table::{LoadedTable, applied_files, keys};
 use crate::write::write_data_files;
+
+/// Table property of a rejected-rows table: the table whose rows it holds. Names cannot keep the
+/// two kinds apart (a DMS table may be called `t__rejected`), so each side checks the other's
+/// mark: rows are only set aside in a table marked for their table, and a DMS table is never
+/// fed into a rejected-rows table ([`crate::ops::ingest::check_source`]).
+pub const REJECTED_ROWS_OF: &str = "dms2iceberg.rejected-rows-of";
+
+/// Whether `metadata` is a rejected-rows table: marked, or made before the mark existed (no DMS
+/// source and exactly the rejected-rows columns).
+pub fn is_rejected_rows_table(metadata: &TableMetadata) -> bool {
+    let props = metadata.properties();
+    if props.contains_key(REJECTED_ROWS_OF) {
+        return true;
+    }
+    let names = |s: &Schema| -> Vec<String> {
+        s.as_struct()
+            .fields()
+            .iter()
+            .map(|f| f.name.clone())
+            .collect()
+    };
+    !props.contains_key(keys::SOURCE_TABLE)
+        && schema().is_ok_and(|s| names(&s) == names(metadata.current_schema()))
+}
 
 /// Name of the companion table.
 pub fn rejected_ident(main: &TableIdent) -> Result<TableIdent> {
@@ -61,6 +85,23 @@ pub async fn record(
     for _ in 0..10 {
         let table = LoadedTable::load(catalog, &ident).await?;
         if let Some(t) = &table {
+            let props = t.metadata.properties();
+            let marked = props.get(REJECTED_ROWS_OF);
+            let ours = match marked {
+                Some(of) => *of == main.to_string(),
+                None => is_rejected_rows_table(&t.metadata),
+            };
+            if !ours {
+                return Err(Error::Config(format!(
+                    "the rejected rows of {main} go to {ident}, but {ident} is {}: set `target` \
+                     under the DMS table that resolves to {ident} to keep them apart",
+                    match (marked, props.get(keys::SOURCE_TABLE)) {
+                        (Some(of), _) => format!("the rejected-rows table of {of}"),
+                        (None, Some(fed)) => format!("fed by DMS table {fed}"),
+                        (None, None) => "another table".to_string(),
+                    }
+                )));
+            }
             let applied = applied_files(&t.metadata);
             if inputs.iter().all(|(_, o)| applied.contains(o)) {
                 return Ok(());
@@ -75,7 +116,7 @@ pub async fn record(
                     SortOrder::unsorted_order(),
                     catalog.default_location(&ident),
                     commit::FORMAT_VERSION,
-                    Default::default(),
+                    [(REJECTED_ROWS_OF.to_string(), main.to_string())].into(),
                 )?
                 .build()?
                 .metadata;

@@ -25,6 +25,8 @@ pub struct CsvFile {
     layout: Layout,
     /// Whether the first record is a header to skip.
     has_header: bool,
+    /// The line the header is on.
+    header_line: u64,
     /// Fields every record must have.
     fields: usize,
     quarantine: bool,
@@ -127,12 +129,18 @@ impl CsvFile {
             quarantine: cfg.bad_rows == crate::config::BadRows::Quarantine,
             layout,
             has_header,
+            header_line: first.position().map_or(1, |p| p.line()),
             key_len,
         })
     }
 
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// The line of the header, when the file has one (errors about column names point there).
+    pub fn header_line(&self) -> Option<u64> {
+        self.has_header.then_some(self.header_line)
     }
 
     fn records(&self) -> Result<Records> {

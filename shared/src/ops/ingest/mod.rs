@@ -247,10 +247,14 @@ impl<'a> Ingest<'a> {
         mut files: Vec<FileInput>,
         mut on_commit: impl FnMut(&CommitReport),
     ) -> TableReport {
-        // A file's identity is its place in DMS order (its name): copies of one file under two
-        // roots are one file.
-        files.sort_by(|a, b| a.object.order.cmp(&b.object.order));
-        files.dedup_by(|a, b| a.object.order == b.object.order);
+        // Files at one place in DMS order are settled by `same_place` below.
+        files.sort_by(|a, b| {
+            a.object
+                .order
+                .cmp(&b.object.order)
+                .then_with(|| a.object.key.cmp(&b.object.key))
+        });
+        files.dedup_by(|a, b| a.object.key == b.object.key);
         let mut report = TableReport {
             source: format!("{schema}.{table}"),
             table: String::new(),
@@ -309,11 +313,13 @@ impl<'a> Ingest<'a> {
             }
             !skip
         });
+        let stop = same_place(&mut files, loaded.as_ref().and_then(Option::as_ref));
+        let end = stop.as_ref().map_or(files.len(), |s| s.at);
         // Groups of `files_per_commit`; each commit re-checks which of its files are applied
         // and whether they are late (the table may move while this runs).
         let mut i = 0;
-        while i < files.len() {
-            let n = self.files_per_commit.min(files.len() - i);
+        while i < end {
+            let n = self.files_per_commit.min(end - i);
             let group = &files[i..i + n];
             match self.apply(&cfg, &ident, group, loaded.take()).await {
                 Ok(reports) => {
@@ -331,6 +337,11 @@ impl<'a> Ingest<'a> {
                 }
             }
             i += n;
+        }
+        if let Some(s) = stop {
+            warn!(table = %ident, error = %crate::error::redact(&s.error.to_string()), "two files at one place in DMS order");
+            report.error = Some(s.error.to_string());
+            report.files_waiting = files.len() - s.at - s.involved;
         }
         report
     }
@@ -837,6 +848,20 @@ impl<'a> Ingest<'a> {
 /// schemas under one Glue database, a `target` typo) would silently mix their rows, and their
 /// files (same names) would even pass for applied.
 pub fn check_source(cfg: &TableConfig, table: &LoadedTable) -> Result<()> {
+    if crate::ops::rejected::is_rejected_rows_table(&table.metadata) {
+        return Err(Error::Config(format!(
+            "table {} holds the rejected rows of {}; DMS table {} resolves to it too: set \
+             `target` under [tables.\"{}\"] to keep them apart",
+            cfg.target(),
+            table
+                .metadata
+                .properties()
+                .get(crate::ops::rejected::REJECTED_ROWS_OF)
+                .map_or("another table", String::as_str),
+            cfg.source,
+            cfg.source
+        )));
+    }
     match table.metadata.properties().get(keys::SOURCE_TABLE) {
         Some(fed_by) if *fed_by != cfg.source => Err(Error::Config(format!(
             "table {} holds DMS table {fed_by}; {} resolves to it too (its name, or \
@@ -848,6 +873,73 @@ pub fn check_source(cfg: &TableConfig, table: &LoadedTable) -> Result<()> {
         ))),
         _ => Ok(()),
     }
+}
+
+/// Where [`same_place`] stops a table.
+struct SamePlace {
+    /// Index of the first file not applied.
+    at: usize,
+    /// Files from `at` the error is about.
+    involved: usize,
+    error: Error,
+}
+
+/// Two files at one place in DMS order (`20220302-113401.csv` and `20220302-1134010000.csv`,
+/// `x.csv` and `x.parquet`) have no defined order between them. Byte-identical copies (one file
+/// under two roots) are one file; otherwise the table stops there, neither is applied, and the
+/// error names both: the operator lists the one not to apply under `skip_files`. `files` is in
+/// DMS order.
+fn same_place(files: &mut Vec<FileInput>, table: Option<&LoadedTable>) -> Option<SamePlace> {
+    let applied = table.map(|t| applied_files(&t.metadata));
+    let mut i = 0;
+    while i < files.len() {
+        let this = &files[i].object;
+        if let Some(earlier) = applied.as_ref().and_then(|a| a.files.get(&this.order))
+            && !crate::locate::same_file_name(earlier, &this.key)
+        {
+            let error = InputError::new(
+                &this.key,
+                format!(
+                    "has the same place in DMS order as {earlier}, applied earlier, and is not \
+                     that file: DMS never writes two files for one place. Nothing of it was \
+                     applied; list it under skip_files once its changes are known to be in the table"
+                ),
+            );
+            return Some(SamePlace {
+                at: i,
+                involved: 1,
+                error: error.into(),
+            });
+        }
+        if let Some(next) = files.get(i + 1)
+            && next.object.order == this.order
+        {
+            let copies = match (&files[i].data, &next.data) {
+                (Some(a), Some(b)) => a.same_content(b).unwrap_or(false),
+                _ => false,
+            };
+            if copies {
+                files.remove(i + 1);
+                continue;
+            }
+            let error = InputError::new(
+                &next.object.key,
+                format!(
+                    "has the same place in DMS order as {} (the same time or LOAD number, \
+                     another name or format): which comes first is unknown, so neither was \
+                     applied. List the one not to apply under skip_files",
+                    this.key
+                ),
+            );
+            return Some(SamePlace {
+                at: i,
+                involved: 2,
+                error: error.into(),
+            });
+        }
+        i += 1;
+    }
+    None
 }
 
 /// TableMetadataBuilder re-assigns field ids of a new table; ours are already 1..n in order,
@@ -884,6 +976,12 @@ fn read_files(
     mut files: Vec<FileInput>,
     only_keys_of_first: Option<usize>,
 ) -> Result<ReadResult> {
+    // Which `BI_` columns are before-images depends on the key, which may be the table's
+    // (identifier fields) rather than the config's.
+    let cfg = &TableConfig {
+        primary_key: Some(key.to_vec()),
+        ..cfg.clone()
+    };
     // `only_keys_of_first = Some(n)`: only keys the first n inputs touch are rewritten (a late
     // input re-merged with files applied after it). Source order across files is DMS order.
     let restrict: Option<Vec<OrderKey>> =
