@@ -320,4 +320,16 @@ mod tests {
         assert!(e.contains("`a`") && e.contains("f.parquet"), "{e}");
         assert!(evolve(&s, 2, &cols(&[("a", Int), ("id", Double)]), "t", "f").is_err());
     }
+
+    #[test]
+    fn a_table_never_grows_past_the_column_limit() {
+        let max = crate::read::MAX_COLUMNS;
+        let first: Vec<_> = (0..max).map(|i| (format!("c{i}"), Long)).collect();
+        let s = initial_schema(&first, &["c0".into()], "t").unwrap();
+        let more = cols(&[("one_more", Long)]);
+        let e = evolve(&s, max as i32, &more, "t", "f.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("f.csv") && e.contains(&max.to_string()), "{e}");
+    }
 }

@@ -566,10 +566,22 @@ mod tests {
         };
         for (k, want) in [
             ("shop/shop/orders/LOAD00000001.csv", ("shop", "orders")),
-            ("/tmp/in/shop/shop/orders/LOAD00000001.csv", ("shop", "orders")),
-            ("s3://b/shop/shop/shop/20220302-1134010000.csv", ("shop", "shop")),
-            ("shop/shop/orders/2022/03/02/20220302-1134010000.csv", ("shop", "orders")),
-            ("/home/shop/x/shop/sales/orders/LOAD00000001.csv", ("sales", "orders")),
+            (
+                "/tmp/in/shop/shop/orders/LOAD00000001.csv",
+                ("shop", "orders"),
+            ),
+            (
+                "s3://b/shop/shop/shop/20220302-1134010000.csv",
+                ("shop", "shop"),
+            ),
+            (
+                "shop/shop/orders/2022/03/02/20220302-1134010000.csv",
+                ("shop", "orders"),
+            ),
+            (
+                "/home/shop/x/shop/sales/orders/LOAD00000001.csv",
+                ("sales", "orders"),
+            ),
         ] {
             let o = locate(k, &src).unwrap().unwrap();
             assert_eq!((o.schema.as_str(), o.table.as_str()), want, "{k}");

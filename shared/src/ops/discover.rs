@@ -63,11 +63,13 @@ pub fn discover_all(paths: &[PathBuf], source: &SourceSettings) -> Result<Discov
                     .entry((obj.schema.clone(), obj.table.clone()))
                     .or_default()
                     .push((obj, f)),
-                Ok(None) => skipped.push(Skipped {
-                    path: f,
-                    reason: "not a DMS data file name (LOAD*, YYYYMMDD-HHMMSS*; .csv or .parquet)"
-                        .into(),
-                }),
+                Ok(None) => {
+                    let reason = format!(
+                        "{}not a DMS data file name (LOAD*, YYYYMMDD-HHMMSS*; .csv or .parquet)",
+                        odd_kind(&f)
+                    );
+                    skipped.push(Skipped { path: f, reason })
+                }
                 Err(e) => unlocated.push((f, e.to_string())),
             }
         }
@@ -108,10 +110,24 @@ pub fn discover_all(paths: &[PathBuf], source: &SourceSettings) -> Result<Discov
     Ok(Discovered { tables, skipped })
 }
 
+/// "a FIFO, " and the like for what is not a regular file, for messages.
+fn odd_kind(p: &Path) -> &'static str {
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_file() => "",
+        Ok(_) => "not a regular file (FIFO, socket or device), ",
+        Err(_) => "a dangling symbolic link, ",
+    }
+}
+
 /// Collects the files under `p` (following links to files and folders, each folder once);
 /// what is neither a file nor a readable folder goes to `skipped` unless its name could be a
 /// DMS file, in which case reading it fails the file where its table reaches it.
-fn walk(p: &Path, out: &mut Vec<PathBuf>, skipped: &mut Vec<Skipped>, visited: &mut HashSet<PathBuf>) {
+fn walk(
+    p: &Path,
+    out: &mut Vec<PathBuf>,
+    skipped: &mut Vec<Skipped>,
+    visited: &mut HashSet<PathBuf>,
+) {
     let meta = match std::fs::metadata(p) {
         Ok(m) => m,
         Err(e) => {

@@ -43,7 +43,7 @@ impl CsvFile {
         table_columns: Option<&[String]>,
     ) -> Result<CsvFile> {
         let label = obj.key.clone();
-        let (mut reader, _) = reader(&data, &label, &cfg.delimiter)?;
+        let (mut reader, lines) = reader(&data, &label, &cfg.delimiter)?;
         let mut first = csv::ByteRecord::new();
         let got = reader
             .read_byte_record(&mut first)
@@ -129,7 +129,9 @@ impl CsvFile {
             quarantine: cfg.bad_rows == crate::config::BadRows::Quarantine,
             layout,
             has_header,
-            header_line: first.position().map_or(1, |p| p.line()),
+            header_line: lines.lock().map_or(1, |mut l| {
+                l.line_of(first.position().map_or(0, |p| p.byte()))
+            }),
             key_len,
         })
     }

@@ -161,7 +161,8 @@ impl SourceData {
     /// Whether the data starts with the gzip magic bytes.
     pub fn is_gzip(&self) -> Result<bool> {
         let mut head = [0u8; 2];
-        let n = read_full(&mut self.open_raw()?, &mut head).map_err(|e| Error::io(self.label(), e))?;
+        let n =
+            read_full(&mut self.open_raw()?, &mut head).map_err(|e| Error::io(self.label(), e))?;
         Ok(n == 2 && head == [0x1f, 0x8b])
     }
 

@@ -63,7 +63,10 @@ impl Input {
         let _ = std::fs::remove_file(&path);
         let mut reader = data.open(label, super::DEFAULT_MAX_DECOMPRESSED_BYTES)?;
         std::io::copy(&mut reader, &mut file).map_err(|e| {
-            InputError::new(label, format!("cannot decompress the gzip'd Parquet file: {e}"))
+            InputError::new(
+                label,
+                format!("cannot decompress the gzip'd Parquet file: {e}"),
+            )
         })?;
         Ok(Input::Spooled(file))
     }
