@@ -295,7 +295,8 @@ impl SourceFile {
                 &obj.key,
                 format!(
                     "the file has {columns} data columns; at most {MAX_COLUMNS} are supported \
-                     (every column costs fixed memory when its table's files are written)"
+                     (each costs fixed memory when the table's files are written; drop_columns \
+                     leaves columns out)"
                 ),
             )
             .into());
