@@ -499,3 +499,37 @@ fn gzipped_parquet_is_read() {
         "final",
     );
 }
+
+/// Item 2/10: with a bucket folder, a DMS file in an unexpected folder of a table (a segment
+/// folder without `parallel_load_folders`) stops that table, naming it, until it is moved or
+/// listed under `skip_files`; other tables go on. It was merged into the table unseen.
+#[test]
+fn a_dms_file_in_an_unexpected_folder_stops_its_table() {
+    let w = Work::new("hostile_unexpected_folder");
+    put(&w, "dms/s/t/LOAD00000001.csv", b"Op,id,v\nI,1,a\n");
+    put(&w, "dms/s/t/part2/LOAD00000002.csv", b"Op,id,v\nI,2,b\n");
+    put(&w, "dms/s/u/LOAD00000001.csv", b"Op,id,v\nI,3,c\n");
+    let base = "[source]\nbucket_folder = \"dms\"\n[defaults]\nprimary_key = [\"id\"]\n";
+    config(&w, base);
+    let r = ingest(&w, &["dms"]);
+    fails_with(&r, &["part2/LOAD00000002.csv", "parallel_load_folders"]);
+    expect(&w, "s.u", ID_V, id_v(&[(3, "c")]), "u");
+    let tables = w.tables().ok();
+    assert!(
+        !tables.stdout.lines().any(|l| l == "s.t"),
+        "{}",
+        tables.describe()
+    );
+    config(
+        &w,
+        &format!("{base}[tables.\"s.t\"]\nskip_files = [\"part2/LOAD00000002.csv\"]\n"),
+    );
+    ingest(&w, &["dms"]).ok();
+    expect(
+        &w,
+        "s.t",
+        ID_V,
+        id_v(&[(1, "a")]),
+        "t without the stray file",
+    );
+}
