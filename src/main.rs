@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use dms2iceberg::catalog::{Catalog, SqliteCatalog};
 use dms2iceberg::config::Config;
-use dms2iceberg::ops::discover::discover;
+use dms2iceberg::ops::discover::discover_all;
 use dms2iceberg::ops::ingest::{Ingest, local_inputs};
 use dms2iceberg::ops::{history::history, parse_ident, scan::Scan};
 
@@ -488,10 +488,15 @@ async fn ingest(
     files_per_commit: usize,
     json: bool,
 ) -> Result<bool> {
-    let tables = discover(paths, &config.source)?;
+    let found = discover_all(paths, &config.source)?;
+    let tables = found.tables;
     if tables.is_empty() {
         bail!(
-            "no DMS files (LOAD*.csv|parquet or YYYYMMDD-HHMMSS*.csv|parquet under <schema>/<table>/) found under the given paths"
+            "no DMS files (LOAD*.csv|parquet or YYYYMMDD-HHMMSS*.csv|parquet under <schema>/<table>/) found under the given paths{}",
+            match found.skipped.len() {
+                0 => String::new(),
+                n => format!(" ({n} other path(s) skipped)"),
+            }
         );
     }
     let total: usize = tables.iter().map(|t| t.files.len()).sum();
@@ -501,6 +506,10 @@ async fn ingest(
     let mut all_ok = true;
     let mut out = std::io::stdout();
     for t in tables {
+        if !unplaced_ok(config, &t, json) {
+            all_ok = false;
+            continue;
+        }
         let started = Instant::now();
         let report = ingest
             .execute(&t.schema, &t.table, local_inputs(t.files), |c| {
@@ -591,7 +600,53 @@ async fn ingest(
             }
         }
     }
+    // Paths that are not DMS files of a table are passed over, never an error: listed so
+    // that nothing is dropped unseen.
+    if !found.skipped.is_empty() {
+        let mut lines = vec![format!(
+            "skipped {} path(s) that are not DMS files of a table:",
+            found.skipped.len()
+        )];
+        lines.extend(
+            found
+                .skipped
+                .iter()
+                .map(|s| format!("  {}: {}", s.path.display(), s.reason)),
+        );
+        if json {
+            eprintln!("{}", lines.join("\n"));
+        } else {
+            writeln!(out, "{}", lines.join("\n"))?;
+        }
+    }
     Ok(all_ok)
+}
+
+/// A DMS file in a table's folder that cannot be placed in DMS order stops that table (unless
+/// the operator lists it under `skip_files`). Ok(false): the table stops.
+fn unplaced_ok(config: &Config, t: &dms2iceberg::ops::discover::TableFiles, json: bool) -> bool {
+    let source = format!("{}.{}", t.schema, t.table);
+    let skip = |p: &std::path::Path| {
+        config
+            .table(&t.schema, &t.table)
+            .is_ok_and(|c| c.is_skipped(&p.to_string_lossy()))
+    };
+    let blocking: Vec<_> = t.unplaced.iter().filter(|(p, _)| !skip(p)).collect();
+    if blocking.is_empty() {
+        return true;
+    }
+    for (_, reason) in &blocking {
+        eprintln!("error: {source}: {reason}");
+    }
+    eprintln!(
+        "       {} file(s) of {source} were not applied: the file(s) above belong to it but \
+         cannot be placed in DMS order (move them, or list them under `skip_files`)",
+        t.files.len()
+    );
+    if !json {
+        println!("{source}: not applied ({} file(s) waiting)", t.files.len());
+    }
+    false
 }
 
 /// RFC 3339, `YYYY-MM-DD HH:MM:SS[.fff]` (UTC), or epoch milliseconds.

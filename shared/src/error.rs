@@ -8,7 +8,7 @@ use std::fmt;
 pub enum Position {
     /// 1-based line where the CSV record starts (records may span lines).
     Line(u64),
-    /// 0-based row index in a Parquet file.
+    /// 1-based row number in a Parquet file (the first row is row 1).
     Row(u64),
 }
 

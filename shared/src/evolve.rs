@@ -135,6 +135,16 @@ pub fn evolve(
     if change.is_empty() {
         return Ok(None);
     }
+    if fields.len() > crate::read::MAX_COLUMNS {
+        return Err(Error::Schema {
+            table: table.to_string(),
+            reason: format!(
+                "{file} would give the table {} columns; at most {} are supported",
+                fields.len(),
+                crate::read::MAX_COLUMNS
+            ),
+        });
+    }
     let schema = Schema::builder()
         .with_schema_id(current.schema_id() + 1)
         .with_fields(fields.into_iter().map(Arc::new))
@@ -309,5 +319,17 @@ mod tests {
             .to_string();
         assert!(e.contains("`a`") && e.contains("f.parquet"), "{e}");
         assert!(evolve(&s, 2, &cols(&[("a", Int), ("id", Double)]), "t", "f").is_err());
+    }
+
+    #[test]
+    fn a_table_never_grows_past_the_column_limit() {
+        let max = crate::read::MAX_COLUMNS;
+        let first: Vec<_> = (0..max).map(|i| (format!("c{i}"), Long)).collect();
+        let s = initial_schema(&first, &["c0".into()], "t").unwrap();
+        let more = cols(&[("one_more", Long)]);
+        let e = evolve(&s, max as i32, &more, "t", "f.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("f.csv") && e.contains(&max.to_string()), "{e}");
     }
 }

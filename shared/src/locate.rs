@@ -105,50 +105,36 @@ pub fn locate(key: &str, source: &SourceSettings) -> Result<Option<DmsObject>> {
     let Some((kind, format, stem_order)) = parse_file_name(file_name) else {
         return Ok(None);
     };
-    if let Some(folder) = source.bucket_folder.as_deref().map(|f| f.trim_matches('/'))
-        && !folder.is_empty()
+    let (schema, table, segment) = match source
+        .bucket_folder
+        .as_deref()
+        .map(|f| f.trim_matches('/'))
+        .filter(|f| !f.is_empty())
     {
-        let prefix: Vec<&str> = folder.split('/').collect();
-        // Local paths may carry a leading directory before the bucket folder: anchor on the
-        // last occurrence of the folder's components.
-        let at = (0..=parts.len().saturating_sub(prefix.len()))
-            .rev()
-            .find(|&i| parts.len() >= i + prefix.len() && parts[i..i + prefix.len()] == prefix[..]);
-        match at {
-            Some(i) => parts.drain(..i + prefix.len()).for_each(drop),
-            None => return Ok(None),
-        };
-        if parts.len() < 2 {
-            return Err(bad("no <schema>/<table> after the bucket folder"));
+        Some(folder) => {
+            let prefix: Vec<&str> = folder.split('/').collect();
+            // Local paths may carry leading directories before the bucket folder, and a schema
+            // may be named like the folder (`shop/shop/orders/`): the first occurrence that
+            // leaves a valid `<schema>/<table>/` layout is the anchor.
+            let mut last_error = None;
+            let mut found = None;
+            for i in (0..parts.len()).filter(|&i| parts[i..].starts_with(&prefix)) {
+                match table_folders(&parts[i + prefix.len()..], kind, source, true) {
+                    Ok(t) => {
+                        found = Some(t);
+                        break;
+                    }
+                    Err(reason) => last_error = Some(reason),
+                }
+            }
+            match (found, last_error) {
+                (Some(t), _) => t,
+                (None, Some(reason)) => return Err(bad(&reason)),
+                (None, None) => return Ok(None),
+            }
         }
-        parts.truncate(2);
-    }
-    if parts.iter().any(|p| p.is_empty()) {
-        return Err(bad("contains an empty path segment"));
-    }
-    // Without a bucket folder: strip trailing date-partition folders, then a parallel-load
-    // segment folder, and take the last two components.
-    let mut segment = String::new();
-    if parts.len() > 2 {
-        let n = date_folders(&parts[2..]);
-        parts.truncate(parts.len() - n);
-        if kind == FileKind::Load && source.parallel_load_folders && parts.len() > 2 {
-            segment = parts.pop().unwrap_or_default().to_string();
-        }
-    }
-    if parts.len() < 2 {
-        return Err(bad("expected `<schema>/<table>/` before the file name"));
-    }
-    let table = parts[parts.len() - 1];
-    let schema = parts[parts.len() - 2];
-    for name in [schema, table] {
-        if !name
-            .chars()
-            .all(|c| c.is_alphanumeric() || c == '_' || c == '$' || c == '-' || c == '#')
-        {
-            return Err(bad(&format!("`{name}` is not a schema or table name")));
-        }
-    }
+        None => table_folders(&parts, kind, source, false).map_err(|r| bad(&r))?,
+    };
     let order = match (kind, stem_order) {
         (
             FileKind::Load,
@@ -157,7 +143,13 @@ pub fn locate(key: &str, source: &SourceSettings) -> Result<Option<DmsObject>> {
                 segment: seg,
             },
         ) => {
-            let seg = if seg.is_empty() { segment } else { seg };
+            // Both a `SEGMENTn_` prefix and a segment folder may name the segment: keep both,
+            // so two segments' files never share a place in DMS order.
+            let seg = match (segment.is_empty(), seg.is_empty()) {
+                (_, true) => segment,
+                (true, false) => seg,
+                (false, false) => format!("{segment}/{seg}"),
+            };
             OrderKey(format!("0/{counter:016X}/{seg}"))
         }
         (_, StemOrder::Cdc(s)) => OrderKey(format!("1/{s}")),
@@ -165,12 +157,71 @@ pub fn locate(key: &str, source: &SourceSettings) -> Result<Option<DmsObject>> {
     };
     Ok(Some(DmsObject {
         key: key.to_string(),
-        schema: schema.to_string(),
-        table: table.to_string(),
+        schema,
+        table,
         kind,
         format,
         order,
     }))
+}
+
+/// `<schema>/<table>` (and a parallel-load segment folder) out of the folders before a DMS file
+/// name. `anchored`: `folders` start right after the bucket folder, so the schema and table are
+/// the first two and only date folders (and, for a parallel-load LOAD file, one segment folder)
+/// may follow. Otherwise they are the last two, once those are stripped.
+fn table_folders(
+    folders: &[&str],
+    kind: FileKind,
+    source: &SourceSettings,
+    anchored: bool,
+) -> std::result::Result<(String, String, String), String> {
+    let parallel = kind == FileKind::Load && source.parallel_load_folders;
+    let mut segment = String::new();
+    let (schema, table) = if anchored {
+        let [schema, table, extra @ ..] = folders else {
+            return Err("no <schema>/<table> after the bucket folder".into());
+        };
+        let mut extra = &extra[..extra.len() - date_folders(extra)];
+        if let ([seg], true) = (extra, parallel) {
+            segment = seg.to_string();
+            extra = &[];
+        }
+        if let Some(first) = extra.first() {
+            return Err(format!(
+                "unexpected folder `{first}` between the table folder and the file (only date \
+                 folders{} belong there)",
+                if kind == FileKind::Load && !parallel {
+                    ", or a parallel-load segment folder with `parallel_load_folders = true`,"
+                } else {
+                    ""
+                }
+            ));
+        }
+        (*schema, *table)
+    } else {
+        let mut rest = folders;
+        if rest.len() > 2 {
+            rest = &rest[..rest.len() - date_folders(&rest[2..])];
+            if parallel && rest.len() > 2 {
+                segment = rest[rest.len() - 1].to_string();
+                rest = &rest[..rest.len() - 1];
+            }
+        }
+        let [.., schema, table] = rest else {
+            return Err("expected `<schema>/<table>/` before the file name".into());
+        };
+        (*schema, *table)
+    };
+    for name in [schema, table] {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_alphanumeric() || c == '_' || c == '$' || c == '-' || c == '#')
+        {
+            return Err(format!("`{name}` is not a schema or table name"));
+        }
+    }
+    Ok((schema.to_string(), table.to_string(), segment))
 }
 
 enum StemOrder {
@@ -327,6 +378,13 @@ pub fn table_prefix(obj: &DmsObject) -> Option<String> {
         .map(|i| format!("{}/", parts[..=i].join("/")))
 }
 
+/// Whether two keys name the same file (same file name, wherever the folder): copies of one DMS
+/// file, as opposed to two files that merely share a place in DMS order.
+pub fn same_file_name(a: &str, b: &str) -> bool {
+    let name = |k: &str| k.rsplit('/').next().unwrap_or(k).to_string();
+    name(a) == name(b)
+}
+
 /// Decodes an S3 event key: `+` is a space, `%XX` a byte (UTF-8).
 pub fn decode_event_key(key: &str) -> Result<String> {
     let bytes = key.as_bytes();
@@ -469,6 +527,65 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((o.schema.as_str(), o.table.as_str()), ("sales", "product"));
+    }
+
+    #[test]
+    fn parallel_load_segments_keep_their_place_under_a_bucket_folder() {
+        let src = SourceSettings {
+            bucket_folder: Some("dms".into()),
+            parallel_load_folders: true,
+        };
+        let at = |k: &str| locate(k, &src).unwrap().unwrap();
+        let a = at("dms/sales/product/seg_a/LOAD00000001.csv");
+        let b = at("dms/sales/product/seg_b/LOAD00000001.csv");
+        assert_eq!((b.schema.as_str(), b.table.as_str()), ("sales", "product"));
+        assert_ne!(a.order, b.order);
+        // A segment folder and a SEGMENTn_ prefix together still name distinct places.
+        let c = at("dms/sales/product/seg_a/SEGMENT1_LOAD00000001.csv");
+        let d = at("dms/sales/product/seg_b/SEGMENT1_LOAD00000001.csv");
+        assert_ne!(c.order, d.order);
+        // Without parallel_load_folders a folder there is refused, never silently merged.
+        let plain = SourceSettings {
+            bucket_folder: Some("dms".into()),
+            parallel_load_folders: false,
+        };
+        let e = locate("dms/sales/product/seg_a/LOAD00000001.csv", &plain)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("seg_a") && e.contains("parallel_load_folders"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn schema_named_like_the_bucket_folder() {
+        let src = SourceSettings {
+            bucket_folder: Some("shop".into()),
+            parallel_load_folders: false,
+        };
+        for (k, want) in [
+            ("shop/shop/orders/LOAD00000001.csv", ("shop", "orders")),
+            (
+                "/tmp/in/shop/shop/orders/LOAD00000001.csv",
+                ("shop", "orders"),
+            ),
+            (
+                "s3://b/shop/shop/shop/20220302-1134010000.csv",
+                ("shop", "shop"),
+            ),
+            (
+                "shop/shop/orders/2022/03/02/20220302-1134010000.csv",
+                ("shop", "orders"),
+            ),
+            (
+                "/home/shop/x/shop/sales/orders/LOAD00000001.csv",
+                ("sales", "orders"),
+            ),
+        ] {
+            let o = locate(k, &src).unwrap().unwrap();
+            assert_eq!((o.schema.as_str(), o.table.as_str()), want, "{k}");
+        }
     }
 
     #[test]

@@ -119,12 +119,15 @@ impl Catalog for SqliteCatalog {
     }
 
     fn default_location(&self, ident: &TableIdent) -> String {
-        format!(
-            "{}/{}.db/{}",
-            self.warehouse_uri,
-            ns_string(ident.namespace()),
-            ident.name()
-        )
+        let ns = ns_string(ident.namespace());
+        // `<warehouse>/catalog.db` is the catalog itself: a namespace `catalog` gets a folder
+        // name no namespace can have (names are letters, digits and `_`).
+        let folder = if ns.eq_ignore_ascii_case("catalog") {
+            format!("{ns}-namespace.db")
+        } else {
+            format!("{ns}.db")
+        };
+        format!("{}/{folder}/{}", self.warehouse_uri, ident.name())
     }
 
     async fn load(&self, ident: &TableIdent) -> Result<Option<Pointer>> {

@@ -262,6 +262,18 @@ impl AppliedRecord {
         serde_json::to_string(&s).map_err(|e| Error::Other(e.to_string()))
     }
 
+    /// The object key recorded at `order` (a change file in the window, or a LOAD file of the
+    /// current load).
+    pub fn key_at(&self, order: &OrderKey) -> Option<&str> {
+        self.files.get(order).map(String::as_str).or_else(|| {
+            self.load
+                .files
+                .iter()
+                .find(|f| &f.order == order)
+                .map(|f| f.key.as_str())
+        })
+    }
+
     /// Greatest change-file order applied.
     fn last_change(&self) -> Option<&OrderKey> {
         self.watermark.as_ref().filter(|w| !is_load(w))

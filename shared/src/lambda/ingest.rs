@@ -373,9 +373,15 @@ impl IngestHandler {
 /// Whether the table's record has settled `o`: applied, superseded by a reload, or older than
 /// the record and unchanged since (taken as applied). A LOAD file whose identity only its
 /// content can tell is not settled: the ingest reads it.
+/// A file at the place of an applied file of another name is not settled: the ingest refuses
+/// it (two files at one place in DMS order).
 fn done(record: &AppliedRecord, o: &DmsObject, info: &ObjectInfo) -> bool {
-    matches!(
+    let settled = matches!(
         record.classify(&o.order, o.kind, &info.meta()),
         Standing::Applied | Standing::Superseded(_) | Standing::BeyondRecord { loud: false }
-    )
+    );
+    settled
+        && record
+            .key_at(&o.order)
+            .is_none_or(|k| crate::locate::same_file_name(k, &o.key))
 }

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use iceberg::TableIdent;
 use iceberg::spec::{
-    NestedField, PrimitiveType, Schema, SortOrder, TableMetadataBuilder, Type, UnboundPartitionSpec,
+    NestedField, PrimitiveType, Schema, SortOrder, TableMetadata, TableMetadataBuilder, Type,
+    UnboundPartitionSpec,
 };
 
 use crate::catalog::Catalog;
@@ -21,6 +22,30 @@ use crate::commit::{
 use crate::error::{Error, Position, Rejected, Result};
 use crate::table::{LoadedTable, keys};
 use crate::write::write_data_files;
+
+/// Table property of a rejected-rows table: the table whose rows it holds. Names cannot keep the
+/// two kinds apart (a DMS table may be called `t__rejected`), so each side checks the other's
+/// mark: rows are only set aside in a table marked for their table, and a DMS table is never
+/// fed into a rejected-rows table ([`crate::ops::ingest::check_source`]).
+pub const REJECTED_ROWS_OF: &str = "dms2iceberg.rejected-rows-of";
+
+/// Whether `metadata` is a rejected-rows table: marked, or made before the mark existed (no DMS
+/// source and exactly the rejected-rows columns).
+pub fn is_rejected_rows_table(metadata: &TableMetadata) -> bool {
+    let props = metadata.properties();
+    if props.contains_key(REJECTED_ROWS_OF) {
+        return true;
+    }
+    let names = |s: &Schema| -> Vec<String> {
+        s.as_struct()
+            .fields()
+            .iter()
+            .map(|f| f.name.clone())
+            .collect()
+    };
+    !props.contains_key(keys::SOURCE_TABLE)
+        && schema().is_ok_and(|s| names(&s) == names(metadata.current_schema()))
+}
 
 /// Name of the companion table.
 pub fn rejected_ident(main: &TableIdent) -> Result<TableIdent> {
@@ -63,6 +88,7 @@ pub fn record<'a>(
         let ident = rejected_ident(main)?;
         let mut planner = RejectedPlanner {
             catalog,
+            main,
             ident: ident.clone(),
             inputs,
             rows,
@@ -74,6 +100,7 @@ pub fn record<'a>(
 
 struct RejectedPlanner<'a> {
     catalog: &'a dyn Catalog,
+    main: &'a TableIdent,
     ident: TableIdent,
     inputs: &'a [AppliedInput],
     rows: &'a [Rejected],
@@ -84,6 +111,9 @@ impl Planner for RejectedPlanner<'_> {
     type Report = ();
 
     async fn plan(&mut self, table: Option<LoadedTable>) -> Result<Plan<()>> {
+        if let Some(t) = &table {
+            self.check_ours(&t.metadata)?;
+        }
         let record = match &table {
             Some(t) => AppliedRecord::of_table(&t.metadata)?.unwrap_or_default(),
             None => AppliedRecord::default(),
@@ -104,7 +134,7 @@ impl Planner for RejectedPlanner<'_> {
                     SortOrder::unsorted_order(),
                     self.catalog.default_location(&self.ident),
                     commit::FORMAT_VERSION,
-                    Default::default(),
+                    [(REJECTED_ROWS_OF.to_string(), self.main.to_string())].into(),
                 )?
                 .build()?
                 .metadata;
@@ -178,8 +208,33 @@ impl Planner for RejectedPlanner<'_> {
     }
 }
 
+impl RejectedPlanner<'_> {
+    /// Rows are only set aside in a table marked for their table.
+    fn check_ours(&self, md: &TableMetadata) -> Result<()> {
+        let (main, ident) = (self.main, &self.ident);
+        let props = md.properties();
+        let marked = props.get(REJECTED_ROWS_OF);
+        let ours = match marked {
+            Some(of) => *of == main.to_string(),
+            None => is_rejected_rows_table(md),
+        };
+        if ours {
+            return Ok(());
+        }
+        Err(Error::Config(format!(
+            "the rejected rows of {main} go to {ident}, but {ident} is {}: set `target` under \
+             the DMS table that resolves to {ident} to keep them apart",
+            match (marked, props.get(keys::SOURCE_TABLE)) {
+                (Some(of), _) => format!("the rejected-rows table of {of}"),
+                (None, Some(fed)) => format!("fed by DMS table {fed}"),
+                (None, None) => "another table".to_string(),
+            }
+        )))
+    }
+}
+
 /// The rejected rows as a batch of the companion table's schema.
-fn rows_batch(md: &iceberg::spec::TableMetadata, rows: &[Rejected]) -> Result<RecordBatch> {
+fn rows_batch(md: &TableMetadata, rows: &[Rejected]) -> Result<RecordBatch> {
     let now = chrono::Utc::now().timestamp_micros();
     let (lines, row_idx): (Vec<Option<i64>>, Vec<Option<i64>>) = rows
         .iter()

@@ -25,6 +25,8 @@ pub struct CsvFile {
     layout: Layout,
     /// Whether the first record is a header to skip.
     has_header: bool,
+    /// The line the header is on.
+    header_line: u64,
     /// Fields every record must have.
     fields: usize,
     quarantine: bool,
@@ -41,7 +43,7 @@ impl CsvFile {
         table_columns: Option<&[String]>,
     ) -> Result<CsvFile> {
         let label = obj.key.clone();
-        let (mut reader, _) = reader(&data, &label, &cfg.delimiter)?;
+        let (mut reader, lines) = reader(&data, &label, &cfg.delimiter)?;
         let mut first = csv::ByteRecord::new();
         let got = reader
             .read_byte_record(&mut first)
@@ -127,12 +129,20 @@ impl CsvFile {
             quarantine: cfg.bad_rows == crate::config::BadRows::Quarantine,
             layout,
             has_header,
+            header_line: lines.lock().map_or(1, |mut l| {
+                l.line_of(first.position().map_or(0, |p| p.byte()))
+            }),
             key_len,
         })
     }
 
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// The line of the header, when the file has one (errors about column names point there).
+    pub fn header_line(&self) -> Option<u64> {
+        self.has_header.then_some(self.header_line)
     }
 
     fn records(&self) -> Result<Records> {

@@ -35,7 +35,7 @@ impl Layout {
         let norm: Vec<String> = names.iter().map(|n| cfg.column_name(n)).collect();
         let present: std::collections::HashSet<&str> = norm.iter().map(String::as_str).collect();
         let key: Vec<String> = cfg.primary_key.clone().unwrap_or_default();
-        let prefix = cfg.column_name(&cfg.before_image_prefix);
+        let prefix = cfg.before_image_prefix.as_str();
         let roles = norm
             .iter()
             .enumerate()
@@ -46,16 +46,19 @@ impl Layout {
                 if cfg.drop_columns.iter().any(|d| d == n) {
                     return Role::Drop;
                 }
-                // `BI_x` is a before-image when `x` is also a column of this file; before-images
-                // of non-key columns (column-filter `all`) are not table data.
-                if let Some(base) = n.strip_prefix(prefix.as_str())
+                // A before-image is the prefix exactly as DMS writes it (`BI_`, not `bi_`)
+                // followed by a key column that is also in this file. Anything else, including
+                // before-images of non-key columns (column-filter `all`), is table data: a
+                // source column `bi_total` is never dropped unseen.
+                if let Some(base) = names[i].strip_prefix(prefix)
                     && !prefix.is_empty()
-                    && present.contains(base)
                 {
-                    return match key.iter().position(|k| k == base) {
-                        Some(key_index) => Role::BeforeImage { key_index },
-                        None => Role::Drop,
-                    };
+                    let base = cfg.column_name(base);
+                    if present.contains(base.as_str())
+                        && let Some(key_index) = key.iter().position(|k| *k == base)
+                    {
+                        return Role::BeforeImage { key_index };
+                    }
                 }
                 Role::Data(SourceColumn {
                     name: n.clone(),

@@ -24,21 +24,63 @@ use crate::types::{arrow_type, iceberg_type_for_arrow};
 
 pub struct ParquetFile {
     label: String,
-    data: SourceData,
+    data: Input,
     layout: Layout,
     key_len: usize,
     quarantine: bool,
 }
 
-fn builder(
-    data: &SourceData,
-    label: &str,
-) -> Result<ParquetRecordBatchReaderBuilder<ParquetSource>> {
+/// What the Parquet reader reads: the object itself, or (a gzip'd file) its decompressed copy.
+enum Input {
+    Data(SourceData),
+    /// An unnamed temporary file (unlinked once created): gone when the last handle closes.
+    Spooled(std::fs::File),
+}
+
+impl Input {
+    /// Parquet needs random access, so a gzip'd file (detected by its magic bytes, like CSV) is
+    /// decompressed once, within the same size cap, into a temporary file.
+    fn new(data: SourceData, label: &str) -> Result<Input> {
+        if !data.is_gzip()? {
+            return Ok(Input::Data(data));
+        }
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "dms2iceberg-gunzip-{}-{}-{}.parquet",
+            std::process::id(),
+            SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos())
+        ));
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| Error::io(path.display().to_string(), e))?;
+        // Unlinked at once: the open handle keeps it readable, nothing is left behind.
+        let _ = std::fs::remove_file(&path);
+        let mut reader = data.open(label, super::DEFAULT_MAX_DECOMPRESSED_BYTES)?;
+        std::io::copy(&mut reader, &mut file).map_err(|e| {
+            InputError::new(
+                label,
+                format!("cannot decompress the gzip'd Parquet file: {e}"),
+            )
+        })?;
+        Ok(Input::Spooled(file))
+    }
+}
+
+fn builder(data: &Input, label: &str) -> Result<ParquetRecordBatchReaderBuilder<ParquetSource>> {
     let src = match data {
-        SourceData::Path(p) => ParquetSource::File(
+        Input::Data(SourceData::Path(p)) => ParquetSource::File(
             std::fs::File::open(p).map_err(|e| Error::io(p.display().to_string(), e))?,
         ),
-        SourceData::Bytes(b) => ParquetSource::Bytes(b.clone()),
+        Input::Data(SourceData::Bytes(b)) => ParquetSource::Bytes(b.clone()),
+        Input::Spooled(f) => {
+            ParquetSource::File(f.try_clone().map_err(|e| Error::io(label.to_string(), e))?)
+        }
     };
     // Types come from the Parquet schema; the embedded Arrow schema hint (`ARROW:schema`) is
     // not needed and a corrupt one must not reach the IPC decoder.
@@ -97,6 +139,7 @@ impl ChunkReader for ParquetSource {
 impl ParquetFile {
     pub fn open(obj: &DmsObject, data: SourceData, cfg: &TableConfig) -> Result<ParquetFile> {
         let label = obj.key.clone();
+        let data = Input::new(data, &label)?;
         let b = builder(&data, &label)?;
         let schema = b.schema().clone();
         let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
@@ -176,7 +219,8 @@ impl ParquetFile {
             before,
             key_types,
             quarantine: self.quarantine,
-            row: 0,
+            // Rows are numbered from 1 in messages, like lines.
+            row: 1,
             done: false,
         }))
     }
@@ -517,7 +561,7 @@ mod tests {
             .unwrap();
         let b = &b[0];
         assert_eq!(b.ops, vec![Op::Insert, Op::Delete]);
-        assert_eq!(b.positions, vec![0, 1]);
+        assert_eq!(b.positions, vec![1, 2]);
         let d = &b.data;
         assert_eq!(
             d.column(0)

@@ -29,9 +29,9 @@ use tracing::warn;
 pub use report::{CommitReport, Status, TableReport, Timings};
 
 use crate::catalog::Catalog;
-use crate::commit::{self, ObjectMeta, Outcome};
+use crate::commit::{self, AppliedRecord, ObjectMeta, Outcome};
 use crate::config::{Config, TableConfig};
-use crate::error::{Error, Result};
+use crate::error::{Error, InputError, Result};
 use crate::locate::DmsObject;
 use crate::lookup::LookupCache;
 use crate::read::SourceData;
@@ -145,10 +145,14 @@ impl<'a> Ingest<'a> {
         mut files: Vec<FileInput>,
         mut on_commit: impl FnMut(&CommitReport),
     ) -> TableReport {
-        // A file's identity is its place in DMS order (its name): copies of one file under two
-        // roots are one file.
-        files.sort_by(|a, b| a.object.order.cmp(&b.object.order));
-        files.dedup_by(|a, b| a.object.order == b.object.order);
+        // Files at one place in DMS order are settled by `same_place` below.
+        files.sort_by(|a, b| {
+            a.object
+                .order
+                .cmp(&b.object.order)
+                .then_with(|| a.object.key.cmp(&b.object.key))
+        });
+        files.dedup_by(|a, b| a.object.key == b.object.key);
         let mut report = TableReport {
             source: format!("{schema}.{table}"),
             table: String::new(),
@@ -196,9 +200,15 @@ impl<'a> Ingest<'a> {
             }
             !skip
         });
+        let record = match loaded.as_ref().and_then(Option::as_ref) {
+            Some(t) => AppliedRecord::of_table(&t.metadata).ok().flatten(),
+            None => None,
+        };
+        let stop = same_place(&mut files, record.as_ref());
+        let end = stop.as_ref().map_or(files.len(), |s| s.at);
         let mut i = 0;
-        while i < files.len() {
-            let n = self.files_per_commit.min(files.len() - i);
+        while i < end {
+            let n = self.files_per_commit.min(end - i);
             let group = &files[i..i + n];
             match self.apply(&cfg, &ident, group, loaded.take()).await {
                 Ok(reports) => {
@@ -220,6 +230,11 @@ impl<'a> Ingest<'a> {
                 }
             }
             i += n;
+        }
+        if let Some(s) = stop {
+            warn!(table = %ident, error = %crate::error::redact(&s.error.to_string()), "two files at one place in DMS order");
+            report.error = Some(s.error.to_string());
+            report.files_waiting = files.len() - s.at - s.involved;
         }
         report
     }
@@ -338,6 +353,20 @@ impl<'a> Ingest<'a> {
 /// schemas under one Glue database, a `target` typo) would silently mix their rows, and their
 /// files (same names) would even pass for applied.
 pub fn check_source(cfg: &TableConfig, table: &LoadedTable) -> Result<()> {
+    if crate::ops::rejected::is_rejected_rows_table(&table.metadata) {
+        return Err(Error::Config(format!(
+            "table {} holds the rejected rows of {}; DMS table {} resolves to it too: set \
+             `target` under [tables.\"{}\"] to keep them apart",
+            cfg.target(),
+            table
+                .metadata
+                .properties()
+                .get(crate::ops::rejected::REJECTED_ROWS_OF)
+                .map_or("another table", String::as_str),
+            cfg.source,
+            cfg.source
+        )));
+    }
     match table.metadata.properties().get(keys::SOURCE_TABLE) {
         Some(fed_by) if *fed_by != cfg.source => Err(Error::Config(format!(
             "table {} holds DMS table {fed_by}; {} resolves to it too (its name, or \
@@ -349,6 +378,72 @@ pub fn check_source(cfg: &TableConfig, table: &LoadedTable) -> Result<()> {
         ))),
         _ => Ok(()),
     }
+}
+
+/// Where [`same_place`] stops a table.
+struct SamePlace {
+    /// Index of the first file not applied.
+    at: usize,
+    /// Files from `at` the error is about.
+    involved: usize,
+    error: Error,
+}
+
+/// Two files at one place in DMS order (`20220302-113401.csv` and `20220302-1134010000.csv`,
+/// `x.csv` and `x.parquet`) have no defined order between them. Byte-identical copies (one file
+/// under two roots) are one file; otherwise the table stops there, neither is applied, and the
+/// error names both: the operator lists the one not to apply under `skip_files`. `files` is in
+/// DMS order.
+fn same_place(files: &mut Vec<FileInput>, record: Option<&AppliedRecord>) -> Option<SamePlace> {
+    let mut i = 0;
+    while i < files.len() {
+        let this = &files[i].object;
+        if let Some(earlier) = record.and_then(|r| r.key_at(&this.order))
+            && !crate::locate::same_file_name(earlier, &this.key)
+        {
+            let error = InputError::new(
+                &this.key,
+                format!(
+                    "has the same place in DMS order as {earlier}, applied earlier, and is not \
+                     that file: DMS never writes two files for one place. Nothing of it was \
+                     applied; list it under skip_files once its changes are known to be in the table"
+                ),
+            );
+            return Some(SamePlace {
+                at: i,
+                involved: 1,
+                error: error.into(),
+            });
+        }
+        if let Some(next) = files.get(i + 1)
+            && next.object.order == this.order
+        {
+            let copies = match (&files[i].data, &next.data) {
+                (Some(a), Some(b)) => a.same_content(b).unwrap_or(false),
+                _ => false,
+            };
+            if copies {
+                files.remove(i + 1);
+                continue;
+            }
+            let error = InputError::new(
+                &next.object.key,
+                format!(
+                    "has the same place in DMS order as {} (the same time or LOAD number, \
+                     another name or format): which comes first is unknown, so neither was \
+                     applied. List the one not to apply under skip_files",
+                    this.key
+                ),
+            );
+            return Some(SamePlace {
+                at: i,
+                involved: 2,
+                error: error.into(),
+            });
+        }
+        i += 1;
+    }
+    None
 }
 
 /// The files of `objects` as local paths (CLI), with their size and modification time.

@@ -38,6 +38,12 @@ pub(super) fn read_files(
     mut files: Vec<FileInput>,
     only_keys_of_first: Option<usize>,
 ) -> Result<ReadResult> {
+    // Which `BI_` columns are before-images depends on the key, which may be the table's
+    // (identifier fields) rather than the config's.
+    let cfg = &TableConfig {
+        primary_key: Some(key.to_vec()),
+        ..cfg.clone()
+    };
     // `only_keys_of_first = Some(n)`: only keys the first n inputs touch are rewritten (a late
     // input re-merged with files applied after it). Source order across files is DMS order.
     let restrict: Option<Vec<OrderKey>> =
