@@ -52,8 +52,11 @@ enum Command {
         /// DMS files per snapshot (1 = one snapshot per file).
         #[arg(long, default_value_t = 1)]
         files_per_commit: usize,
-        /// Print the per-commit reports as JSON lines instead of the summary.
-        #[arg(long)]
+        /// `text`: a line per table; `json`: one JSON report per commit.
+        #[arg(long, value_enum, default_value = "text")]
+        format: output::TextOrJson,
+        /// Same as `--format json` (older spelling).
+        #[arg(long, hide = true)]
         json: bool,
     },
     /// Print a table's rows, sorted by primary key.
@@ -77,7 +80,10 @@ enum Command {
         #[arg(long, default_value = "warehouse")]
         warehouse: String,
         #[arg(long, value_enum, default_value = "table")]
-        format: output::Format,
+        format: output::TableOrJson,
+        /// Same as `--format json` (older spelling).
+        #[arg(long, hide = true)]
+        json: bool,
     },
     /// Rewrite small files and files with many deleted rows into target-size files sorted by
     /// key (deletes applied); drop delete files nothing live needs.
@@ -91,8 +97,11 @@ enum Command {
         /// Input bytes to rewrite in this run (the next run continues).
         #[arg(long, default_value_t = 1 << 30)]
         max_bytes: u64,
-        /// Print the report as JSON.
-        #[arg(long)]
+        /// `text` (a summary) or `json` (machine-readable).
+        #[arg(long, value_enum, default_value = "text")]
+        format: output::TextOrJson,
+        /// Same as `--format json` (older spelling).
+        #[arg(long, hide = true)]
         json: bool,
     },
     /// Expire snapshots older than a retention (and delete the files only they referenced).
@@ -109,7 +118,11 @@ enum Command {
         /// List what would be expired and deleted, change nothing.
         #[arg(long)]
         dry_run: bool,
-        #[arg(long)]
+        /// `text` (a summary) or `json` (machine-readable).
+        #[arg(long, value_enum, default_value = "text")]
+        format: output::TextOrJson,
+        /// Same as `--format json` (older spelling).
+        #[arg(long, hide = true)]
         json: bool,
     },
     /// List files in the table's folder that no snapshot or metadata references (`--delete`
@@ -122,13 +135,23 @@ enum Command {
         min_age_hours: f64,
         #[arg(long)]
         delete: bool,
-        #[arg(long)]
+        /// `text` (a summary) or `json` (machine-readable).
+        #[arg(long, value_enum, default_value = "text")]
+        format: output::TextOrJson,
+        /// Same as `--format json` (older spelling).
+        #[arg(long, hide = true)]
         json: bool,
     },
     /// List the tables in the warehouse.
     Tables {
         #[arg(long, default_value = "warehouse")]
         warehouse: String,
+        /// `text` (a summary) or `json` (machine-readable).
+        #[arg(long, value_enum, default_value = "text")]
+        format: output::TextOrJson,
+        /// Same as `--format json` (older spelling).
+        #[arg(long, hide = true)]
+        json: bool,
     },
 }
 
@@ -139,7 +162,11 @@ fn main() {
         1 => "info",
         _ => "debug",
     };
+    // Colour only for a person at a terminal who has not asked for none (no-color.org).
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
+        .with_ansi(colour)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
@@ -206,8 +233,10 @@ async fn run(kind: CatalogKind, command: Command) -> Result<bool> {
             warehouse,
             config,
             files_per_commit,
+            format,
             json,
         } => {
+            let json = output::json_or(format, json);
             let config = match &config {
                 Some(p) => Config::load(p)?,
                 None => Config::default(),
@@ -239,12 +268,18 @@ async fn run(kind: CatalogKind, command: Command) -> Result<bool> {
             table,
             warehouse,
             format,
+            json,
         } => {
             let catalog = open_catalog(kind, &warehouse, true).await?;
             let snaps = history(catalog.as_ref(), &parse_ident(&table)?).await?;
             let mut out = std::io::stdout().lock();
+            let format = if json {
+                output::TableOrJson::Json
+            } else {
+                format
+            };
             match format {
-                output::Format::Json => {
+                output::TableOrJson::Json => {
                     for s in &snaps {
                         writeln!(out, "{}", serde_json::to_string(s)?)?;
                     }
@@ -259,7 +294,7 @@ async fn run(kind: CatalogKind, command: Command) -> Result<bool> {
                         "inserted",
                         "updated",
                         "deleted",
-                        "records"
+                        "rows"
                     )?;
                     for s in &snaps {
                         let when = chrono::DateTime::from_timestamp_millis(s.timestamp_ms)
@@ -281,7 +316,7 @@ async fn run(kind: CatalogKind, command: Command) -> Result<bool> {
                             n(s.rows_inserted),
                             n(s.rows_updated),
                             n(s.rows_deleted),
-                            n(s.total_records),
+                            n(s.live_rows),
                             files.join(", ")
                         )?;
                     }
@@ -294,8 +329,10 @@ async fn run(kind: CatalogKind, command: Command) -> Result<bool> {
             warehouse,
             target_file_size,
             max_bytes,
+            format,
             json,
         } => {
+            let json = output::json_or(format, json);
             let catalog = open_catalog(kind, &warehouse, true).await?;
             let options = dms2iceberg::ops::compact::CompactOptions {
                 target_file_size,
@@ -332,8 +369,10 @@ async fn run(kind: CatalogKind, command: Command) -> Result<bool> {
             older_than_hours,
             retain_last,
             dry_run,
+            format,
             json,
         } => {
+            let json = output::json_or(format, json);
             let catalog = open_catalog(kind, &warehouse, true).await?;
             let cutoff =
                 chrono::Utc::now().timestamp_millis() - (older_than_hours * 3_600_000.0) as i64;
@@ -373,8 +412,10 @@ async fn run(kind: CatalogKind, command: Command) -> Result<bool> {
             warehouse,
             min_age_hours,
             delete,
+            format,
             json,
         } => {
+            let json = output::json_or(format, json);
             let catalog = open_catalog(kind, &warehouse, true).await?;
             let r = dms2iceberg::ops::maintain::Orphans::new(
                 catalog.as_ref(),
@@ -404,10 +445,21 @@ async fn run(kind: CatalogKind, command: Command) -> Result<bool> {
             }
             Ok(true)
         }
-        Command::Tables { warehouse } => {
+        Command::Tables {
+            warehouse,
+            format,
+            json,
+        } => {
             let catalog = open_catalog(kind, &warehouse, true).await?;
-            for t in catalog.list_tables().await? {
-                println!("{t}");
+            let tables = catalog.list_tables().await?;
+            if output::json_or(format, json) {
+                for t in tables {
+                    println!("{}", serde_json::json!({ "table": t.to_string() }));
+                }
+            } else {
+                for t in tables {
+                    println!("{t}");
+                }
             }
             Ok(true)
         }
@@ -461,23 +513,32 @@ async fn ingest(
             report.commits.iter().map(f).sum()
         };
         let last_snapshot = report.commits.iter().rev().find_map(|c| c.snapshot_id);
-        if !json {
-            writeln!(
-                out,
-                "{} -> {}: {} files applied, {} skipped (already applied); rows {} inserted, {} updated, {} deleted; snapshot {}; {:.2}s",
-                report.source,
-                report.table,
-                report.applied_files(),
-                report.skipped_files(),
-                sum(|c| c.inserted),
-                sum(|c| c.updated),
-                sum(|c| c.deleted),
-                last_snapshot
-                    .map(|s| s.to_string())
-                    .unwrap_or_else(|| "unchanged".into()),
-                started.elapsed().as_secs_f64()
-            )?;
-        }
+        let stale = sum(|c| c.stale_changes);
+        let counts = format!(
+            "{} files applied, {} skipped (already applied){}; rows {} inserted, {} updated, {} deleted{}; snapshot {}; {:.2}s",
+            report.applied_files(),
+            report.skipped_files(),
+            if report.files_waiting > 0 {
+                format!(
+                    ", {} waiting (not applied: DMS order is kept)",
+                    report.files_waiting
+                )
+            } else {
+                String::new()
+            },
+            sum(|c| c.inserted),
+            sum(|c| c.updated),
+            sum(|c| c.deleted),
+            if stale > 0 {
+                format!(", {stale} stale (older than the row the table holds: not applied)")
+            } else {
+                String::new()
+            },
+            last_snapshot
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "unchanged".into()),
+            started.elapsed().as_secs_f64()
+        );
         let rejected = sum(|c| c.rows_rejected);
         if rejected > 0 {
             eprintln!(
@@ -485,18 +546,35 @@ async fn ingest(
                 report.source, report.table
             );
         }
-        if let Some(e) = &report.error {
-            all_ok = false;
-            eprintln!("error: {}: {e}", report.source);
-            if report.files_waiting > 0 {
+        let name = if report.table.is_empty() {
+            report.source.clone()
+        } else {
+            format!("{} -> {}", report.source, report.table)
+        };
+        match &report.error {
+            // Printed once, on stderr, with the table's counts: what was applied before the
+            // failure stays applied.
+            Some(e) => {
+                all_ok = false;
                 eprintln!(
-                    "       {} later file(s) of {} were not applied (DMS order is kept)",
-                    report.files_waiting, report.source
+                    "error: {name}: FAILED: {}\n       {counts}",
+                    without_table_prefix(e, &report.table)
                 );
             }
+            None if !json => {
+                writeln!(out, "{name}: {counts}")?;
+            }
+            None => {}
         }
     }
     Ok(all_ok)
+}
+
+/// The summary line names the table already: `table x.y: reason` becomes `reason`.
+fn without_table_prefix<'a>(message: &'a str, table: &str) -> &'a str {
+    message
+        .strip_prefix(&format!("table {table}: "))
+        .unwrap_or(message)
 }
 
 /// RFC 3339, `YYYY-MM-DD HH:MM:SS[.fff]` (UTC), or epoch milliseconds.

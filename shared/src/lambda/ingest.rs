@@ -136,7 +136,7 @@ impl IngestHandler {
                 }
             }
             if let Some(reason) = reason {
-                let reason = crate::error::redact(&reason);
+                // Built from redacted table errors and object keys: no input values.
                 warn!(record = ?r.id, %reason, "record failed");
                 reasons.push(reason);
                 if let Some(id) = &r.id {
@@ -212,7 +212,7 @@ impl IngestHandler {
         let (report, files, applied_before) = match result {
             Ok(r) => r,
             Err(e) => {
-                let e = crate::error::redact(&e.to_string());
+                let e = e.redacted();
                 error!(table = %format!("{schema}.{table}"), error = %e, "table not processed");
                 outcome.error = Some(e);
                 return outcome;
@@ -249,7 +249,7 @@ impl IngestHandler {
                 .map(|(o, _)| o.key.clone())
                 .collect();
         }
-        outcome.error = report.error.as_deref().map(crate::error::redact);
+        outcome.error = report.error_log.clone();
         self.log_table(&report, &files, started);
         outcome
     }
@@ -303,7 +303,7 @@ impl IngestHandler {
             commit_attempts = attempts,
             conflicts,
             files_waiting = report.files_waiting,
-            error = ?report.error.as_deref().map(crate::error::redact),
+            error = ?report.error_log,
             duration_ms = started.elapsed().as_millis() as u64,
             "table processed"
         );

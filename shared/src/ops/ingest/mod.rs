@@ -31,7 +31,7 @@ use crate::lookup::{LookupCache, LookupStats, locate_rows};
 use crate::read::{ChangeBatch, SourceData, SourceFile};
 use crate::table::{LoadedTable, applied_files, keys};
 use crate::types::arrow_type;
-use crate::write::{write_data_files, write_position_deletes};
+use crate::write::{write_data_files_of, write_position_deletes};
 
 mod second_pass;
 use second_pass::SecondPass;
@@ -165,8 +165,12 @@ pub struct TableReport {
     pub source: String,
     pub table: String,
     pub commits: Vec<CommitReport>,
-    /// The error that stopped this table, if any (files after it were not applied).
+    /// The error that stopped this table, if any (files after it were not applied), with the
+    /// input value it is about: for the user.
     pub error: Option<String>,
+    /// The same error without input values: for logs.
+    #[serde(skip)]
+    pub error_log: Option<String>,
     /// Files not applied because an earlier file failed.
     pub files_waiting: usize,
 }
@@ -256,11 +260,13 @@ impl<'a> Ingest<'a> {
             table: String::new(),
             commits: vec![],
             error: None,
+            error_log: None,
             files_waiting: 0,
         };
         let cfg = match self.config.table(schema, table) {
             Ok(c) => c,
             Err(e) => {
+                report.error_log = Some(e.redacted());
                 report.error = Some(e.to_string());
                 report.files_waiting = files.len();
                 return report;
@@ -271,6 +277,7 @@ impl<'a> Ingest<'a> {
             Ok(i) => i,
             Err(e) => {
                 report.error = Some(e.to_string());
+                report.error_log = report.error.clone();
                 return report;
             }
         };
@@ -292,6 +299,7 @@ impl<'a> Ingest<'a> {
         }) {
             Ok(t) => Some(t),
             Err(e) => {
+                report.error_log = Some(e.redacted());
                 report.error = Some(e.to_string());
                 report.files_waiting = files.len();
                 return report;
@@ -313,7 +321,13 @@ impl<'a> Ingest<'a> {
         // and whether they are late (the table may move while this runs).
         let mut i = 0;
         while i < files.len() {
-            let n = self.files_per_commit.min(files.len() - i);
+            // A commit holds full-load files or change files, never both: its data files are
+            // then named for what they hold (full-load rows are older than every change).
+            let n = files[i..]
+                .iter()
+                .take(self.files_per_commit)
+                .take_while(|f| f.object.kind == files[i].object.kind)
+                .count();
             let group = &files[i..i + n];
             match self.apply(&cfg, &ident, group, loaded.take()).await {
                 Ok(reports) => {
@@ -323,8 +337,10 @@ impl<'a> Ingest<'a> {
                     }
                 }
                 Err(e) => {
-                    warn!(table = %ident, files = ?group.iter().map(|f| &f.object.key).collect::<Vec<_>>(), error = %crate::error::redact(&e.to_string()), "file not applied");
-                    tracing::debug!(table = %ident, error = %e, "file not applied (unredacted)");
+                    // The caller reports the error (the CLI prints it once, the function logs
+                    // it with its table): here only for debugging, the value as its own field.
+                    tracing::debug!(table = %ident, files = ?group.iter().map(|f| &f.object.key).collect::<Vec<_>>(), error = %e.redacted(), value = ?e.value(), "file not applied");
+                    report.error_log = Some(e.redacted());
                     report.error = Some(e.to_string());
                     report.files_waiting = files.len() - i - n;
                     return report;
@@ -382,7 +398,7 @@ impl<'a> Ingest<'a> {
                     staged.discard(self.catalog.file_io()).await;
                     return Err(e);
                 }
-                warn!(table = %ident, rows = rejected.len(), first = %crate::error::redact(&rejected[0].error.to_string()), "rows set aside in the rejected-rows table");
+                warn!(table = %ident, rows = rejected.len(), first = %rejected[0].error.redacted(), "rows set aside in the rejected-rows table");
             }
             report.timings.load_us = load_us;
             let commit_started = Instant::now();
@@ -531,6 +547,10 @@ impl<'a> Ingest<'a> {
     ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
         let mut timings = Timings::default();
         let file_io = self.catalog.file_io().clone();
+        // Every row of this commit comes from a full load (see `execute`).
+        let full_load = inputs
+            .iter()
+            .all(|f| f.object.kind == crate::locate::FileKind::Load);
         let current = table.as_ref().map(|t| t.metadata.clone());
         let read = {
             let cfg = cfg.clone();
@@ -620,15 +640,18 @@ impl<'a> Ingest<'a> {
                             .ok_or_else(|| Error::Other(format!("key column `{k}` not in table")))
                     })
                     .collect::<Result<Vec<_>>>()?;
-                // With an ordering column the table already has, an older change never
-                // overwrites a newer row (a file applied out of order, a replayed change).
-                let order = cfg
-                    .change_sequence_column
-                    .as_ref()
-                    .or(cfg.commit_timestamp_column.as_ref())
-                    .and_then(|c| md.current_schema().field_id_by_name(c))
-                    .zip(deduped.order_values.clone());
-                locate_rows(&file_io, md, &deduped.keys, ids, order, &self.cache).await?
+                // With ordering columns, an older change never overwrites a newer row (a file
+                // applied out of order, a replayed change).
+                let order = deduped.stale_check(md.current_schema(), &cfg.ordering_columns());
+                locate_rows(
+                    &file_io,
+                    md,
+                    &deduped.keys,
+                    ids,
+                    order.as_ref(),
+                    &self.cache,
+                )
+                .await?
             }
             None => crate::lookup::Located {
                 found: vec![false; deduped.keys.num_rows()],
@@ -659,12 +682,13 @@ impl<'a> Ingest<'a> {
             let mut data = Vec::new();
             match second_pass {
                 None => {
-                    data = write_data_files(
+                    data = write_data_files_of(
                         &file_io,
                         &planned,
                         &upserts,
                         &key,
                         cfg.target_file_size_bytes,
+                        full_load,
                     )
                     .await?;
                     prepared.extend(data.iter().map(|(_, f)| f.file_path().to_string()));
@@ -685,12 +709,13 @@ impl<'a> Ingest<'a> {
                     let (tx, mut rx) = tokio::sync::mpsc::channel(1);
                     let reader = tokio::task::spawn_blocking(move || pass.run(keep, tx));
                     while let Some(chunk) = rx.recv().await {
-                        let written = write_data_files(
+                        let written = write_data_files_of(
                             &file_io,
                             &planned,
                             &chunk?,
                             &key,
                             cfg.target_file_size_bytes,
+                            full_load,
                         )
                         .await?;
                         prepared.extend(written.iter().map(|(_, f)| f.file_path().to_string()));
@@ -930,16 +955,21 @@ fn read_files(
                     Type::Primitive(p) => Some(p.clone()),
                     _ => None,
                 });
+            // A DMS TIME column is stored as `time_type` says (an existing column keeps its type).
+            let declared = c
+                .declared
+                .as_ref()
+                .map(|d| crate::types::stored_type(d, existing.as_ref(), cfg.time_type));
             let t = if Some(&c.name) == cfg.change_sequence_column.as_ref() {
                 Some(c.declared.clone().unwrap_or(PrimitiveType::String))
             } else if matches!(src, SourceFile::Csv(_)) {
                 // Text takes the table's type when the column exists; else declared or inferred.
-                existing.or_else(|| c.declared.clone()).or_else(|| {
+                existing.or(declared).or_else(|| {
                     (Some(&c.name) == cfg.commit_timestamp_column.as_ref())
                         .then_some(PrimitiveType::Timestamp)
                 })
             } else {
-                c.declared.clone()
+                declared
             };
             typed.push((c.name.clone(), t));
         }
@@ -1000,17 +1030,17 @@ fn read_files(
         .iter()
         .map(|k| primitive(&schema, k))
         .collect::<Result<_>>()?;
-    let order_column = match (&cfg.change_sequence_column, &cfg.commit_timestamp_column) {
-        (Some(c), _) | (None, Some(c)) => {
-            if schema.field_by_name(c).is_none() {
-                return Err(Error::Config(format!(
-                    "table {table_name}: ordering column `{c}` (change_sequence_column / commit_timestamp_column) is not in the files"
-                )));
-            }
-            Some(c.clone())
-        }
-        (None, None) => None,
-    };
+    let order_columns = cfg.ordering_columns();
+    if let Some(c) = order_columns
+        .iter()
+        .find(|c| schema.field_by_name(c).is_none())
+    {
+        return Err(Error::Config(format!(
+            "table {table_name}: ordering column `{c}` (ordering_column / change_sequence_column / \
+             commit_timestamp_column under [tables.\"{}\"]) is not in the files",
+            cfg.source
+        )));
+    }
     let mut changes = Vec::with_capacity(opened.len());
     let mut max_seq: Option<String> = None;
     let mut rejected: Vec<Rejected> = Vec::new();
@@ -1025,7 +1055,7 @@ fn read_files(
             .fields()
             .iter()
             .enumerate()
-            .filter(|(_, f)| key.contains(f.name()) || Some(f.name()) == order_column.as_ref())
+            .filter(|(_, f)| key.contains(f.name()) || order_columns.contains(f.name()))
             .map(|(i, _)| i)
             .collect();
         Some((Arc::new(processing.project(&keep)?), keep))
@@ -1045,7 +1075,12 @@ fn read_files(
             let mut b = align(b?, &processing)?;
             rejected.append(&mut b.rejected);
             if cfg.bad_rows == BadRows::Quarantine {
-                b = reject_null_keys(b, key, f, &mut rejected)?;
+                b = reject_null_keys(b, key, f, &mut rejected, "primary key value is NULL")?;
+                // A change row must be placed among its key's changes.
+                if f.object.kind == crate::locate::FileKind::Cdc {
+                    let why = "a change row has no value in an ordering column";
+                    b = reject_null_keys(b, &order_columns, f, &mut rejected, why)?;
+                }
             }
             if let Some(seq) = &cfg.change_sequence_column
                 && let Some(col) = b.data.column_by_name(seq)
@@ -1071,7 +1106,7 @@ fn read_files(
         dedupe_schema,
         changes,
         key,
-        order_column.as_deref(),
+        &order_columns,
         only_keys_of.as_deref(),
     )?;
     let second_pass = large.then(|| SecondPass {
@@ -1093,12 +1128,14 @@ fn read_files(
     })
 }
 
-/// Quarantine: rows whose key is NULL cannot be applied; set them aside.
+/// Quarantine: rows whose key (or, in a change file, ordering column) is NULL cannot be
+/// applied; set them aside with `reason`.
 fn reject_null_keys(
     b: ChangeBatch,
     key: &[String],
     f: &FileInput,
     rejected: &mut Vec<Rejected>,
+    reason: &str,
 ) -> Result<ChangeBatch> {
     let cols: Vec<(&String, &ArrayRef)> = key
         .iter()
@@ -1112,7 +1149,7 @@ fn reject_null_keys(
         match cols.iter().find(|(_, c)| c.is_null(r)) {
             Some((k, _)) => {
                 rejected.push(Rejected {
-                    error: InputError::new(&f.object.key, "primary key value is NULL")
+                    error: InputError::new(&f.object.key, reason)
                         .at(crate::read::position(f.object.format, b.positions[r]))
                         .column(k.as_str()),
                     record: None,
