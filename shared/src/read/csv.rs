@@ -947,6 +947,96 @@ mod tests {
     }
 
     #[test]
+    fn a_short_columns_list_only_pins_types() {
+        // With a header, `columns` naming fewer columns than the file pins their types; header
+        // detection does not count them.
+        let mut c = cfg();
+        c.columns = Some(vec![(
+            "salary".into(),
+            Some(PrimitiveType::Decimal {
+                precision: 8,
+                scale: 2,
+            }),
+        )]);
+        for text in [
+            &b"id,name,salary,dept\n1,Ada,5200.50,7\n"[..],
+            &b"Op,id,name,salary,dept\nI,1,Ada,5200.50,7\n"[..],
+        ] {
+            let src = open(text, &c).unwrap();
+            let cols = src.columns();
+            let names: Vec<&str> = cols.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(names, vec!["id", "name", "salary", "dept"]);
+            assert_eq!(
+                cols[2].declared,
+                Some(PrimitiveType::Decimal {
+                    precision: 8,
+                    scale: 2
+                })
+            );
+            assert_eq!(cols[0].declared, None);
+        }
+        // Headerless with the full list: a first row of name-like values is data.
+        c.columns = Some(vec![
+            ("last".into(), None),
+            ("first".into(), None),
+            ("city".into(), None),
+        ]);
+        let src = open(b"Smith,Bob,Dallas\nKing,Jean,Nantes\n", &c).unwrap();
+        assert_eq!(read_all(src, &[]).unwrap()[0].positions, vec![1, 2]);
+        // The same with a header naming the listed columns in another order.
+        let src = open(b"city,last,first\nDallas,Smith,Bob\n", &c).unwrap();
+        let names: Vec<String> = src.columns().into_iter().map(|c| c.name).collect();
+        assert_eq!(names, vec!["city", "last", "first"]);
+        // Headerless, the table's columns when the list is short.
+        c.columns = Some(vec![("v".into(), Some(PrimitiveType::Long))]);
+        let table = vec!["id".to_string(), "v".to_string()];
+        let src = SourceFile::open(
+            &obj(FileKind::Cdc),
+            SourceData::Bytes(b"I,1,5\n".to_vec().into()),
+            &c,
+            Some(&table),
+        )
+        .unwrap();
+        assert!(src.layout().has_op());
+        assert_eq!(src.columns()[1].declared, Some(PrimitiveType::Long));
+    }
+
+    #[test]
+    fn a_value_that_does_not_fit_names_the_config() {
+        let mut c = cfg();
+        c.columns = Some(vec![("n".into(), Some(PrimitiveType::Long))]);
+        let e = read_all(
+            open(b"Op,id,n\nI,1,51003\nI,2,01307\n", &c).unwrap(),
+            &[("id", PrimitiveType::Long), ("n", PrimitiveType::Long)],
+        )
+        .unwrap_err();
+        let Error::Input(ie) = &e else { panic!("{e}") };
+        assert_eq!(ie.position, Some(Position::Line(3)));
+        assert_eq!(ie.column.as_deref(), Some("n"));
+        assert_eq!(ie.value.as_deref(), Some("01307"));
+        let m = e.to_string();
+        assert!(m.contains("`01307` has leading zeros"), "{m}");
+        assert!(
+            m.contains("pinned by `columns` under [tables.\"s.t\"]"),
+            "{m}"
+        );
+        assert!(!e.redacted().contains("01307"), "{}", e.redacted());
+        // Not pinned: the message says how to pin it.
+        let e = read_all(
+            open(b"Op,id,n\nI,1,51003\nI,2,01307\n", &cfg()).unwrap(),
+            &[("id", PrimitiveType::Long), ("n", PrimitiveType::Long)],
+        )
+        .unwrap_err()
+        .redacted();
+        assert!(
+            e.contains("columns = [{ name = \"n\", type = \"string\" }]")
+                && e.contains("column `n`")
+                && e.contains("line 3"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn headerless_without_configured_columns_is_a_clear_error() {
         let e = open(b"I,1,a\n", &cfg()).err().unwrap().to_string();
         assert!(e.contains("line 1") && e.contains("columns"), "{e}");
