@@ -162,9 +162,10 @@ fn main() {
         1 => "info",
         _ => "debug",
     };
-    // Colour only for a person at a terminal who has not asked for none (no-color.org).
-    let colour = std::io::stderr().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let colour = use_colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     tracing_subscriber::fmt()
         .with_ansi(colour)
         .with_env_filter(
@@ -198,6 +199,12 @@ fn main() {
             }
         }
     }
+}
+
+/// Colour only for a person at a terminal who has not asked for none (no-color.org: `NO_COLOR`
+/// set to anything but the empty string).
+fn use_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// The catalog a command works on.
@@ -604,4 +611,30 @@ fn parse_time(s: &str) -> Result<i64> {
     bail!(
         "cannot read `{s}` as a time: use RFC 3339, \"YYYY-MM-DD HH:MM:SS\" (UTC) or epoch milliseconds"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_at_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(use_colour(true, None));
+        assert!(use_colour(true, Some(OsStr::new(""))));
+        assert!(!use_colour(true, Some(OsStr::new("1"))));
+        assert!(!use_colour(false, None));
+    }
+
+    #[test]
+    fn the_summary_names_the_table_once() {
+        assert_eq!(
+            without_table_prefix("table s.t: primary key column `x` is missing", "s.t"),
+            "primary key column `x` is missing"
+        );
+        assert_eq!(
+            without_table_prefix("bad input: f.csv: x", "s.t"),
+            "bad input: f.csv: x"
+        );
+    }
 }
