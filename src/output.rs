@@ -75,7 +75,7 @@ pub fn write(out: &mut impl Write, batch: &RecordBatch, format: Format) -> anyho
             // Keys in column order (a serde_json map would sort them).
             let keys: Vec<String> = names
                 .iter()
-                .map(|n| serde_json::to_string(n))
+                .map(serde_json::to_string)
                 .collect::<Result<_, _>>()?;
             for row in &rows {
                 let fields: Vec<String> = keys

@@ -60,11 +60,14 @@ fn parquet(path: &Path, columns: &[(&str, Vec<&str>)]) {
     run(&python(), ["-c", code.as_str()]).ok();
 }
 
+/// Writes the input of a case into a work dir, with the planted value.
+type Setup = Box<dyn Fn(&Path, &str)>;
+
 /// One failing input per error path that carries a value.
 struct Case {
     name: &'static str,
     config: String,
-    setup: Box<dyn Fn(&Path, &str)>,
+    setup: Setup,
 }
 
 fn cases() -> Vec<Case> {

@@ -107,10 +107,10 @@ impl<'a> LiveRows<'a> {
         {
             return Ok(Some(records.saturating_sub(deletes)));
         }
-        self.from_manifests(s).await
+        self.count_in_manifests(s).await
     }
 
-    async fn from_manifests(&mut self, s: &Snapshot) -> Result<Option<u64>> {
+    async fn count_in_manifests(&mut self, s: &Snapshot) -> Result<Option<u64>> {
         let mut records: HashMap<String, u64> = HashMap::new();
         // (path, size, record count, the one data file it deletes from if it says so)
         let mut delete_files: Vec<(String, u64, u64, Option<String>)> = Vec::new();
