@@ -56,8 +56,11 @@ enum Command {
         /// DMS files per snapshot (1 = one snapshot per file).
         #[arg(long, default_value_t = 1)]
         files_per_commit: usize,
-        /// Print the per-commit reports as JSON lines instead of the summary.
-        #[arg(long)]
+        /// `text`: a line per table; `json`: one JSON report per commit.
+        #[arg(long, value_enum, default_value = "text")]
+        format: output::TextOrJson,
+        /// Same as `--format json` (older spelling).
+        #[arg(long, hide = true)]
         json: bool,
     },
     /// Print a table's rows, sorted by primary key.
@@ -81,7 +84,10 @@ enum Command {
         #[arg(long, default_value = "warehouse")]
         warehouse: String,
         #[arg(long, value_enum, default_value = "table")]
-        format: output::Format,
+        format: output::TableOrJson,
+        /// Same as `--format json` (older spelling).
+        #[arg(long, hide = true)]
+        json: bool,
     },
     /// Rewrite small files and files with many deleted rows into target-size files sorted by
     /// key (deletes applied); drop delete files nothing live needs.
@@ -95,8 +101,11 @@ enum Command {
         /// Input bytes to rewrite in this run (the next run continues).
         #[arg(long, default_value_t = 1 << 30)]
         max_bytes: u64,
-        /// Print the report as JSON.
-        #[arg(long)]
+        /// `text` (a summary) or `json` (machine-readable).
+        #[arg(long, value_enum, default_value = "text")]
+        format: output::TextOrJson,
+        /// Same as `--format json` (older spelling).
+        #[arg(long, hide = true)]
         json: bool,
     },
     /// Expire snapshots older than a retention (and delete the files only they referenced).
@@ -113,7 +122,11 @@ enum Command {
         /// List what would be expired and deleted, change nothing.
         #[arg(long)]
         dry_run: bool,
-        #[arg(long)]
+        /// `text` (a summary) or `json` (machine-readable).
+        #[arg(long, value_enum, default_value = "text")]
+        format: output::TextOrJson,
+        /// Same as `--format json` (older spelling).
+        #[arg(long, hide = true)]
         json: bool,
     },
     /// List files in the table's folder that no snapshot or metadata references (`--delete`
@@ -126,7 +139,11 @@ enum Command {
         min_age_hours: f64,
         #[arg(long)]
         delete: bool,
-        #[arg(long)]
+        /// `text` (a summary) or `json` (machine-readable).
+        #[arg(long, value_enum, default_value = "text")]
+        format: output::TextOrJson,
+        /// Same as `--format json` (older spelling).
+        #[arg(long, hide = true)]
         json: bool,
     },
     /// Declare which DMS files a table holds, for a table with data but no record of them
@@ -146,6 +163,12 @@ enum Command {
     Tables {
         #[arg(long, default_value = "warehouse")]
         warehouse: String,
+        /// `text` (a summary) or `json` (machine-readable).
+        #[arg(long, value_enum, default_value = "text")]
+        format: output::TextOrJson,
+        /// Same as `--format json` (older spelling).
+        #[arg(long, hide = true)]
+        json: bool,
     },
 }
 
@@ -156,7 +179,12 @@ fn main() {
         1 => "info",
         _ => "debug",
     };
+    let colour = use_colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     tracing_subscriber::fmt()
+        .with_ansi(colour)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
@@ -200,6 +228,12 @@ struct CatalogArgs {
     name: String,
 }
 
+/// Colour only for a person at a terminal who has not asked for none (no-color.org: `NO_COLOR`
+/// set to anything but the empty string).
+fn use_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 /// The catalog a command works on.
 async fn open_catalog(
     args: &CatalogArgs,
@@ -239,8 +273,10 @@ async fn run(kind: &CatalogArgs, command: Command) -> Result<bool> {
             warehouse,
             config,
             files_per_commit,
+            format,
             json,
         } => {
+            let json = output::json_or(format, json);
             let config = match &config {
                 Some(p) => Config::load(p)?,
                 None => Config::default(),
@@ -272,12 +308,18 @@ async fn run(kind: &CatalogArgs, command: Command) -> Result<bool> {
             table,
             warehouse,
             format,
+            json,
         } => {
             let catalog = open_catalog(kind, &warehouse, true).await?;
             let snaps = history(catalog.as_ref(), &parse_ident(&table)?).await?;
             let mut out = std::io::stdout().lock();
+            let format = if json {
+                output::TableOrJson::Json
+            } else {
+                format
+            };
             match format {
-                output::Format::Json => {
+                output::TableOrJson::Json => {
                     for s in &snaps {
                         writeln!(out, "{}", serde_json::to_string(s)?)?;
                     }
@@ -292,7 +334,7 @@ async fn run(kind: &CatalogArgs, command: Command) -> Result<bool> {
                         "inserted",
                         "updated",
                         "deleted",
-                        "records"
+                        "rows"
                     )?;
                     for s in &snaps {
                         let when = chrono::DateTime::from_timestamp_millis(s.timestamp_ms)
@@ -314,7 +356,7 @@ async fn run(kind: &CatalogArgs, command: Command) -> Result<bool> {
                             n(s.rows_inserted),
                             n(s.rows_updated),
                             n(s.rows_deleted),
-                            n(s.total_records),
+                            n(s.live_rows),
                             files.join(", ")
                         )?;
                     }
@@ -327,8 +369,10 @@ async fn run(kind: &CatalogArgs, command: Command) -> Result<bool> {
             warehouse,
             target_file_size,
             max_bytes,
+            format,
             json,
         } => {
+            let json = output::json_or(format, json);
             let catalog = open_catalog(kind, &warehouse, true).await?;
             let options = dms2iceberg::ops::compact::CompactOptions {
                 target_file_size,
@@ -365,8 +409,10 @@ async fn run(kind: &CatalogArgs, command: Command) -> Result<bool> {
             older_than_hours,
             retain_last,
             dry_run,
+            format,
             json,
         } => {
+            let json = output::json_or(format, json);
             let catalog = open_catalog(kind, &warehouse, true).await?;
             let cutoff =
                 chrono::Utc::now().timestamp_millis() - (older_than_hours * 3_600_000.0) as i64;
@@ -406,8 +452,10 @@ async fn run(kind: &CatalogArgs, command: Command) -> Result<bool> {
             warehouse,
             min_age_hours,
             delete,
+            format,
             json,
         } => {
+            let json = output::json_or(format, json);
             let catalog = open_catalog(kind, &warehouse, true).await?;
             let r = dms2iceberg::ops::maintain::Orphans::new(
                 catalog.as_ref(),
@@ -471,10 +519,21 @@ async fn run(kind: &CatalogArgs, command: Command) -> Result<bool> {
             );
             Ok(true)
         }
-        Command::Tables { warehouse } => {
+        Command::Tables {
+            warehouse,
+            format,
+            json,
+        } => {
             let catalog = open_catalog(kind, &warehouse, true).await?;
-            for t in catalog.list_tables().await? {
-                println!("{t}");
+            let tables = catalog.list_tables().await?;
+            if output::json_or(format, json) {
+                for t in tables {
+                    println!("{}", serde_json::json!({ "table": t.to_string() }));
+                }
+            } else {
+                for t in tables {
+                    println!("{t}");
+                }
             }
             Ok(true)
         }
@@ -537,23 +596,32 @@ async fn ingest(
             report.commits.iter().map(f).sum()
         };
         let last_snapshot = report.commits.iter().rev().find_map(|c| c.snapshot_id);
-        if !json {
-            writeln!(
-                out,
-                "{} -> {}: {} files applied, {} skipped (already applied); rows {} inserted, {} updated, {} deleted; snapshot {}; {:.2}s",
-                report.source,
-                report.table,
-                report.applied_files(),
-                report.skipped_files(),
-                sum(|c| c.inserted),
-                sum(|c| c.updated),
-                sum(|c| c.deleted),
-                last_snapshot
-                    .map(|s| s.to_string())
-                    .unwrap_or_else(|| "unchanged".into()),
-                started.elapsed().as_secs_f64()
-            )?;
-        }
+        let stale = sum(|c| c.stale_changes);
+        let counts = format!(
+            "{} files applied, {} skipped (already applied){}; rows {} inserted, {} updated, {} deleted{}; snapshot {}; {:.2}s",
+            report.applied_files(),
+            report.skipped_files(),
+            if report.files_waiting > 0 {
+                format!(
+                    ", {} waiting (not applied: DMS order is kept)",
+                    report.files_waiting
+                )
+            } else {
+                String::new()
+            },
+            sum(|c| c.inserted),
+            sum(|c| c.updated),
+            sum(|c| c.deleted),
+            if stale > 0 {
+                format!(", {stale} stale (older than the row the table holds: not applied)")
+            } else {
+                String::new()
+            },
+            last_snapshot
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "unchanged".into()),
+            started.elapsed().as_secs_f64()
+        );
         let rejected = sum(|c| c.rows_rejected);
         if rejected > 0 {
             eprintln!(
@@ -589,15 +657,25 @@ async fn ingest(
                 report.source
             );
         }
-        if let Some(e) = &report.error {
-            all_ok = false;
-            eprintln!("error: {}: {e}", report.source);
-            if report.files_waiting > 0 {
+        let name = if report.table.is_empty() {
+            report.source.clone()
+        } else {
+            format!("{} -> {}", report.source, report.table)
+        };
+        match &report.error {
+            // Printed once, on stderr, with the table's counts: what was applied before the
+            // failure stays applied.
+            Some(e) => {
+                all_ok = false;
                 eprintln!(
-                    "       {} later file(s) of {} were not applied (DMS order is kept)",
-                    report.files_waiting, report.source
+                    "error: {name}: FAILED: {}\n       {counts}",
+                    without_table_prefix(e, &report.table)
                 );
             }
+            None if !json => {
+                writeln!(out, "{name}: {counts}")?;
+            }
+            None => {}
         }
     }
     // Paths that are not DMS files of a table are passed over, never an error: listed so
@@ -649,6 +727,13 @@ fn unplaced_ok(config: &Config, t: &dms2iceberg::ops::discover::TableFiles, json
     false
 }
 
+/// The summary line names the table already: `table x.y: reason` becomes `reason`.
+fn without_table_prefix<'a>(message: &'a str, table: &str) -> &'a str {
+    message
+        .strip_prefix(&format!("table {table}: "))
+        .unwrap_or(message)
+}
+
 /// RFC 3339, `YYYY-MM-DD HH:MM:SS[.fff]` (UTC), or epoch milliseconds.
 fn parse_time(s: &str) -> Result<i64> {
     if let Ok(ms) = s.parse::<i64>() {
@@ -676,4 +761,30 @@ fn parse_time(s: &str) -> Result<i64> {
     bail!(
         "cannot read `{s}` as a time: use RFC 3339, \"YYYY-MM-DD HH:MM:SS\" (UTC) or epoch milliseconds"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_at_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(use_colour(true, None));
+        assert!(use_colour(true, Some(OsStr::new(""))));
+        assert!(!use_colour(true, Some(OsStr::new("1"))));
+        assert!(!use_colour(false, None));
+    }
+
+    #[test]
+    fn the_summary_names_the_table_once() {
+        assert_eq!(
+            without_table_prefix("table s.t: primary key column `x` is missing", "s.t"),
+            "primary key column `x` is missing"
+        );
+        assert_eq!(
+            without_table_prefix("bad input: f.csv: x", "s.t"),
+            "bad input: f.csv: x"
+        );
+    }
 }

@@ -7,11 +7,31 @@ use arrow_array::{Array, RecordBatch};
 use arrow_cast::display::{ArrayFormatter, FormatOptions};
 use arrow_schema::DataType;
 
+/// `scan --format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     Table,
     Csv,
     Json,
+}
+
+/// `history --format` (no CSV: refused rather than printed as a table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TableOrJson {
+    Table,
+    Json,
+}
+
+/// `--format` of the commands that print a report (ingest, compact, expire, orphans, tables).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TextOrJson {
+    Text,
+    Json,
+}
+
+/// `--format` or its older spelling `--json` (still accepted).
+pub fn json_or(format: TextOrJson, json: bool) -> bool {
+    json || format == TextOrJson::Json
 }
 
 fn options() -> FormatOptions<'static> {
@@ -52,12 +72,19 @@ pub fn write(out: &mut impl Write, batch: &RecordBatch, format: Format) -> anyho
     let rows = cells(batch)?;
     match format {
         Format::Json => {
+            // Keys in column order (a serde_json map would sort them).
+            let keys: Vec<String> = names
+                .iter()
+                .map(serde_json::to_string)
+                .collect::<Result<_, _>>()?;
             for row in &rows {
-                let mut obj = serde_json::Map::new();
-                for ((name, v), f) in names.iter().zip(row).zip(schema.fields()) {
-                    obj.insert(name.to_string(), json_value(v.as_deref(), f.data_type()));
-                }
-                writeln!(out, "{}", serde_json::Value::Object(obj))?;
+                let fields: Vec<String> = keys
+                    .iter()
+                    .zip(row)
+                    .zip(schema.fields())
+                    .map(|((k, v), f)| format!("{k}:{}", json_value(v.as_deref(), f.data_type())))
+                    .collect();
+                writeln!(out, "{{{}}}", fields.join(","))?;
             }
         }
         Format::Csv => {
@@ -158,5 +185,30 @@ fn csv_field(v: &str) -> String {
         format!("\"{}\"", v.replace('"', "\"\""))
     } else {
         v.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{ArrayRef, Int64Array, StringArray};
+    use std::sync::Arc;
+
+    #[test]
+    fn json_keys_follow_the_columns() {
+        let b = RecordBatch::try_from_iter([
+            ("zeta", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+            (
+                "alpha",
+                Arc::new(StringArray::from(vec!["a\"b"])) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let mut out = Vec::new();
+        write(&mut out, &b, Format::Json).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"zeta\":1,\"alpha\":\"a\\\"b\"}\n"
+        );
     }
 }

@@ -115,3 +115,111 @@ fn quarantine_applies_the_rest_and_records_each_bad_row_once() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A change row with an empty change-sequence value cannot be placed among its key's changes:
+/// it is not dropped as stale but fails its file naming file, line and column (or, with
+/// `quarantine`, is set aside). Full-load rows may have it empty (DMS leaves it so).
+#[test]
+fn an_empty_change_sequence_is_refused_not_dropped() {
+    for policy in ["fail", "quarantine"] {
+        let d = work(&format!("emptyseq-{policy}"));
+        std::fs::write(
+            d.join("dms/s/t/LOAD00000001.csv"),
+            "Op,id,v,seq\nI,1,a,\nI,2,b,\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("dms/s/t/20220302-1134010000.csv"),
+            "Op,id,v,seq\nU,1,x,00000000000000000000000000000000005\nU,2,y,\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("c.toml"),
+            format!(
+                "[tables.\"s.t\"]\nprimary_key = [\"id\"]\nchange_sequence_column = \"seq\"\nbad_rows = \"{policy}\"\n"
+            ),
+        )
+        .unwrap();
+        let out = run(
+            &d,
+            &["ingest", "dms", "--warehouse", "wh", "--config", "c.toml"],
+        );
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        let scan = run(&d, &["scan", "s.t", "--warehouse", "wh", "--format", "csv"]);
+        let scan = String::from_utf8_lossy(&scan.stdout).to_string();
+        if policy == "fail" {
+            assert!(!out.status.success());
+            assert!(
+                err.contains("20220302-1134010000.csv, line 3, column `seq`: a change row has no value in an ordering column"),
+                "{err}"
+            );
+            assert_eq!(
+                scan, "id,v,seq\n1,a,\n2,b,\n",
+                "nothing of the file applied"
+            );
+        } else {
+            assert!(out.status.success(), "{err}");
+            assert!(err.contains("1 rows could not be read"), "{err}");
+            assert_eq!(
+                scan, "id,v,seq\n1,x,00000000000000000000000000000000005\n2,b,\n",
+                "the row without a sequence is set aside, the rest applies"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+/// With `quarantine`, a value that would not be stored exactly (leading zeros into a long)
+/// sets its row aside with the reason; the other rows apply.
+#[test]
+fn quarantine_sets_aside_values_that_do_not_fit_exactly() {
+    let d = work("lossless");
+    std::fs::write(
+        d.join("dms/s/t/LOAD00000001.csv"),
+        "Op,id,zip,w\nI,1,51003,+5.0656000000000000e+05\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("dms/s/t/20220302-1134010000.csv"),
+        "Op,id,zip,w\nI,2,01307,+1.2500000000000000e+00\nI,3,75320,-2.5000000000000000e-01\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("c.toml"),
+        "[tables.\"s.t\"]\nprimary_key = [\"id\"]\nbad_rows = \"quarantine\"\ncolumns = [{ name = \"w\", type = \"decimal(10,2)\" }]\n",
+    )
+    .unwrap();
+    let out = run(
+        &d,
+        &["ingest", "dms", "--warehouse", "wh", "--config", "c.toml"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let scan = run(&d, &["scan", "s.t", "--warehouse", "wh", "--format", "csv"]);
+    assert_eq!(
+        String::from_utf8_lossy(&scan.stdout),
+        "id,zip,w\n1,51003,506560.00\n3,75320,-0.25\n"
+    );
+    let rej = run(
+        &d,
+        &[
+            "scan",
+            "s.t__rejected",
+            "--warehouse",
+            "wh",
+            "--format",
+            "csv",
+        ],
+    );
+    let rej = String::from_utf8_lossy(&rej.stdout).to_string();
+    assert!(
+        rej.contains("20220302-1134010000.csv")
+            && rej.contains("zip")
+            && rej.contains("leading zeros"),
+        "{rej}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

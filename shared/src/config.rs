@@ -50,6 +50,12 @@ pub struct TableSettings {
     pub change_sequence_column: Option<String>,
     /// The endpoint's `TimestampColumnName` (commit time, `yyyy-MM-dd HH:mm:ss.SSSSSS`).
     pub commit_timestamp_column: Option<String>,
+    /// A source column that orders the changes of a key (e.g. `last_update_time`): an older
+    /// change never overwrites a newer row. Goes before the two columns above.
+    pub ordering_column: Option<String>,
+    /// How DMS `TIME` values are stored in a new column: `string` (`HH:MM:SS.ffffff`, the
+    /// default: every engine reads it), `long` (microseconds since midnight) or `time`.
+    pub time_type: Option<TimeType>,
     /// Partition spec as Iceberg transforms: `category`, `bucket(16, id)`, `day(ts)`, ...
     pub partition_by: Option<Vec<String>>,
     pub drop_columns: Option<Vec<String>>,
@@ -89,6 +95,27 @@ pub struct TableSettings {
     pub applied_record_files: Option<usize>,
 }
 
+/// Storage of DMS `TIME` values (Spark cannot read an Iceberg `time` column at all).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeType {
+    #[default]
+    String,
+    Long,
+    Time,
+}
+
+impl TimeType {
+    /// The Iceberg type a new column of DMS `TIME` values gets.
+    pub fn iceberg_type(self) -> PrimitiveType {
+        match self {
+            TimeType::String => PrimitiveType::String,
+            TimeType::Long => PrimitiveType::Long,
+            TimeType::Time => PrimitiveType::Time,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BadRows {
@@ -116,6 +143,8 @@ impl TableSettings {
             primary_key,
             change_sequence_column,
             commit_timestamp_column,
+            ordering_column,
+            time_type,
             partition_by,
             drop_columns,
             columns,
@@ -145,6 +174,8 @@ pub struct TableConfig {
     pub primary_key: Option<Vec<String>>,
     pub change_sequence_column: Option<String>,
     pub commit_timestamp_column: Option<String>,
+    pub ordering_column: Option<String>,
+    pub time_type: TimeType,
     pub partition_by: Option<Vec<String>>,
     pub drop_columns: Vec<String>,
     pub columns: Option<Vec<(String, Option<PrimitiveType>)>>,
@@ -174,6 +205,26 @@ impl TableConfig {
         self.skip_files
             .iter()
             .any(|s| key == s || key.ends_with(&format!("/{}", s.trim_start_matches('/'))))
+    }
+
+    /// The columns that order changes of one key, first decides: `ordering_column`, then
+    /// `change_sequence_column`, then `commit_timestamp_column` (each once). After them come
+    /// DMS file order and the row's place in its file; full-load rows come before every change.
+    pub fn ordering_columns(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for c in [
+            &self.ordering_column,
+            &self.change_sequence_column,
+            &self.commit_timestamp_column,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if !out.contains(c) {
+                out.push(c.clone());
+            }
+        }
+        out
     }
 
     /// A column name as the table stores it.
@@ -306,6 +357,8 @@ impl Config {
             primary_key: s.primary_key.as_ref().map(|k| k.iter().map(norm).collect()),
             change_sequence_column: s.change_sequence_column.as_ref().map(norm),
             commit_timestamp_column: s.commit_timestamp_column.as_ref().map(norm),
+            ordering_column: s.ordering_column.as_ref().map(norm),
+            time_type: s.time_type.unwrap_or_default(),
             partition_by: s.partition_by.clone(),
             drop_columns: s
                 .drop_columns

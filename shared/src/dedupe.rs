@@ -1,8 +1,11 @@
 //! dedupe: of all changes to one primary key within a commit, keep the last.
 //!
-//! "Last" is decided by, in order: full-load rows before change rows; the change-sequence column
-//! (`AR_H_CHANGE_SEQ`) if configured, else the commit-timestamp column if configured; the file's
-//! place in DMS order; the row's place in its file. Iceberg does not apply a delete to a data file
+//! "Last" is decided by, in order: full-load rows before change rows; the ordering columns
+//! ([`crate::config::TableConfig::ordering_columns`]: `ordering_column`, the change-sequence
+//! column `AR_H_CHANGE_SEQ`, the commit-timestamp column, those configured, first decides); the
+//! file's place in DMS order; the row's place in its file. A change row without a value in an
+//! ordering column cannot be placed and is refused (a full-load row may lack one: DMS leaves
+//! the change sequence empty there). Iceberg does not apply a delete to a data file
 //! of the same sequence number, so two versions of one key in one commit would both survive:
 //! deduplicating here is what makes a commit correct, not an optimisation.
 //!
@@ -40,9 +43,11 @@ pub struct Deduped {
     pub keys: RecordBatch,
     /// Per row of `keys`: true if upserted, false if deleted.
     pub upserted: BooleanArray,
-    /// Per row of `keys`: the ordering column's value of the winning change (when an ordering
-    /// column is configured), to compare with the row the table holds.
-    pub order_values: Option<ArrayRef>,
+    /// Per ordering column, per row of `keys`: the winning change's value, to compare with
+    /// the row the table holds (empty without ordering columns).
+    pub order_values: Vec<ArrayRef>,
+    /// Per row of `keys`: the winning change comes from a full-load file.
+    pub from_load: Vec<bool>,
     /// Rows read from the files.
     pub rows_read: usize,
 }
@@ -76,7 +81,7 @@ pub fn dedupe(
     schema: SchemaRef,
     files: Vec<FileChanges>,
     key: &[String],
-    order_column: Option<&str>,
+    order_columns: &[String],
     only_keys_of: Option<&[usize]>,
 ) -> Result<Deduped> {
     let mut metas: Vec<Meta> = Vec::new();
@@ -143,18 +148,39 @@ pub fn dedupe(
     }
     let converter = key_converter(&key_arrays)?;
     let key_rows = converter.convert_columns(&key_arrays)?;
-    let order_col: Option<ArrayRef> = match order_column {
-        Some(c) => Some(column(schema.index_of(c).map_err(|_| {
-            Error::Other(format!("ordering column `{c}` is not in the file"))
-        })?)?),
-        None => None,
-    };
-    let order_rows: Option<Rows> = match &order_col {
-        Some(col) => {
-            let conv = RowConverter::new(vec![SortField::new(col.data_type().clone())])?;
-            Some(conv.convert_columns(std::slice::from_ref(col))?)
+    let order_cols: Vec<ArrayRef> =
+        order_columns
+            .iter()
+            .map(|c| {
+                column(schema.index_of(c).map_err(|_| {
+                    Error::Other(format!("ordering column `{c}` is not in the file"))
+                })?)
+            })
+            .collect::<Result<_>>()?;
+    for (c, a) in order_columns.iter().zip(&order_cols) {
+        if let Some(r) = (0..a.len()).find(|&r| a.is_null(r) && metas[r].kind == FileKind::Cdc) {
+            let m = &metas[r];
+            let (label, format) = &labels[m.file as usize];
+            return Err(InputError::new(
+                label,
+                "a change row has no value in an ordering column: its place among the changes \
+                 of its key is unknown (set `bad_rows = \"quarantine\"` to set such rows aside)",
+            )
+            .at(position(*format, m.pos))
+            .column(c)
+            .into());
         }
-        None => None,
+    }
+    let order_rows: Option<Rows> = if order_cols.is_empty() {
+        None
+    } else {
+        let conv = RowConverter::new(
+            order_cols
+                .iter()
+                .map(|c| SortField::new(c.data_type().clone()))
+                .collect(),
+        )?;
+        Some(conv.convert_columns(&order_cols)?)
     };
     let later = |a: usize, b: usize| -> bool {
         // Is row `a` later than row `b` in source order?
@@ -268,22 +294,46 @@ pub fn dedupe(
     ));
     let keys = RecordBatch::try_new(key_schema, parsed)?;
     let upserted = BooleanArray::from(winners.iter().map(|e| !e.delete).collect::<Vec<_>>());
-    let order_values = match &order_col {
-        Some(col) => Some(arrow_select::take::take(
-            col,
-            &UInt32Array::from_iter_values(winners.iter().map(|e| e.row)),
-            None,
-        )?),
-        None => None,
-    };
+    let winner_rows = UInt32Array::from_iter_values(winners.iter().map(|e| e.row));
+    let order_values = order_cols
+        .iter()
+        .map(|c| arrow_select::take::take(c, &winner_rows, None))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let from_load = winners
+        .iter()
+        .map(|e| metas[e.row as usize].kind == FileKind::Load)
+        .collect();
     Ok(Deduped {
         upserts,
         upsert_sources,
         keys,
         upserted,
         order_values,
+        from_load,
         rows_read,
     })
+}
+
+impl Deduped {
+    /// What a lookup needs to leave rows newer than their change alone, for a table whose
+    /// schema is `schema` (before this commit); `None` without ordering columns.
+    pub fn stale_check(
+        &self,
+        schema: &iceberg::spec::Schema,
+        order_columns: &[String],
+    ) -> Option<crate::lookup::StaleCheck> {
+        if order_columns.is_empty() || self.order_values.len() != order_columns.len() {
+            return None;
+        }
+        Some(crate::lookup::StaleCheck {
+            field_ids: order_columns
+                .iter()
+                .map(|c| schema.field_id_by_name(c))
+                .collect(),
+            values: self.order_values.clone(),
+            from_load: self.from_load.clone(),
+        })
+    }
 }
 
 /// Row encoding of key columns: byte-comparable, so keys hash and sort without per-type code.
@@ -397,7 +447,7 @@ mod tests {
             schema(),
             vec![file(FileKind::Cdc, b)],
             &["id".into()],
-            None,
+            &[],
             None,
         )
         .unwrap();
@@ -421,7 +471,7 @@ mod tests {
             schema(),
             vec![file(FileKind::Cdc, b)],
             &["id".into()],
-            Some("seq"),
+            &["seq".to_string()],
             None,
         )
         .unwrap();
@@ -438,7 +488,7 @@ mod tests {
             schema(),
             vec![file(FileKind::Cdc, cdc), file(FileKind::Load, load)],
             &["id".into()],
-            Some("seq"),
+            &["seq".to_string()],
             None,
         )
         .unwrap();
@@ -449,7 +499,7 @@ mod tests {
             schema(),
             vec![file(FileKind::Cdc, f1), file(FileKind::Cdc, f2)],
             &["id".into()],
-            None,
+            &[],
             None,
         )
         .unwrap();
@@ -472,7 +522,7 @@ mod tests {
             schema(),
             vec![file(FileKind::Cdc, late), file(FileKind::Cdc, later)],
             &["id".into()],
-            None,
+            &[],
             Some(&[0]),
         )
         .unwrap();
@@ -496,7 +546,7 @@ mod tests {
             schema(),
             vec![file(FileKind::Cdc, b)],
             &["id".into()],
-            None,
+            &[],
             None,
         )
         .unwrap();
@@ -512,7 +562,7 @@ mod tests {
             schema(),
             vec![file(FileKind::Cdc, b)],
             &["id".into()],
-            None,
+            &[],
             None,
         )
         .unwrap();
@@ -538,7 +588,7 @@ mod tests {
             before: None,
             rejected: vec![],
         };
-        let e = dedupe(s, vec![file(FileKind::Load, b)], &["id".into()], None, None)
+        let e = dedupe(s, vec![file(FileKind::Load, b)], &["id".into()], &[], None)
             .unwrap_err()
             .to_string();
         assert!(

@@ -22,13 +22,23 @@ impl fmt::Display for Position {
 }
 
 /// A problem with one input file's content.
+///
+/// The offending value (row data, possibly personal) is carried apart from the message:
+/// `reason` is a template that names the kind of problem and may hold [`VALUE`] where the value
+/// goes. [`fmt::Display`] (what the CLI shows its user) puts the value there; [`Self::redacted`]
+/// (what logs carry at the default level) leaves it out, whatever the value contains.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputError {
     pub file: String,
     pub position: Option<Position>,
     pub column: Option<String>,
     pub reason: String,
+    /// The input value the problem is about, if any.
+    pub value: Option<String>,
 }
+
+/// Where an [`InputError`]'s value goes in its `reason`.
+pub const VALUE: &str = "{value}";
 
 impl InputError {
     pub fn new(file: impl Into<String>, reason: impl Into<String>) -> Self {
@@ -37,7 +47,13 @@ impl InputError {
             position: None,
             column: None,
             reason: reason.into(),
+            value: None,
         }
+    }
+    /// The value the problem is about (kept out of logs at the default level).
+    pub fn value(mut self, value: impl Into<String>) -> Self {
+        self.value = Some(value.into());
+        self
     }
     pub fn at(mut self, position: Position) -> Self {
         self.position = Some(position);
@@ -49,16 +65,42 @@ impl InputError {
     }
 }
 
-impl fmt::Display for InputError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file)?;
+impl InputError {
+    /// The reason with the value in place (quoted), as the user sees it.
+    pub fn message(&self) -> String {
+        self.fill(self.value.as_deref().map(|v| format!("`{v}`")))
+    }
+
+    /// The whole message without the value: file, line or row, column and the kind of problem.
+    /// This is what logs carry at the default level.
+    pub fn redacted(&self) -> String {
+        format!("{}: {}", self.location(), self.fill(None))
+    }
+
+    fn location(&self) -> String {
+        let mut s = self.file.clone();
         if let Some(p) = self.position {
-            write!(f, ", {p}")?;
+            s.push_str(&format!(", {p}"));
         }
         if let Some(c) = &self.column {
-            write!(f, ", column `{c}`")?;
+            s.push_str(&format!(", column `{c}`"));
         }
-        write!(f, ": {}", self.reason)
+        s
+    }
+
+    fn fill(&self, value: Option<String>) -> String {
+        match (value, self.reason.contains(VALUE)) {
+            (Some(v), true) => self.reason.replacen(VALUE, &v, 1),
+            (Some(v), false) => format!("{} (value {v})", self.reason),
+            (None, true) => self.reason.replacen(VALUE, "a value", 1),
+            (None, false) => self.reason.clone(),
+        }
+    }
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.location(), self.message())
     }
 }
 
@@ -157,45 +199,61 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A message fit for logs at the default level: values quoted in backticks (row values, which
-/// may be personal data) are replaced by `…`; file, line, column and the kind of problem stay.
-/// Column names are quoted too and lost with them, but `InputError` carries the column apart.
-pub fn redact(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    let mut parts = message.split('`');
-    if let Some(first) = parts.next() {
-        out.push_str(first);
-    }
-    // Odd parts are quoted. Names (columns, config keys) are kept: they follow `column `,
-    // `key `, `set ` or `columns `; anything else quoted is a value.
-    let mut prev_plain = out.clone();
-    for (i, part) in parts.enumerate() {
-        out.push('`');
-        if i % 2 == 0 {
-            let names_follow = ["column ", "columns ", "key ", "set ", "Op "]
-                .iter()
-                .any(|w| prev_plain.ends_with(w));
-            out.push_str(if names_follow { part } else { "…" });
-        } else {
-            out.push_str(part);
-            prev_plain = part.to_string();
+impl Error {
+    /// The message fit for logs at the default level: an input error without the value it is
+    /// about (see [`InputError::redacted`]). Other errors carry names (tables, columns, config
+    /// keys, object keys), never row values.
+    pub fn redacted(&self) -> String {
+        match self {
+            Error::Input(ie) => format!("bad input: {}", ie.redacted()),
+            e => e.to_string(),
         }
     }
-    out
+
+    /// The input value the error is about, if any: for debug-level logs only.
+    pub fn value(&self) -> Option<&str> {
+        match self {
+            Error::Input(ie) => ie.value.as_deref(),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
-    fn redacts_quoted_values() {
+    fn values_stay_out_of_the_redacted_form_however_quoted() {
+        for secret in [
+            "SSN-078-05-1120",
+            "`SSN-078-05-1120`",
+            "a`SSN-078-05-1120`b",
+            "\"SSN\"",
+        ] {
+            let e = InputError::new("s/t/f.csv", format!("cannot parse {VALUE} as long"))
+                .at(Position::Line(3))
+                .column("n")
+                .value(secret);
+            assert_eq!(
+                e.redacted(),
+                "s/t/f.csv, line 3, column `n`: cannot parse a value as long"
+            );
+            assert!(e.to_string().contains(secret));
+            let e = Error::from(e);
+            assert!(!e.redacted().contains("SSN"), "{}", e.redacted());
+            assert_eq!(e.value(), Some(secret));
+        }
+        let e = InputError::new("f.csv", "unknown operation (expected I, U or D)")
+            .column("Op")
+            .value("X");
         assert_eq!(
-            super::redact("f.csv, line 3, column `n`: cannot parse `4111 1111` as long"),
-            "f.csv, line 3, column `n`: cannot parse `…` as long"
+            e.to_string(),
+            "f.csv, column `Op`: unknown operation (expected I, U or D) (value `X`)"
         );
         assert_eq!(
-            super::redact("unknown operation `X` (expected I, U or D); set `target` under"),
-            "unknown operation `…` (expected I, U or D); set `target` under"
+            e.redacted(),
+            "f.csv, column `Op`: unknown operation (expected I, U or D)"
         );
-        assert_eq!(super::redact("no quotes"), "no quotes");
     }
 }

@@ -403,17 +403,29 @@ struct DeleteFile {
     bounds: Option<(String, String)>,
 }
 
+/// How to tell whether a live row is newer than the change to its key.
+pub struct StaleCheck {
+    /// Field ids of the ordering columns, first decides; `None`: a column the table does not
+    /// have yet (its rows hold NULL there).
+    pub field_ids: Vec<Option<i32>>,
+    /// Per column, per key: the ordering value of the change.
+    pub values: Vec<ArrayRef>,
+    /// Per key: the change comes from a full load. Full-load rows come before every change,
+    /// so such a change is never stale, and neither is a change against a full-load row.
+    pub from_load: Vec<bool>,
+}
+
 /// Finds the live rows of `keys` (one column per key column, in the table's current types,
 /// distinct) in the table's current snapshot.
-/// With `order = (field id, incoming values per key)`, a live row whose ordering column is
-/// greater than the incoming change's is marked stale and not deleted: an older change never
-/// overwrites a newer row.
+/// With `order`, a live row whose ordering columns are greater than the incoming change's is
+/// marked stale and not deleted: an older change never overwrites a newer row. Rows of
+/// full-load files ([`crate::write::is_full_load_file`]) are never newer than a change.
 pub async fn locate_rows(
     file_io: &FileIO,
     metadata: &TableMetadata,
     keys: &RecordBatch,
     key_field_ids: Vec<i32>,
-    order: Option<(i32, ArrayRef)>,
+    order: Option<&StaleCheck>,
     cache: &LookupCache,
 ) -> Result<Located> {
     let mut out = Located {
@@ -541,29 +553,9 @@ pub async fn locate_rows(
             live_hits.push((i, hits));
         }
     }
-    // Rows newer than the change (by the ordering column) stay.
-    if let Some((field_id, incoming)) = &order {
-        let conv = RowConverter::new(vec![SortField::new(incoming.data_type().clone())])?;
-        let incoming_rows = conv.convert_columns(std::slice::from_ref(incoming))?;
-        for (i, hits) in &live_hits {
-            let c = &candidates[*i];
-            let positions: Vec<i64> = hits.iter().map(|(p, _)| *p).collect();
-            let values = read_values_at(
-                file_io,
-                &c.path,
-                c.size,
-                *field_id,
-                incoming.data_type(),
-                &positions,
-            )
-            .await?;
-            let table_rows = conv.convert_columns(&[values])?;
-            for (j, (_, key)) in hits.iter().enumerate() {
-                if table_rows.row(j) > incoming_rows.row(*key) {
-                    out.stale[*key] = true;
-                }
-            }
-        }
+    // Rows newer than the change (by the ordering columns) stay.
+    if let Some(check) = order.filter(|c| !c.values.is_empty()) {
+        mark_stale(file_io, check, &candidates, &live_hits, &mut out.stale).await?;
     }
     for (i, hits) in live_hits {
         let c = &candidates[i];
@@ -584,6 +576,57 @@ pub async fn locate_rows(
         }
     }
     Ok(out)
+}
+
+/// Marks the keys whose live row is newer than their change. Only rows of change files are
+/// compared, and only with changes from change files: full-load rows come first.
+async fn mark_stale(
+    file_io: &FileIO,
+    check: &StaleCheck,
+    candidates: &[Candidate],
+    live_hits: &[(usize, Vec<(i64, usize)>)],
+    stale: &mut [bool],
+) -> Result<()> {
+    let conv = RowConverter::new(
+        check
+            .values
+            .iter()
+            .map(|v| SortField::new(v.data_type().clone()))
+            .collect(),
+    )?;
+    let incoming = conv.convert_columns(&check.values)?;
+    for (i, hits) in live_hits {
+        let c = &candidates[*i];
+        if crate::write::is_full_load_file(&c.path) {
+            continue;
+        }
+        let hits: Vec<(i64, usize)> = hits
+            .iter()
+            .filter(|(_, key)| !check.from_load.get(*key).copied().unwrap_or(false))
+            .copied()
+            .collect();
+        if hits.is_empty() {
+            continue;
+        }
+        let positions: Vec<i64> = hits.iter().map(|(p, _)| *p).collect();
+        let mut columns = Vec::with_capacity(check.values.len());
+        for (fid, v) in check.field_ids.iter().zip(&check.values) {
+            columns.push(match fid {
+                Some(fid) => {
+                    read_values_at(file_io, &c.path, c.size, *fid, v.data_type(), &positions)
+                        .await?
+                }
+                None => arrow_array::new_null_array(v.data_type(), positions.len()),
+            });
+        }
+        let table_rows = conv.convert_columns(&columns)?;
+        for (j, (_, key)) in hits.iter().enumerate() {
+            if table_rows.row(j) > incoming.row(*key) {
+                stale[*key] = true;
+            }
+        }
+    }
+    Ok(())
 }
 
 struct FileScan {

@@ -123,6 +123,23 @@ pub fn iceberg_type_for_arrow(dt: &DataType) -> Option<PrimitiveType> {
     })
 }
 
+/// The type a file's column is stored as: what the file (or config) declares, except that DMS
+/// `TIME` values go to a new column as `time_type` says and to an existing column in the type
+/// it has (time, string or long), so a table keeps its type when the setting changes.
+pub fn stored_type(
+    declared: &PrimitiveType,
+    existing: Option<&PrimitiveType>,
+    time_type: crate::config::TimeType,
+) -> PrimitiveType {
+    if *declared != PrimitiveType::Time {
+        return declared.clone();
+    }
+    match existing {
+        Some(t @ (PrimitiveType::Time | PrimitiveType::String | PrimitiveType::Long)) => t.clone(),
+        _ => time_type.iceberg_type(),
+    }
+}
+
 /// Short name as users write it, for messages.
 pub fn type_name(t: &PrimitiveType) -> String {
     t.to_string()

@@ -64,7 +64,10 @@ ICEBERG_OF = {
     "int8": "int", "int16": "int", "int32": "int", "int64": "long",
     "uint8": "int", "uint16": "int", "uint32": "long", "uint64": "decimal(20,0)",
     "float32": "float", "float64": "double", "string": "string", "binary": "binary",
-    "bool": "boolean", "date": "date", "time": "time", "timestamp": "timestamp",
+    "bool": "boolean", "date": "date", "time": "string", "timestamp": "timestamp",
+    # --dms-types (CSV): a zip code (digits, leading zeros in change files) and DMS doubles,
+    # written as DMS writes REAL8: `+5.0656025000000000e+05`.
+    "zip": "string", "dmsdouble": "double",
 }
 
 
@@ -84,13 +87,18 @@ def csv_inferred_type(ty: str) -> str:
         return f"decimal(38,{decimal_scale(ty)})"
     if ty.startswith(("int", "uint")):
         return "long"
-    return {"timestamp": "timestamp", "date": "date", "bool": "boolean"}.get(ty, "string")
+    return {"timestamp": "timestamp", "date": "date", "bool": "boolean", "dmsdouble": "double",
+            "zip": "long"}.get(ty, "string")
 
 
 def json_value(v, ity: str):
     """Python value -> JSON contract value for Iceberg type `ity`."""
     if v is None:
         return None
+    if isinstance(v, dt.time):  # DMS TIME, stored per time_type (default: text)
+        if ity == "long":
+            return ((v.hour * 60 + v.minute) * 60 + v.second) * 1_000_000 + v.microsecond
+        return v.strftime("%H:%M:%S.%f")
     if ity in ("int", "long"):
         return int(v)
     if ity.startswith("decimal"):
@@ -116,6 +124,8 @@ def csv_text(v, ty: str) -> str:
         return "true" if v else "false"
     if ty.startswith("decimal"):
         return format(Decimal(v), f".{decimal_scale(ty)}f")
+    if ty == "dmsdouble":
+        return f"{v:+.16e}"
     if isinstance(v, dt.datetime):
         return v.strftime(TS_FMT)
     if isinstance(v, dt.date):
@@ -289,8 +299,20 @@ def scenario_synthetic(a, rng: random.Random) -> Table:
                  Col("small", "int8"), Col("mid", "int16"), Col("flag", "bool"), Col("ship_date", "date"),
                  Col("ship_time", "time"), Col("weight", "float32"), Col("rating", "float64"),
                  Col("payload", "binary")]
+    if a.dms_types:
+        cols += [Col("zip", "zip"), Col("weight", "dmsdouble"), Col("units", "dmsdouble")]
     t0 = dt.datetime(2022, 3, 2, 23, 30, 0)
     interval = dt.timedelta(seconds=a.file_interval)
+
+    def dms_values(r: dict, in_load: bool):
+        if not a.dms_types:
+            return
+        # The full load has no zip code with a leading zero: inference alone would make the
+        # column a long, and the first change file with `01307` must not become 1307.
+        z = rng.randint(10000 if in_load else 0, 99999)
+        r["zip"] = f"{z:05d}" if in_load or rng.random() < 0.5 else f"0{rng.randint(0, 9999):04d}"
+        r["weight"] = None if rng.random() < 0.1 else rng.randint(-4_000_000, 4_000_000) / 4
+        r["units"] = float(rng.choice([0, 1, 42, 506560, 2**40, -7, rng.randint(-10**12, 10**12)]))
 
     def extras(r: dict):
         if not parquet:
@@ -312,15 +334,17 @@ def scenario_synthetic(a, rng: random.Random) -> Table:
     def amount():
         return None if rng.random() < 0.05 else (Decimal(rng.randint(0, 99_999_999)) / 100).quantize(Decimal("0.01"))
 
-    def new_row(key, ts, first=False):
+    def new_row(key, ts, first=False, in_load=False):
         r = {"order_id": key, "customer_id": rng.randint(1, 99_999), "status": rng.choice(STATUSES),
              "amount": amount(), "note": make_note(rng, a), "version": 1, "updated_at": trunc_ts(ts, unit)}
         if first:  # anchor type inference on the first row
             r["amount"], r["note"] = Decimal("12.50"), "first order"
         extras(r)
+        dms_values(r, in_load)
         return r
 
     live: dict = {}
+    last_version: dict = {}
     keys = KeySet()
     dead: list = []
     next_key = [rng.randint(1000, 2000)]
@@ -335,7 +359,7 @@ def scenario_synthetic(a, rng: random.Random) -> Table:
         k = fresh_key()
         ts = t0 - dt.timedelta(days=rng.randint(0, 30), seconds=rng.randint(0, 86399),
                                microseconds=rng.randint(0, 999_999))
-        r = new_row(k, ts, first=(i == 0))
+        r = new_row(k, ts, first=(i == 0), in_load=True)
         live[k] = r
         keys.add(k)
         load_changes.append(Change("I", dict(r), t0))
@@ -370,11 +394,15 @@ def scenario_synthetic(a, rng: random.Random) -> Table:
                 else:
                     k = fresh_key()
                 row = new_row(k, ts)
+                if a.ordering_column == "version" and k in last_version:
+                    # A re-inserted key goes on counting: `version` orders its changes.
+                    row["version"] = last_version[k] + 1
                 live[k] = row
                 keys.add(k)
                 changes.append(Change("I", dict(row), ts))
             elif op == "D":
                 row = live.pop(k)
+                last_version[k] = row["version"]
                 keys.remove(k)
                 dead.append(k)
                 changes.append(Change("D", dict(row), ts))
@@ -392,6 +420,8 @@ def scenario_synthetic(a, rng: random.Random) -> Table:
                 row["updated_at"] = trunc_ts(ts, unit)
                 if parquet and rng.random() < 0.5:
                     extras(row)
+                if a.dms_types and rng.random() < 0.5:
+                    dms_values(row, False)
                 old = None
                 if a.pk_update_ratio and rng.random() < a.pk_update_ratio:
                     nk = dead.pop(rng.randrange(len(dead))) if dead and rng.random() < 0.3 else fresh_key()
@@ -431,6 +461,51 @@ def apply_change(state: dict, tb: Table, ch: Change, extra: dict | None = None):
     if extra:
         row.update(extra)
     state[key] = row
+
+
+def cache_first_changes(tb: Table, a):
+    """Changes DMS cached during the full load: the first change file's commit timestamps lie
+    before the load's (DMS stamps full-load rows with the transfer time). Full-load rows still
+    come first: the model is unchanged."""
+    cdc = [f for f in tb.files if f.kind == "cdc"]
+    load_time = max(ch.ts for f in tb.files if f.kind == "load" for ch in f.changes)
+    shift = max(ch.ts for ch in cdc[0].changes) - load_time + dt.timedelta(hours=1)
+    for ch in cdc[0].changes:
+        ch.ts -= shift
+    assert all(ch.ts < load_time for ch in cdc[0].changes)
+
+
+def delay_changes(tb: Table, a, rng: random.Random) -> int:
+    """Moves a share of updates into a change file one or two files later, keeping their values
+    (so their ordering column is older than changes the table applied in between). Only updates
+    whose key is never deleted or re-keyed afterwards and whose later changes all have a greater
+    ordering value are moved: those must end exactly as in source order (the oldest change is
+    never applied over a newer row). Returns how many were moved."""
+    col = a.ordering_column
+    cdc = [f for f in tb.files if f.kind == "cdc"]
+    seq = [(fi, ci, ch) for fi, f in enumerate(cdc) for ci, ch in enumerate(f.changes)]
+    later: dict = {}  # key -> changes after each position, built backwards
+    moves = []
+    for fi, ci, ch in reversed(seq):
+        k = tb.key(ch.row)
+        after = later.get(k, [])
+        if (ch.op == "U" and ch.old_key is None and fi + 1 < len(cdc) and rng.random() < a.delay_changes
+                and ch.row.get(col) is not None
+                and all(c.op != "D" and c.row.get(col) is not None and c.row[col] > ch.row[col]
+                        for c in after)
+                and not any(c.old_key == k for c in after)):
+            moves.append((fi, ci, min(len(cdc) - 1, fi + 1 + rng.randint(0, 1))))
+        later[k] = [ch] + after
+        if ch.old_key is not None:
+            later[ch.old_key] = [ch] + later.get(ch.old_key, [])
+    # Take every moved change out first (positions refer to the files as generated), then
+    # put each into its later file.
+    taken = [(to, cdc[fi].changes[ci]) for fi, ci, to in moves]
+    for fi, ci, _to in sorted(moves, key=lambda m: (m[0], -m[1])):
+        cdc[fi].changes.pop(ci)
+    for to, ch in taken:
+        cdc[to].changes.insert(rng.randint(0, len(cdc[to].changes)), ch)
+    return len(taken)
 
 
 def add_column(tb: Table, a, rng: random.Random):
@@ -713,12 +788,20 @@ def generate(a) -> dict:
         raise SystemExit("--corrupt long-to-string is a Parquet case")
     if a.corrupt in ("column-count", "unknown-op", "bad-number") and a.format != "csv":
         raise SystemExit(f"--corrupt {a.corrupt} is a CSV case")
+    if a.dms_types and (a.format != "csv" or a.no_header or a.scenario != "synthetic"):
+        raise SystemExit("--dms-types is a synthetic CSV case with a header")
+    if a.delay_changes and not a.ordering_column:
+        raise SystemExit("--delay-changes needs --ordering-column (else DMS order decides)")
+    if a.cached_changes and not (a.timestamp_column or a.change_seq_column):
+        raise SystemExit("--cached-changes needs --timestamp-column")
     if a.format == "parquet" and (a.delimiter != "," or a.null_value is not None or a.no_header):
         raise SystemExit("--delimiter / --null-value / --no-header are CSV options")
     rng = random.Random(a.seed)
     tb = SCENARIOS[a.scenario](a, rng)
     if a.add_column_at_file:
         add_column(tb, a, rng)
+    if a.cached_changes:
+        cache_first_changes(tb, a)
     if a.change_seq_column:
         assign_seq(tb, rng)
     ts_col = a.timestamp_column.lower() if a.timestamp_column else None
@@ -746,6 +829,11 @@ def generate(a) -> dict:
         states.append((f, {k: dict(v) for k, v in state.items()}))
     if hasattr(tb, "_gen_final"):
         assert set(k[0] for k in state) == set(tb._gen_final), "generator and model disagree"
+    if a.delay_changes:
+        # The model above applied every change in source order; the files now carry some of
+        # them late. States between files are not the model's any more: no as-of steps.
+        a.delayed = delay_changes(tb, a, rng)
+        a.asof = False
     if a.corrupt and a.corrupt != "no-pk":
         tb.files.append(make_corrupt_file(tb, a, state, rng))
 
@@ -760,6 +848,13 @@ def generate(a) -> dict:
         types[ts_col] = "timestamp"
     if seq_col:
         types[seq_col] = "string"
+    if a.time_type:
+        for c in tb.cols:
+            if c.ty == "time":
+                types[c.name.lower()] = a.time_type
+    pins = dict(p.split("=", 1) for p in (a.pin or []))
+    for name, ty in pins.items():
+        types[name.lower()] = ty
     col_ty = {c.name.lower(): c for c in tb.cols}
 
     # columns the table has after each file (a column added later is absent before)
@@ -848,6 +943,7 @@ def generate(a) -> dict:
         "format": a.format,
         "rows": len(final),
         "argv": a.argv,
+        "delayed_changes": getattr(a, "delayed", 0),
     }
     (exp_dir / f"{target}.meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     if a.corrupt:
@@ -881,6 +977,13 @@ def generate(a) -> dict:
             ty = {"ts": "timestamp", "seq": "string"}.get(kind) or iceberg_type(c.ty)
             cols.append({"name": name, "type": ty})
         entry["columns"] = cols
+    elif pins:
+        # With a header, `columns` only pins the types of the columns it names.
+        entry["columns"] = [{"name": n, "type": t} for n, t in pins.items()]
+    if a.ordering_column:
+        entry["ordering_column"] = a.ordering_column
+    if a.time_type:
+        entry["time_type"] = a.time_type
     if a.null_value is not None:
         entry["null_value"] = a.null_value
     if a.delimiter != ",":
@@ -941,6 +1044,17 @@ def add_common(p: argparse.ArgumentParser):
     p.add_argument("--events", metavar="DIR2", help="write one S3 ObjectCreated:Put event JSON per object")
     p.add_argument("--bucket", default="dms-output", help="bucket name in events")
     p.add_argument("--nasty-ratio", type=float, default=0.5, help="share of notes that are CSV edge cases")
+    p.add_argument("--ordering-column", metavar="COL", help="config ordering_column (a table column, e.g. updated_at)")
+    p.add_argument("--delay-changes", type=float, default=0.0, metavar="RATIO",
+                   help="move this share of eligible updates 1-2 change files later (older than what is applied)")
+    p.add_argument("--cached-changes", action="store_true",
+                   help="the first change file's commit timestamps lie before the full load's")
+    p.add_argument("--dms-types", action="store_true",
+                   help="CSV: add zip (leading zeros in changes) and DMS doubles in exponent form")
+    p.add_argument("--pin", action="append", metavar="COL=TYPE",
+                   help="config columns entry pinning one column's type (repeatable; header files)")
+    p.add_argument("--time-type", choices=["string", "long", "time"],
+                   help="config time_type for DMS TIME columns (default: string)")
 
 
 def add_synthetic(p: argparse.ArgumentParser):

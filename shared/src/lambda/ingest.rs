@@ -145,7 +145,7 @@ impl IngestHandler {
                 }
             }
             if let Some(reason) = reason {
-                let reason = crate::error::redact(&reason);
+                // Built from redacted table errors and object keys: no input values.
                 warn!(record = ?r.id, %reason, "record failed");
                 reasons.push(reason);
                 if let Some(id) = &r.id {
@@ -227,7 +227,7 @@ impl IngestHandler {
         let (report, files, applied_before) = match result {
             Ok(r) => r,
             Err(e) => {
-                let e = crate::error::redact(&e.to_string());
+                let e = e.redacted();
                 error!(table = %format!("{schema}.{table}"), error = %e, "table not processed");
                 outcome.error = Some(e);
                 return outcome;
@@ -274,8 +274,8 @@ impl IngestHandler {
                 .map(|(o, _)| o.key.clone())
                 .collect();
         }
-        if let Some(e) = report.error.as_deref() {
-            outcome.error = Some(crate::error::redact(e));
+        if report.error_log.is_some() {
+            outcome.error = report.error_log.clone();
         }
         self.log_table(&report, &files, started);
         outcome
@@ -325,7 +325,7 @@ impl IngestHandler {
             commit_attempts = attempts,
             conflicts,
             files_waiting = report.files_waiting,
-            error = ?report.error.as_deref().map(crate::error::redact),
+            error = ?report.error_log,
             duration_ms = started.elapsed().as_millis() as u64,
             "table processed"
         );

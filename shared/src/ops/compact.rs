@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::evolve::key_columns;
 use crate::lookup::read_position_deletes;
 use crate::table::{LoadedTable, manifest_list};
-use crate::write::write_data_files;
+use crate::write::{is_full_load_file, write_data_files_of};
 
 #[derive(Debug, Clone)]
 pub struct CompactOptions {
@@ -183,7 +183,9 @@ impl<'a> Compact<'a> {
     fn plan(&self, md: &TableMetadata, data: &[LiveData], deletes: &[LiveDelete]) -> Vec<Group> {
         let target = self.target(md);
         let small = (target as f64 * self.options.min_file_ratio) as u64;
-        let mut by_partition: BTreeMap<(i32, String), Vec<LiveData>> = BTreeMap::new();
+        // Full-load files are rewritten only with each other, so their rows keep their place
+        // before every change (see `write::FULL_LOAD_SUFFIX`).
+        let mut by_partition: BTreeMap<(i32, String, bool), Vec<LiveData>> = BTreeMap::new();
         for f in data {
             let deleted_ratio = if f.records == 0 {
                 1.0
@@ -192,7 +194,11 @@ impl<'a> Compact<'a> {
             };
             if f.size < small || (f.deleted > 0 && deleted_ratio >= self.options.delete_ratio) {
                 by_partition
-                    .entry((f.spec_id, format!("{:?}", f.partition)))
+                    .entry((
+                        f.spec_id,
+                        format!("{:?}", f.partition),
+                        is_full_load_file(&f.path),
+                    ))
                     .or_default()
                     .push(f.clone());
             }
@@ -256,7 +262,9 @@ impl<'a> Compact<'a> {
             .read_group(table, snapshot.snapshot_id(), &paths)
             .await?;
         let key = key_columns(md.current_schema());
-        let written = write_data_files(file_io, &md, &sorted, &key, self.target(&md)).await?;
+        let full_load = group.files.iter().all(|f| is_full_load_file(&f.path));
+        let written =
+            write_data_files_of(file_io, &md, &sorted, &key, self.target(&md), full_load).await?;
 
         // Delete files that only target removed (or long gone) files go too.
         let removed_deletes: BTreeSet<String> = deletes

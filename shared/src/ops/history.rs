@@ -1,11 +1,17 @@
-//! history: the snapshots of a table, oldest first, with what each applied.
+//! history: the snapshots of a table, oldest first, with what each applied and how many rows
+//! each left live.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use iceberg::TableIdent;
+use iceberg::io::FileIO;
+use iceberg::spec::{DataContentType, Manifest, ManifestContentType, Snapshot, TableMetadata};
 use serde::Serialize;
 
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
-use crate::table::{LoadedTable, ancestry, keys, source_files};
+use crate::table::{LoadedTable, ancestry, keys, manifest_list, source_files};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SnapshotInfo {
@@ -19,6 +25,10 @@ pub struct SnapshotInfo {
     pub rows_inserted: Option<u64>,
     pub rows_updated: Option<u64>,
     pub rows_deleted: Option<u64>,
+    /// Rows a reader sees in this snapshot: data file records minus the rows deleted by
+    /// position deletes. `None` when equality deletes make it unknowable without a scan.
+    pub live_rows: Option<u64>,
+    /// Iceberg's `total-records`: rows in live data files, deleted rows included.
     pub total_records: Option<u64>,
     pub total_data_files: Option<u64>,
     pub total_delete_files: Option<u64>,
@@ -29,29 +39,136 @@ pub async fn history(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Vec<Sn
     let t = LoadedTable::load(catalog, ident)
         .await?
         .ok_or_else(|| Error::Other(format!("table {ident} does not exist")))?;
-    let mut out: Vec<SnapshotInfo> = ancestry(&t.metadata)
-        .into_iter()
-        .map(|s| {
-            let p = &s.summary().additional_properties;
-            let num = |k: &str| p.get(k).and_then(|v| v.parse().ok());
-            SnapshotInfo {
-                snapshot_id: s.snapshot_id(),
-                parent_id: s.parent_snapshot_id(),
-                sequence_number: s.sequence_number(),
-                timestamp_ms: s.timestamp_ms(),
-                operation: s.summary().operation.as_str().to_string(),
-                source_files: source_files(p),
-                watermark: p.get(keys::WATERMARK).cloned(),
-                rows_inserted: num(keys::ROWS_INSERTED),
-                rows_updated: num(keys::ROWS_UPDATED),
-                rows_deleted: num(keys::ROWS_DELETED),
-                total_records: num("total-records"),
-                total_data_files: num("total-data-files"),
-                total_delete_files: num("total-delete-files"),
-                summary: p.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            }
-        })
-        .collect();
-    out.reverse();
+    let snapshots = ancestry(&t.metadata);
+    let mut counter = LiveRows::new(catalog.file_io(), &t.metadata);
+    let mut out: Vec<SnapshotInfo> = Vec::with_capacity(snapshots.len());
+    // Oldest first: whether any data file was removed so far decides how rows are counted.
+    for s in snapshots.into_iter().rev() {
+        let p = &s.summary().additional_properties;
+        let num = |k: &str| p.get(k).and_then(|v| v.parse().ok());
+        out.push(SnapshotInfo {
+            snapshot_id: s.snapshot_id(),
+            parent_id: s.parent_snapshot_id(),
+            sequence_number: s.sequence_number(),
+            timestamp_ms: s.timestamp_ms(),
+            operation: s.summary().operation.as_str().to_string(),
+            source_files: source_files(p),
+            watermark: p.get(keys::WATERMARK).cloned(),
+            rows_inserted: num(keys::ROWS_INSERTED),
+            rows_updated: num(keys::ROWS_UPDATED),
+            rows_deleted: num(keys::ROWS_DELETED),
+            live_rows: counter.live_rows(s).await?,
+            total_records: num("total-records"),
+            total_data_files: num("total-data-files"),
+            total_delete_files: num("total-delete-files"),
+            summary: p.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        });
+    }
     Ok(out)
+}
+
+/// Counts live rows per snapshot, oldest first.
+///
+/// While no data file has been removed (ingest only adds data and position-delete files, and
+/// each position delete removes one live row), `total-records − total-position-deletes` is
+/// exact. Once one has been (compaction, another engine's rewrite), a delete file may still
+/// name rows of a removed file: then the snapshot's manifests are read and only deletes of live
+/// data files count.
+struct LiveRows<'a> {
+    file_io: &'a FileIO,
+    metadata: &'a TableMetadata,
+    removed_any: bool,
+    manifests: HashMap<String, Arc<Manifest>>,
+    /// Per position-delete file: deleted positions per data file path.
+    deletes: HashMap<String, Arc<crate::lookup::DeletedPositions>>,
+}
+
+impl<'a> LiveRows<'a> {
+    fn new(file_io: &'a FileIO, metadata: &'a TableMetadata) -> Self {
+        LiveRows {
+            file_io,
+            metadata,
+            removed_any: false,
+            manifests: HashMap::new(),
+            deletes: HashMap::new(),
+        }
+    }
+
+    async fn live_rows(&mut self, s: &Snapshot) -> Result<Option<u64>> {
+        let p = &s.summary().additional_properties;
+        let num = |k: &str| p.get(k).and_then(|v| v.parse::<u64>().ok());
+        self.removed_any |= num("deleted-data-files").is_some_and(|n| n > 0);
+        if num("total-equality-deletes").is_some_and(|n| n > 0) {
+            return Ok(None);
+        }
+        if !self.removed_any
+            && let (Some(records), Some(deletes)) =
+                (num("total-records"), num("total-position-deletes"))
+        {
+            return Ok(Some(records.saturating_sub(deletes)));
+        }
+        self.count_in_manifests(s).await
+    }
+
+    async fn count_in_manifests(&mut self, s: &Snapshot) -> Result<Option<u64>> {
+        let mut records: HashMap<String, u64> = HashMap::new();
+        // (path, size, record count, the one data file it deletes from if it says so)
+        let mut delete_files: Vec<(String, u64, u64, Option<String>)> = Vec::new();
+        for mf in manifest_list(self.file_io, self.metadata, s).await? {
+            let manifest = match self.manifests.get(&mf.manifest_path) {
+                Some(m) => m.clone(),
+                None => {
+                    let m = Arc::new(mf.load_manifest(self.file_io).await?);
+                    self.manifests.insert(mf.manifest_path.clone(), m.clone());
+                    m
+                }
+            };
+            for e in manifest.entries().iter().filter(|e| e.is_alive()) {
+                let f = e.data_file();
+                match (mf.content, f.content_type()) {
+                    (ManifestContentType::Data, _) => {
+                        records.insert(f.file_path().to_string(), f.record_count());
+                    }
+                    (_, DataContentType::PositionDeletes) => delete_files.push((
+                        f.file_path().to_string(),
+                        f.file_size_in_bytes(),
+                        f.record_count(),
+                        f.referenced_data_file(),
+                    )),
+                    (_, DataContentType::EqualityDeletes) => return Ok(None),
+                    (_, DataContentType::Data) => {}
+                }
+            }
+        }
+        let mut deleted: HashMap<&str, HashSet<i64>> = HashMap::new();
+        let mut counted: u64 = 0;
+        for (path, size, count, referenced) in &delete_files {
+            // A delete file of one data file that is live: every entry counts.
+            if referenced.as_ref().is_some_and(|r| records.contains_key(r)) {
+                counted += count;
+                continue;
+            }
+            let content = match self.deletes.get(path) {
+                Some(c) => c.clone(),
+                None => {
+                    let c = Arc::new(
+                        crate::lookup::read_position_deletes(self.file_io, path, *size).await?,
+                    );
+                    self.deletes.insert(path.clone(), c.clone());
+                    c
+                }
+            };
+            for (target, positions) in content.iter() {
+                if let Some((k, _)) = records.get_key_value(target) {
+                    deleted
+                        .entry(k.as_str())
+                        .or_default()
+                        .extend(positions.iter().copied());
+                }
+            }
+        }
+        let total: u64 = records.values().sum();
+        let dead: u64 = deleted.values().map(|p| p.len() as u64).sum::<u64>() + counted;
+        Ok(Some(total.saturating_sub(dead)))
+    }
 }

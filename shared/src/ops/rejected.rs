@@ -257,7 +257,7 @@ fn rows_batch(md: &TableMetadata, rows: &[Rejected]) -> Result<RecordBatch> {
                 rows.iter().map(|r| r.error.column.as_deref()),
             )),
             Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| r.error.reason.as_str()),
+                rows.iter().map(|r| r.error.message()),
             )),
             Arc::new(StringArray::from_iter(
                 rows.iter().map(|r| r.record.as_deref()),

@@ -13,7 +13,7 @@ use super::layout::{Layout, Role};
 use super::text::{ColumnBuilder, TypeGuess};
 use super::{BATCH_ROWS, ChangeBatch, DEFAULT_MAX_DECOMPRESSED_BYTES, Op, SourceData};
 use crate::config::TableConfig;
-use crate::error::{Error, InputError, Position, Rejected, Result};
+use crate::error::{Error, InputError, Position, Rejected, Result, VALUE};
 use crate::locate::DmsObject;
 use crate::types::arrow_type;
 
@@ -31,6 +31,8 @@ pub struct CsvFile {
     fields: usize,
     quarantine: bool,
     key_len: usize,
+    /// The DMS `schema.table` (names the config section in messages).
+    source: String,
 }
 
 type Reader = csv::Reader<Box<dyn Read + Send>>;
@@ -72,10 +74,28 @@ impl CsvFile {
                 })
                 .collect()
         };
-        let has_header = match (cfg.header, &configured) {
-            (Some(h), _) => h,
-            (None, None) => true,
-            (None, Some(names)) => looks_like_header(&first_fields, names, cfg),
+        // A column list a headerless file could be read with: the configured one if it names
+        // every field, else the table's. A shorter `columns` list only pins types.
+        let op_first = first.get(0).and_then(Op::parse).is_some();
+        let fits = |names: &[String]| {
+            names.len() == first_fields.len() || (op_first && names.len() + 1 == first_fields.len())
+        };
+        let table_names: Option<Vec<String>> = table_columns.map(<[String]>::to_vec);
+        let headerless: Option<Vec<String>> = configured
+            .clone()
+            .filter(|c| fits(c))
+            .or_else(|| table_names.clone().filter(|t| fits(t)));
+        let has_header = match cfg.header {
+            Some(h) => h,
+            None => {
+                let known: Vec<String> = configured
+                    .iter()
+                    .chain(table_names.iter())
+                    .flatten()
+                    .map(|n| cfg.column_name(n))
+                    .collect();
+                looks_like_header(&first_fields, &known, headerless.is_some(), cfg)
+            }
         };
         let names: Vec<String> = if has_header {
             if let Some(long) = first_fields.iter().find(|f| f.len() > MAX_COLUMN_NAME) {
@@ -93,25 +113,48 @@ impl CsvFile {
                 return Err(InputError::new(
                     &label,
                     format!(
-                        "the first line is not a header (`{bad}` is not a column name): for files \
-                         without a header (AddColumnName=false) list the columns under \
-                         `columns` in the config"
+                        "`header = true` but the first line is not a header ({VALUE} is not a \
+                         column name): for files without a header (AddColumnName=false) set \
+                         `header = false` and list every column, in file order, under `columns` \
+                         under [tables.\"{}\"]",
+                        cfg.source
                     ),
                 )
+                .value(bad.as_str())
                 .at(Position::Line(1))
                 .into());
             }
             first_fields.clone()
         } else {
-            let names: Vec<String> = match (configured, table_columns) {
-                (Some(c), _) => c,
-                (None, Some(t)) => t.to_vec(),
-                (None, None) => unreachable_headerless(&label)?,
+            let names: Vec<String> = match (headerless, configured, table_names) {
+                (Some(n), _, _) | (None, Some(n), _) | (None, None, Some(n)) => n,
+                (None, None, None) => {
+                    let detail = match first_fields.iter().find(|f| !is_column_name(f)) {
+                        Some(bad) => InputError::new(
+                            &label,
+                            format!(
+                                "the first line is not a header ({VALUE} is not a column name) \
+                                 and no column list is known: for files without a header \
+                                 (AddColumnName=false) list every column, in file order, under \
+                                 `columns` under [tables.\"{}\"]",
+                                cfg.source
+                            ),
+                        )
+                        .value(bad.as_str()),
+                        None => InputError::new(
+                            &label,
+                            format!(
+                                "`header = false` and no column list is known: list every \
+                                 column, in file order, under `columns` under [tables.\"{}\"]",
+                                cfg.source
+                            ),
+                        ),
+                    };
+                    return Err(detail.at(Position::Line(1)).into());
+                }
             };
             // Headerless: an extra leading field is the Op column.
-            if first_fields.len() == names.len() + 1
-                && Op::parse(first.get(0).unwrap_or_default()).is_some()
-            {
+            if first_fields.len() == names.len() + 1 && op_first {
                 std::iter::once("Op".to_string()).chain(names).collect()
             } else {
                 names
@@ -133,6 +176,7 @@ impl CsvFile {
                 l.line_of(first.position().map_or(0, |p| p.byte()))
             }),
             key_len,
+            source: cfg.source.clone(),
         })
     }
 
@@ -205,6 +249,12 @@ impl CsvFile {
                 _ => None,
             })
             .collect();
+        let declared: Vec<Option<PrimitiveType>> = self
+            .layout
+            .data_columns()
+            .into_iter()
+            .map(|c| c.declared)
+            .collect();
         if data_cols.len() != types.len() {
             return Err(Error::Other(format!(
                 "{}: {} types for {} columns",
@@ -232,8 +282,16 @@ impl CsvFile {
             _ => None,
         };
         let op_index = self.layout.roles.iter().position(|r| *r == Role::Op);
+        let hints = data_cols
+            .iter()
+            .zip(&types)
+            .zip(&declared)
+            .map(|(((_, name), t), d)| type_hint(&self.source, name, t, d.is_some()))
+            .collect();
         let records = self.records()?;
         Ok(Box::new(CsvBatches {
+            declared,
+            hints,
             records,
             label: self.label,
             null_value: self.null_value,
@@ -246,10 +304,6 @@ impl CsvFile {
             done: false,
         }))
     }
-}
-
-fn unreachable_headerless(label: &str) -> Result<Vec<String>> {
-    Err(InputError::new(label, "no header and no configured columns").into())
 }
 
 /// Longest column name accepted in a header (Glue's limit is 255 characters).
@@ -497,33 +551,45 @@ fn is_column_name(s: &str) -> bool {
         && chars.all(|c| c.is_alphanumeric() || c == '_' || c == '$' || c == '#')
 }
 
-/// With configured columns, the first record is a header when it starts with `Op`, or when most
-/// of its fields name columns and it does not start like a change row (`I`, `U`, `D`).
-fn looks_like_header(first: &[String], configured: &[String], cfg: &TableConfig) -> bool {
+/// Whether the first record is a header (the endpoint's `AddColumnName` unset in the config).
+/// It is when it starts with `Op`; it is not when a field cannot be a column name, or when it
+/// starts like a change row (`I`, `U`, `D`) and a column list can read it. Otherwise it is when
+/// every field names a known column (configured, the table's, a before-image of one, an ordering
+/// column), or when no column list could read the file without a header. How many columns
+/// `columns` lists does not decide it: a short list only pins types.
+fn looks_like_header(
+    first: &[String],
+    known: &[String],
+    headerless: bool,
+    cfg: &TableConfig,
+) -> bool {
     if first.first().is_some_and(|f| f.eq_ignore_ascii_case("op")) {
         return true;
     }
-    if first
-        .first()
-        .is_some_and(|f| Op::parse(f.as_bytes()).is_some())
+    if first.is_empty() || first.iter().any(|f| !is_column_name(f)) {
+        return false;
+    }
+    if headerless
+        && first
+            .first()
+            .is_some_and(|f| Op::parse(f.as_bytes()).is_some())
     {
         return false;
     }
-    let names: Vec<String> = configured.iter().map(|n| cfg.column_name(n)).collect();
     let prefix = cfg.column_name(&cfg.before_image_prefix);
-    let hits = first
-        .iter()
-        .map(|f| cfg.column_name(f))
-        .filter(|f| {
-            f == "op"
-                || names.contains(f)
-                || f.strip_prefix(prefix.as_str())
-                    .is_some_and(|b| names.iter().any(|n| n == b))
-                || Some(f) == cfg.change_sequence_column.as_ref()
-                || Some(f) == cfg.commit_timestamp_column.as_ref()
-        })
-        .count();
-    !first.is_empty() && hits == first.len()
+    let special = [
+        cfg.change_sequence_column.as_ref(),
+        cfg.commit_timestamp_column.as_ref(),
+        cfg.ordering_column.as_ref(),
+    ];
+    let all_known = first.iter().map(|f| cfg.column_name(f)).all(|f| {
+        known.contains(&f)
+            || (!prefix.is_empty()
+                && f.strip_prefix(prefix.as_str())
+                    .is_some_and(|b| known.iter().any(|n| n == b)))
+            || special.contains(&Some(&f))
+    });
+    all_known || !headerless
 }
 
 struct Records {
@@ -580,7 +646,32 @@ impl Records {
     }
 }
 
+/// What an operator can do about a value that does not fit its column's type.
+fn type_hint(source: &str, column: &str, t: &PrimitiveType, pinned: bool) -> Option<String> {
+    if matches!(t, PrimitiveType::String | PrimitiveType::Binary) {
+        return None;
+    }
+    Some(if pinned {
+        format!(
+            "; the column's type {t} is pinned by `columns` under [tables.\"{source}\"] \
+             (`bad_rows = \"quarantine\"` sets such rows aside)"
+        )
+    } else {
+        format!(
+            "; the column's type {t} was inferred from the file that added the column: to keep \
+             such values, pin the type before the column is created with `columns = [{{ name = \
+             \"{column}\", type = \"string\" }}]` under [tables.\"{source}\"] (a column keeps its \
+             type once created; `bad_rows = \"quarantine\"` sets such rows aside)"
+        )
+    })
+}
+
 struct CsvBatches {
+    /// Per data column: the type the config declares (a `time` stored as text or a number is
+    /// still read as a time of day).
+    declared: Vec<Option<PrimitiveType>>,
+    /// Per data column: the operator's way out when a value does not fit.
+    hints: Vec<Option<String>>,
     records: Records,
     label: String,
     null_value: Vec<u8>,
@@ -599,7 +690,8 @@ impl CsvBatches {
         let mut builders = self
             .types
             .iter()
-            .map(|t| ColumnBuilder::new(t, BATCH_ROWS))
+            .zip(&self.declared)
+            .map(|(t, d)| ColumnBuilder::for_source(t, d.as_ref(), BATCH_ROWS))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| InputError::new(&self.label, e))?;
         let mut before_builders = match &self.before {
@@ -642,8 +734,12 @@ impl CsvBatches {
                 reject(&rec, e, &mut rejected)?;
                 continue;
             }
-            let at = |col: &str, reason: String| -> InputError {
-                InputError::new(&label, reason)
+            let at = |col: &str, e: super::text::BadValue, hint: Option<&String>| -> InputError {
+                let mut e = e;
+                if let Some(h) = hint {
+                    e.reason.push_str(h);
+                }
+                e.into_input_error(&label)
                     .at(Position::Line(line))
                     .column(col)
             };
@@ -653,13 +749,13 @@ impl CsvBatches {
                     match Op::parse(v) {
                         Some(op) => op,
                         None => {
-                            let e = at(
-                                "Op",
-                                format!(
-                                    "unknown operation `{}` (expected I, U or D)",
-                                    String::from_utf8_lossy(v)
-                                ),
-                            );
+                            let e = InputError::new(
+                                &label,
+                                format!("unknown operation {VALUE} (expected I, U or D)"),
+                            )
+                            .value(String::from_utf8_lossy(v))
+                            .at(Position::Line(line))
+                            .column("Op");
                             reject(&rec, e, &mut rejected)?;
                             continue;
                         }
@@ -668,7 +764,8 @@ impl CsvBatches {
                 None => Op::Insert,
             };
             let mut failed: Option<InputError> = None;
-            for (b, (i, name)) in builders.iter_mut().zip(&self.data_cols) {
+            for ((b, (i, name)), hint) in builders.iter_mut().zip(&self.data_cols).zip(&self.hints)
+            {
                 if failed.is_some() {
                     b.push_null();
                     continue;
@@ -677,7 +774,7 @@ impl CsvBatches {
                 let v = (v != self.null_value.as_slice()).then_some(v);
                 if let Err(e) = b.push(v) {
                     b.push_null();
-                    failed = Some(at(name, e));
+                    failed = Some(at(name, e, hint.as_ref()));
                 }
             }
             if let (Some(bb), Some((cols, _, _))) = (before_builders.as_mut(), &self.before) {
@@ -690,7 +787,7 @@ impl CsvBatches {
                     let v = (v != self.null_value.as_slice() && !v.is_empty()).then_some(v);
                     if let Err(e) = b.push(v) {
                         b.push_null();
-                        failed = Some(at("before-image", e));
+                        failed = Some(at("before-image", e, None));
                     }
                 }
             }
@@ -856,6 +953,96 @@ mod tests {
         assert_eq!(
             read_all(header, &[("id", PrimitiveType::Long)]).unwrap()[0].positions,
             vec![2]
+        );
+    }
+
+    #[test]
+    fn a_short_columns_list_only_pins_types() {
+        // With a header, `columns` naming fewer columns than the file pins their types; header
+        // detection does not count them.
+        let mut c = cfg();
+        c.columns = Some(vec![(
+            "salary".into(),
+            Some(PrimitiveType::Decimal {
+                precision: 8,
+                scale: 2,
+            }),
+        )]);
+        for text in [
+            &b"id,name,salary,dept\n1,Ada,5200.50,7\n"[..],
+            &b"Op,id,name,salary,dept\nI,1,Ada,5200.50,7\n"[..],
+        ] {
+            let src = open(text, &c).unwrap();
+            let cols = src.columns();
+            let names: Vec<&str> = cols.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(names, vec!["id", "name", "salary", "dept"]);
+            assert_eq!(
+                cols[2].declared,
+                Some(PrimitiveType::Decimal {
+                    precision: 8,
+                    scale: 2
+                })
+            );
+            assert_eq!(cols[0].declared, None);
+        }
+        // Headerless with the full list: a first row of name-like values is data.
+        c.columns = Some(vec![
+            ("last".into(), None),
+            ("first".into(), None),
+            ("city".into(), None),
+        ]);
+        let src = open(b"Smith,Bob,Dallas\nKing,Jean,Nantes\n", &c).unwrap();
+        assert_eq!(read_all(src, &[]).unwrap()[0].positions, vec![1, 2]);
+        // The same with a header naming the listed columns in another order.
+        let src = open(b"city,last,first\nDallas,Smith,Bob\n", &c).unwrap();
+        let names: Vec<String> = src.columns().into_iter().map(|c| c.name).collect();
+        assert_eq!(names, vec!["city", "last", "first"]);
+        // Headerless, the table's columns when the list is short.
+        c.columns = Some(vec![("v".into(), Some(PrimitiveType::Long))]);
+        let table = vec!["id".to_string(), "v".to_string()];
+        let src = SourceFile::open(
+            &obj(FileKind::Cdc),
+            SourceData::Bytes(b"I,1,5\n".to_vec().into()),
+            &c,
+            Some(&table),
+        )
+        .unwrap();
+        assert!(src.layout().has_op());
+        assert_eq!(src.columns()[1].declared, Some(PrimitiveType::Long));
+    }
+
+    #[test]
+    fn a_value_that_does_not_fit_names_the_config() {
+        let mut c = cfg();
+        c.columns = Some(vec![("n".into(), Some(PrimitiveType::Long))]);
+        let e = read_all(
+            open(b"Op,id,n\nI,1,51003\nI,2,01307\n", &c).unwrap(),
+            &[("id", PrimitiveType::Long), ("n", PrimitiveType::Long)],
+        )
+        .unwrap_err();
+        let Error::Input(ie) = &e else { panic!("{e}") };
+        assert_eq!(ie.position, Some(Position::Line(3)));
+        assert_eq!(ie.column.as_deref(), Some("n"));
+        assert_eq!(ie.value.as_deref(), Some("01307"));
+        let m = e.to_string();
+        assert!(m.contains("`01307` has leading zeros"), "{m}");
+        assert!(
+            m.contains("pinned by `columns` under [tables.\"s.t\"]"),
+            "{m}"
+        );
+        assert!(!e.redacted().contains("01307"), "{}", e.redacted());
+        // Not pinned: the message says how to pin it.
+        let e = read_all(
+            open(b"Op,id,n\nI,1,51003\nI,2,01307\n", &cfg()).unwrap(),
+            &[("id", PrimitiveType::Long), ("n", PrimitiveType::Long)],
+        )
+        .unwrap_err()
+        .redacted();
+        assert!(
+            e.contains("columns = [{ name = \"n\", type = \"string\" }]")
+                && e.contains("column `n`")
+                && e.contains("line 3"),
+            "{e}"
         );
     }
 

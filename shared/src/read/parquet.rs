@@ -18,7 +18,7 @@ use super::{BATCH_ROWS, ChangeBatch, Op, SourceData};
 use crate::config::TableConfig;
 use std::collections::BTreeMap;
 
-use crate::error::{Error, InputError, Position, Rejected, Result};
+use crate::error::{Error, InputError, Position, Rejected, Result, VALUE};
 use crate::locate::DmsObject;
 use crate::types::{arrow_type, iceberg_type_for_arrow};
 
@@ -267,8 +267,9 @@ impl ParquetBatches {
                         None => {
                             let e = InputError::new(
                                 &self.label,
-                                format!("unknown operation `{v}` (expected I, U or D)"),
+                                format!("unknown operation {VALUE} (expected I, U or D)"),
                             )
+                            .value(v)
                             .at(Position::Row(first_row + r as u64))
                             .column("Op");
                             if !quarantine {
@@ -374,6 +375,11 @@ fn convert(
     if a.data_type() == &target {
         return Ok(a.clone());
     }
+    if matches!(a.data_type(), DataType::Time32(_) | DataType::Time64(_))
+        && matches!(t, PrimitiveType::String | PrimitiveType::Long)
+    {
+        return time_as(a, t, label, column);
+    }
     if matches!(
         t,
         PrimitiveType::Timestamp
@@ -389,7 +395,8 @@ fn convert(
         for r in 0..s.len() {
             let v = (!s.is_null(r) && !s.value(r).is_empty()).then(|| s.value(r).as_bytes());
             if let Err(e) = b.push(v) {
-                let e = InputError::new(label, e)
+                let e = e
+                    .into_input_error(label)
                     .at(Position::Row(first_row + r as u64))
                     .column(column);
                 match bad.as_deref_mut() {
@@ -412,13 +419,46 @@ fn convert(
         },
     )
     .map_err(|e| {
+        // Arrow's message may quote the value: it goes where values go.
         InputError::new(
             label,
-            format!("cannot convert {} to {t}: {e}", a.data_type()),
+            format!("cannot convert {} to {t}: {VALUE}", a.data_type()),
         )
+        .value(e.to_string())
         .at(Position::Row(first_row))
         .column(column)
         .into()
+    })
+}
+
+/// A DMS `TIME` column stored as `HH:MM:SS.ffffff` text or as microseconds since midnight
+/// (the table's `time_type`): every engine reads those; Spark cannot read Iceberg `time`.
+fn time_as(a: &ArrayRef, t: &PrimitiveType, label: &str, column: &str) -> Result<ArrayRef> {
+    let micros = cast_with_options(
+        a,
+        &DataType::Time64(arrow_schema::TimeUnit::Microsecond),
+        &CastOptions {
+            safe: false,
+            ..Default::default()
+        },
+    )
+    .and_then(|m| arrow_cast::cast(&m, &DataType::Int64))
+    .map_err(|e| {
+        InputError::new(
+            label,
+            format!("cannot read {} as a time of day: {e}", a.data_type()),
+        )
+        .column(column)
+    })?;
+    let micros = micros.as_primitive::<arrow_array::types::Int64Type>();
+    Ok(match t {
+        PrimitiveType::Long => Arc::new(micros.clone()),
+        _ => Arc::new(
+            micros
+                .iter()
+                .map(|v| v.map(super::text::format_time))
+                .collect::<arrow_array::StringArray>(),
+        ),
     })
 }
 

@@ -13,6 +13,55 @@ use arrow_array::builder::{
 use chrono::NaiveDate;
 use iceberg::spec::PrimitiveType;
 
+use crate::error::{InputError, VALUE};
+
+/// A value that does not fit its column: why (a template holding [`VALUE`] where the value
+/// goes), and the value itself, kept apart so logs can leave it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadValue {
+    pub reason: String,
+    pub value: Option<String>,
+}
+
+impl BadValue {
+    fn new(reason: impl Into<String>, value: &str) -> BadValue {
+        BadValue {
+            reason: reason.into(),
+            value: Some(value.to_string()),
+        }
+    }
+
+    /// The error for `file`, with the value in its own field.
+    pub fn into_input_error(self, file: &str) -> InputError {
+        let e = InputError::new(file, self.reason);
+        match self.value {
+            Some(v) => e.value(v),
+            None => e,
+        }
+    }
+}
+
+impl std::fmt::Display for BadValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self.value.as_deref().map(|v| format!("`{v}`"));
+        write!(
+            f,
+            "{}",
+            self.reason
+                .replacen(VALUE, v.as_deref().unwrap_or("a value"), 1)
+        )
+    }
+}
+
+/// How a column of DMS `TIME` values is stored (the `time_type` setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeAs {
+    /// `HH:MM:SS.ffffff` text.
+    String,
+    /// Microseconds since midnight.
+    Long,
+}
+
 /// Accumulates one column of typed values from text.
 pub enum ColumnBuilder {
     Bool(BooleanBuilder),
@@ -23,6 +72,8 @@ pub enum ColumnBuilder {
     Decimal(Decimal128Builder, u32, u32),
     Date(Date32Builder),
     Time(Time64MicrosecondBuilder),
+    /// A time of day stored as text or as microseconds (validated either way).
+    TimeAs(Box<ColumnBuilder>, TimeAs),
     Timestamp(TimestampMicrosecondBuilder, bool),
     String(StringBuilder),
     Binary(LargeBinaryBuilder),
@@ -65,8 +116,29 @@ impl ColumnBuilder {
         })
     }
 
-    /// Appends `value` (`None` = NULL). On error nothing is appended.
-    pub fn push(&mut self, value: Option<&[u8]>) -> Result<(), String> {
+    /// A builder for values the source declares as `declared` (the config's `columns`), stored
+    /// as `t`: a DMS `TIME` stored as text or microseconds is still read as a time of day.
+    pub fn for_source(
+        t: &PrimitiveType,
+        declared: Option<&PrimitiveType>,
+        capacity: usize,
+    ) -> Result<ColumnBuilder, String> {
+        let inner = ColumnBuilder::new(t, capacity)?;
+        Ok(match (declared, t) {
+            (Some(PrimitiveType::Time), PrimitiveType::String) => {
+                ColumnBuilder::TimeAs(Box::new(inner), TimeAs::String)
+            }
+            (Some(PrimitiveType::Time), PrimitiveType::Long) => {
+                ColumnBuilder::TimeAs(Box::new(inner), TimeAs::Long)
+            }
+            _ => inner,
+        })
+    }
+
+    /// Appends `value` (`None` = NULL) if it converts exactly to the column's type: what is
+    /// stored reads back as the same value (no leading zeros dropped, no digits rounded away,
+    /// no spaces trimmed). On error nothing is appended.
+    pub fn push(&mut self, value: Option<&[u8]>) -> Result<(), BadValue> {
         let Some(v) = value else {
             self.push_null();
             return Ok(());
@@ -74,35 +146,88 @@ impl ColumnBuilder {
         match self {
             ColumnBuilder::String(b) => b.append_value(utf8(v)?),
             ColumnBuilder::Binary(b) => b.append_value(v),
+            ColumnBuilder::TimeAs(inner, how) => {
+                let s = utf8(v)?;
+                let micros = parse_time(s).map_err(|r| BadValue::new(r, s))?;
+                match (inner.as_mut(), how) {
+                    (ColumnBuilder::String(b), TimeAs::String) => {
+                        b.append_value(format_time(micros))
+                    }
+                    (ColumnBuilder::Long(b), TimeAs::Long) => b.append_value(micros),
+                    _ => return Err(BadValue::new("cannot store a time here", s)),
+                }
+            }
             _ => {
-                let s = utf8(v)?.trim();
+                let s = utf8(v)?;
+                if s.trim() != s || s.is_empty() {
+                    return Err(BadValue::new(
+                        format!(
+                            "{VALUE} has surrounding spaces or is empty: it would not be stored \
+                             exactly as {}",
+                            self.type_name()
+                        ),
+                        s,
+                    ));
+                }
+                let bad = |reason: String| BadValue::new(reason, s);
                 match self {
-                    ColumnBuilder::Bool(b) => b.append_value(parse_bool(s)?),
+                    ColumnBuilder::Bool(b) => b.append_value(parse_bool(s).map_err(bad)?),
                     ColumnBuilder::Int(b) => b.append_value(
-                        s.parse::<i32>()
-                            .map_err(|_| format!("cannot parse `{s}` as int"))?,
+                        i32::try_from(parse_integer(s, "int").map_err(bad)?).map_err(|_| {
+                            BadValue::new(format!("{VALUE} is out of range for int"), s)
+                        })?,
                     ),
-                    ColumnBuilder::Long(b) => b.append_value(
-                        s.parse::<i64>()
-                            .map_err(|_| format!("cannot parse `{s}` as long"))?,
-                    ),
+                    ColumnBuilder::Long(b) => {
+                        b.append_value(parse_integer(s, "long").map_err(bad)?)
+                    }
                     ColumnBuilder::Float(b) => b.append_value(
-                        s.parse::<f32>()
-                            .map_err(|_| format!("cannot parse `{s}` as float"))?,
+                        parse_float(s, "float")
+                            .map_err(bad)?
+                            .parse::<f32>()
+                            .map_err(|_| {
+                                BadValue::new(format!("cannot parse {VALUE} as float"), s)
+                            })?,
                     ),
                     ColumnBuilder::Double(b) => b.append_value(
-                        s.parse::<f64>()
-                            .map_err(|_| format!("cannot parse `{s}` as double"))?,
+                        parse_float(s, "double")
+                            .map_err(bad)?
+                            .parse::<f64>()
+                            .map_err(|_| {
+                                BadValue::new(format!("cannot parse {VALUE} as double"), s)
+                            })?,
                     ),
-                    ColumnBuilder::Decimal(b, p, sc) => b.append_value(parse_decimal(s, *p, *sc)?),
-                    ColumnBuilder::Date(b) => b.append_value(parse_date(s)?),
-                    ColumnBuilder::Time(b) => b.append_value(parse_time(s)?),
-                    ColumnBuilder::Timestamp(b, tz) => b.append_value(parse_timestamp(s, *tz)?),
-                    ColumnBuilder::String(_) | ColumnBuilder::Binary(_) => {}
+                    ColumnBuilder::Decimal(b, p, sc) => {
+                        b.append_value(parse_decimal(s, *p, *sc).map_err(bad)?)
+                    }
+                    ColumnBuilder::Date(b) => b.append_value(parse_date(s).map_err(bad)?),
+                    ColumnBuilder::Time(b) => b.append_value(parse_time(s).map_err(bad)?),
+                    ColumnBuilder::Timestamp(b, tz) => {
+                        b.append_value(parse_timestamp(s, *tz).map_err(bad)?)
+                    }
+                    ColumnBuilder::String(_)
+                    | ColumnBuilder::Binary(_)
+                    | ColumnBuilder::TimeAs(..) => {}
                 }
             }
         }
         Ok(())
+    }
+
+    fn type_name(&self) -> String {
+        match self {
+            ColumnBuilder::Bool(_) => "boolean".into(),
+            ColumnBuilder::Int(_) => "int".into(),
+            ColumnBuilder::Long(_) => "long".into(),
+            ColumnBuilder::Float(_) => "float".into(),
+            ColumnBuilder::Double(_) => "double".into(),
+            ColumnBuilder::Decimal(_, p, s) => format!("decimal({p},{s})"),
+            ColumnBuilder::Date(_) => "date".into(),
+            ColumnBuilder::Time(_) | ColumnBuilder::TimeAs(..) => "time".into(),
+            ColumnBuilder::Timestamp(_, false) => "timestamp".into(),
+            ColumnBuilder::Timestamp(_, true) => "timestamptz".into(),
+            ColumnBuilder::String(_) => "string".into(),
+            ColumnBuilder::Binary(_) => "binary".into(),
+        }
     }
 
     pub fn push_null(&mut self) {
@@ -115,6 +240,7 @@ impl ColumnBuilder {
             ColumnBuilder::Decimal(b, ..) => b.append_null(),
             ColumnBuilder::Date(b) => b.append_null(),
             ColumnBuilder::Time(b) => b.append_null(),
+            ColumnBuilder::TimeAs(b, _) => b.push_null(),
             ColumnBuilder::Timestamp(b, _) => b.append_null(),
             ColumnBuilder::String(b) => b.append_null(),
             ColumnBuilder::Binary(b) => b.append_null(),
@@ -131,6 +257,7 @@ impl ColumnBuilder {
             ColumnBuilder::Decimal(b, ..) => Arc::new(b.finish()),
             ColumnBuilder::Date(b) => Arc::new(b.finish()),
             ColumnBuilder::Time(b) => Arc::new(b.finish()),
+            ColumnBuilder::TimeAs(b, _) => b.finish(),
             ColumnBuilder::Timestamp(b, _) => Arc::new(b.finish()),
             ColumnBuilder::String(b) => Arc::new(b.finish()),
             ColumnBuilder::Binary(b) => Arc::new(b.finish()),
@@ -138,68 +265,184 @@ impl ColumnBuilder {
     }
 }
 
-fn utf8(v: &[u8]) -> Result<&str, String> {
-    std::str::from_utf8(v).map_err(|e| format!("invalid UTF-8 at byte {}", e.valid_up_to()))
+fn utf8(v: &[u8]) -> Result<&str, BadValue> {
+    std::str::from_utf8(v).map_err(|e| BadValue {
+        reason: format!("invalid UTF-8 at byte {}", e.valid_up_to()),
+        value: None,
+    })
 }
 
 pub fn parse_bool(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
         "true" | "t" | "1" | "yes" | "y" => Ok(true),
         "false" | "f" | "0" | "no" | "n" => Ok(false),
-        _ => Err(format!("cannot parse `{s}` as boolean")),
+        _ => Err(format!("cannot parse {VALUE} as boolean")),
     }
 }
 
-/// `-123.45` → unscaled i128 at `scale`; more fraction digits than `scale` are refused unless
-/// they are zeros.
-pub fn parse_decimal(s: &str, precision: u32, scale: u32) -> Result<i128, String> {
-    let err = || format!("cannot parse `{s}` as decimal({precision},{scale})");
+/// A number as text: `[+-]digits[.digits][(e|E)[+-]digits]` (DMS writes doubles as
+/// `+5.0656000000000000e+05`), as its exact decimal digits.
+#[derive(Debug, PartialEq)]
+struct Number {
+    neg: bool,
+    /// Integer digits, without leading zeros.
+    int: String,
+    /// Fraction digits, trailing zeros kept.
+    frac: String,
+    /// The integer part was written with leading zeros (`007`, `01307`): a value that is an
+    /// identifier more often than a number, and that a numeric column would change.
+    leading_zeros: bool,
+}
+
+/// Larger exponents cannot be exact in 38 digits, and would make long strings.
+const MAX_EXPONENT: i64 = 400;
+
+fn parse_number(s: &str) -> Option<Number> {
     let (neg, body) = match s.as_bytes().first() {
         Some(b'-') => (true, &s[1..]),
         Some(b'+') => (false, &s[1..]),
         _ => (false, s),
     };
-    let (int, frac) = body.split_once('.').unwrap_or((body, ""));
+    let (mantissa, exp) = match body.find(['e', 'E']) {
+        Some(i) => {
+            let e = &body[i + 1..];
+            let digits = e.strip_prefix(['+', '-']).unwrap_or(e);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.len() > 6
+            {
+                return None;
+            }
+            let v: i64 = digits.parse().ok()?;
+            (&body[..i], if e.starts_with('-') { -v } else { v })
+        }
+        None => (body, 0),
+    };
+    if exp.abs() > MAX_EXPONENT {
+        return None;
+    }
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
     if (int.is_empty() && frac.is_empty())
         || !int.bytes().all(|b| b.is_ascii_digit())
         || !frac.bytes().all(|b| b.is_ascii_digit())
     {
-        return Err(err());
+        return None;
     }
-    let frac_kept = if frac.len() > scale as usize {
-        let (kept, extra) = frac.split_at(scale as usize);
+    let leading_zeros = int.len() > 1 && int.starts_with('0');
+    // Move the decimal point by the exponent.
+    let digits = format!("{int}{frac}");
+    let point = int.len() as i64 + exp;
+    let (int, frac) = if point <= 0 {
+        (
+            String::new(),
+            format!("{}{digits}", "0".repeat((-point) as usize)),
+        )
+    } else if point as usize >= digits.len() {
+        (
+            format!("{digits}{}", "0".repeat(point as usize - digits.len())),
+            String::new(),
+        )
+    } else {
+        let (a, b) = digits.split_at(point as usize);
+        (a.to_string(), b.to_string())
+    };
+    Some(Number {
+        neg,
+        int: int.trim_start_matches('0').to_string(),
+        frac,
+        leading_zeros,
+    })
+}
+
+fn leading_zeros_reason(what: &str) -> String {
+    format!("{VALUE} has leading zeros, which {what} would not keep")
+}
+
+/// An integer, exactly: `12`, `+12`, `-0`, `1.0`, `+5.0656000000000000e+05`; not `007` (the
+/// zeros would be lost), not `1.5` (the fraction would be).
+fn parse_integer(s: &str, what: &str) -> Result<i64, String> {
+    let n = parse_number(s).ok_or_else(|| format!("cannot parse {VALUE} as {what}"))?;
+    if n.leading_zeros {
+        return Err(leading_zeros_reason(&format!("a {what} column")));
+    }
+    if n.frac.bytes().any(|b| b != b'0') {
+        return Err(format!(
+            "{VALUE} is not a whole number: a {what} column would drop its fraction"
+        ));
+    }
+    let out_of_range = || format!("{VALUE} is out of range for {what}");
+    if n.int.len() > 19 {
+        return Err(out_of_range());
+    }
+    let v: i128 = if n.int.is_empty() {
+        0
+    } else {
+        n.int.parse().map_err(|_| out_of_range())?
+    };
+    i64::try_from(if n.neg { -v } else { v }).map_err(|_| out_of_range())
+}
+
+/// A float or double: any decimal number (the nearest binary value is what the type holds),
+/// `NaN` and infinities; not written with leading zeros. Returns the text to parse.
+fn parse_float<'a>(s: &'a str, what: &str) -> Result<&'a str, String> {
+    if let Some(n) = parse_number(s)
+        && n.leading_zeros
+    {
+        return Err(leading_zeros_reason(&format!("a {what} column")));
+    }
+    Ok(s)
+}
+
+/// `-123.45` (or `-1.2345e+02`) → unscaled i128 at `scale`; digits past `scale` are refused
+/// unless they are zeros, and so are leading zeros.
+pub fn parse_decimal(s: &str, precision: u32, scale: u32) -> Result<i128, String> {
+    let n = parse_number(s)
+        .ok_or_else(|| format!("cannot parse {VALUE} as decimal({precision},{scale})"))?;
+    if n.leading_zeros {
+        return Err(leading_zeros_reason("a decimal column"));
+    }
+    let frac_kept = if n.frac.len() > scale as usize {
+        let (kept, extra) = n.frac.split_at(scale as usize);
         if extra.bytes().any(|b| b != b'0') {
-            return Err(format!("`{s}` has more than {scale} decimal places"));
+            return Err(format!("{VALUE} has more than {scale} decimal places"));
         }
         kept
     } else {
-        frac
+        n.frac.as_str()
     };
-    let int = int.trim_start_matches('0');
-    if int.len() + scale as usize > precision as usize {
-        return Err(format!("`{s}` does not fit decimal({precision},{scale})"));
+    if n.int.len() + scale as usize > precision as usize {
+        return Err(format!("{VALUE} does not fit decimal({precision},{scale})"));
     }
     let mut v: i128 = 0;
-    for b in int.bytes().chain(frac_kept.bytes()) {
+    for b in n.int.bytes().chain(frac_kept.bytes()) {
         v = v * 10 + (b - b'0') as i128;
     }
     for _ in frac_kept.len()..scale as usize {
         v *= 10;
     }
-    Ok(if neg { -v } else { v })
+    Ok(if n.neg { -v } else { v })
+}
+
+/// Microseconds since midnight → `HH:MM:SS.ffffff`.
+pub fn format_time(micros: i64) -> String {
+    let (secs, us) = (micros.div_euclid(1_000_000), micros.rem_euclid(1_000_000));
+    format!(
+        "{:02}:{:02}:{:02}.{us:06}",
+        secs / 3600,
+        (secs / 60) % 60,
+        secs % 60
+    )
 }
 
 const UNIX_EPOCH_DAYS_FROM_CE: i32 = 719_163;
 
 pub fn parse_date(s: &str) -> Result<i32, String> {
     let d = NaiveDate::parse_from_str(s, "%Y-%m-%d")
-        .map_err(|_| format!("cannot parse `{s}` as date (yyyy-MM-dd)"))?;
+        .map_err(|_| format!("cannot parse {VALUE} as date (yyyy-MM-dd)"))?;
     Ok(chrono::Datelike::num_days_from_ce(&d) - UNIX_EPOCH_DAYS_FROM_CE)
 }
 
 /// `HH:MM:SS[.fraction]` → microseconds since midnight.
 pub fn parse_time(s: &str) -> Result<i64, String> {
-    let err = || format!("cannot parse `{s}` as time (HH:mm:ss[.ffffff])");
+    let err = || format!("cannot parse {VALUE} as time (HH:mm:ss[.ffffff])");
     let b = s.as_bytes();
     if b.len() < 8 || b[2] != b':' || b[5] != b':' {
         return Err(err());
@@ -237,7 +480,7 @@ fn fraction_micros(f: &str) -> Option<i64> {
 /// `yyyy-MM-dd[ T]HH:mm:ss[.f{0,9}]`, for timestamptz optionally followed by `Z` or `±HH:MM`
 /// (no zone = UTC, which is what DMS writes) → microseconds since the epoch.
 pub fn parse_timestamp(s: &str, with_zone: bool) -> Result<i64, String> {
-    let err = || format!("cannot parse `{s}` as timestamp (yyyy-MM-dd HH:mm:ss[.ffffff])");
+    let err = || format!("cannot parse {VALUE} as timestamp (yyyy-MM-dd HH:mm:ss[.ffffff])");
     if s.len() < 19 {
         return Err(err());
     }
@@ -386,7 +629,20 @@ mod tests {
         assert_eq!(parse_decimal("1.230", 12, 2), Ok(123));
         assert!(parse_decimal("1.234", 12, 2).is_err());
         assert!(parse_decimal("12345678901.00", 12, 2).is_err());
-        assert!(parse_decimal("1e3", 12, 2).is_err());
+        assert_eq!(parse_decimal("1e3", 12, 2), Ok(100_000));
+        assert_eq!(
+            parse_decimal("+5.0656000000000000e+05", 20, 2),
+            Ok(50_656_000)
+        );
+        assert_eq!(parse_decimal("-1.25E-1", 12, 3), Ok(-125));
+        assert!(
+            parse_decimal("1.25e-3", 12, 2).is_err(),
+            "0.00125 has 5 places"
+        );
+        assert!(parse_decimal("007.5", 12, 2).is_err(), "leading zeros");
+        assert_eq!(parse_decimal("0.5", 12, 2), Ok(50));
+        assert!(parse_decimal("1e", 12, 2).is_err());
+        assert!(parse_decimal("1e99999", 12, 2).is_err());
         assert!(parse_decimal(".", 12, 2).is_err());
         assert!(parse_decimal("", 12, 2).is_err());
     }
@@ -444,6 +700,84 @@ mod tests {
                 scale: 0
             }
         );
+    }
+
+    #[test]
+    fn integers_are_exact() {
+        let long = |v: &str| {
+            let mut b = ColumnBuilder::new(&PrimitiveType::Long, 1).unwrap();
+            b.push(Some(v.as_bytes())).map(|_| {
+                let a = b.finish();
+                a.as_any()
+                    .downcast_ref::<arrow_array::Int64Array>()
+                    .unwrap()
+                    .value(0)
+            })
+        };
+        assert_eq!(long("51003"), Ok(51003));
+        assert_eq!(long("+5.0656000000000000e+05"), Ok(506_560));
+        assert_eq!(long("-1.0000000000000000e+00"), Ok(-1));
+        assert_eq!(long("+0.0000000000000000e+00"), Ok(0));
+        assert_eq!(long("0"), Ok(0));
+        assert_eq!(long("7.0"), Ok(7));
+        assert_eq!(long("9223372036854775807"), Ok(i64::MAX));
+        assert_eq!(long("-9223372036854775808"), Ok(i64::MIN));
+        let e = long("01307").unwrap_err();
+        assert!(e.reason.contains("leading zeros"), "{e}");
+        assert_eq!(e.value.as_deref(), Some("01307"));
+        assert!(
+            long("5.0656500000000000e+00")
+                .unwrap_err()
+                .reason
+                .contains("whole number")
+        );
+        assert!(
+            long("9223372036854775808")
+                .unwrap_err()
+                .reason
+                .contains("out of range")
+        );
+        assert!(long("1e30").unwrap_err().reason.contains("out of range"));
+        assert!(long(" 12").unwrap_err().reason.contains("spaces"));
+        assert!(long("12 ").is_err());
+        assert!(long("1_000").is_err());
+        let mut i = ColumnBuilder::new(&PrimitiveType::Int, 1).unwrap();
+        assert!(
+            i.push(Some(b"2147483648"))
+                .unwrap_err()
+                .reason
+                .contains("out of range")
+        );
+        let mut d = ColumnBuilder::new(&PrimitiveType::Double, 1).unwrap();
+        d.push(Some(b"+5.0656000000000000e+05")).unwrap();
+        assert!(d.push(Some(b"00.5")).is_err());
+    }
+
+    #[test]
+    fn times_stored_as_text_or_micros() {
+        let t = Some(&PrimitiveType::Time);
+        let mut s = ColumnBuilder::for_source(&PrimitiveType::String, t, 2).unwrap();
+        s.push(Some(b"23:59:59.5")).unwrap();
+        s.push(Some(b"00:00:01")).unwrap();
+        assert!(s.push(Some(b"25:00:00")).is_err());
+        let a = s.finish();
+        let a = a
+            .as_any()
+            .downcast_ref::<arrow_array::StringArray>()
+            .unwrap();
+        assert_eq!(
+            (a.value(0), a.value(1)),
+            ("23:59:59.500000", "00:00:01.000000")
+        );
+        let mut l = ColumnBuilder::for_source(&PrimitiveType::Long, t, 1).unwrap();
+        l.push(Some(b"00:00:01.000002")).unwrap();
+        let a = l.finish();
+        let a = a
+            .as_any()
+            .downcast_ref::<arrow_array::Int64Array>()
+            .unwrap();
+        assert_eq!(a.value(0), 1_000_002);
+        assert_eq!(format_time(86_399_999_999), "23:59:59.999999");
     }
 
     #[test]

@@ -41,6 +41,20 @@ fn base_properties() -> parquet::file::properties::WriterPropertiesBuilder {
         .set_created_by(format!("dms2iceberg {}", env!("CARGO_PKG_VERSION")))
 }
 
+/// Name suffix of data files that hold only full-load rows (`<uuid>-00000-fullload.parquet`).
+/// Full-load rows come before every change, whatever their ordering columns say (DMS stamps
+/// them with the transfer time, and changes cached during the load can be older): a lookup
+/// never takes a row of such a file for newer than a change. The name says it, so it survives
+/// snapshot expiry and needs no extra read; a file rewritten by another engine loses it.
+pub const FULL_LOAD_SUFFIX: &str = "fullload";
+
+/// Whether a data file (by path) holds only full-load rows.
+pub fn is_full_load_file(path: &str) -> bool {
+    path.rsplit('/')
+        .next()
+        .is_some_and(|name| name.ends_with(&format!("-{FULL_LOAD_SUFFIX}.parquet")))
+}
+
 /// Writes `rows` (already in the table's current schema, column for column, sorted by key) as
 /// data files of the table's default partition spec. Returns `(spec id, file)` pairs.
 pub async fn write_data_files(
@@ -49,6 +63,18 @@ pub async fn write_data_files(
     rows: &RecordBatch,
     key: &[String],
     target_file_size: u64,
+) -> Result<Vec<(i32, DataFile)>> {
+    write_data_files_of(file_io, metadata, rows, key, target_file_size, false).await
+}
+
+/// [`write_data_files`]; `full_load`: every row comes from a full load (the files are named so).
+pub async fn write_data_files_of(
+    file_io: &FileIO,
+    metadata: &TableMetadata,
+    rows: &RecordBatch,
+    key: &[String],
+    target_file_size: u64,
+    full_load: bool,
 ) -> Result<Vec<(i32, DataFile)>> {
     if rows.num_rows() == 0 {
         return Ok(Vec::new());
@@ -83,7 +109,7 @@ pub async fn write_data_files(
         DefaultLocationGenerator::new(metadata)?,
         DefaultFileNameGenerator::new(
             uuid::Uuid::new_v4().to_string(),
-            None,
+            full_load.then(|| FULL_LOAD_SUFFIX.to_string()),
             DataFileFormat::Parquet,
         ),
     );

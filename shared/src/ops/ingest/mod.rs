@@ -158,11 +158,13 @@ impl<'a> Ingest<'a> {
             table: String::new(),
             commits: vec![],
             error: None,
+            error_log: None,
             files_waiting: 0,
         };
         let (cfg, ident) = match self.resolve(schema, table) {
             Ok(r) => r,
             Err(e) => {
+                report.error_log = Some(e.redacted());
                 report.error = Some(e.to_string());
                 report.files_waiting = files.len();
                 return report;
@@ -182,6 +184,7 @@ impl<'a> Ingest<'a> {
             None => match LoadedTable::load(self.catalog, &ident).await {
                 Ok(t) => Some(t),
                 Err(e) => {
+                    report.error_log = Some(e.redacted());
                     report.error = Some(e.to_string());
                     report.files_waiting = files.len();
                     return report;
@@ -208,7 +211,13 @@ impl<'a> Ingest<'a> {
         let end = stop.as_ref().map_or(files.len(), |s| s.at);
         let mut i = 0;
         while i < end {
-            let n = self.files_per_commit.min(end - i);
+            // A commit holds full-load files or change files, never both: its data files are
+            // then named for what they hold (full-load rows are older than every change).
+            let n = files[i..end]
+                .iter()
+                .take(self.files_per_commit)
+                .take_while(|f| f.object.kind == files[i].object.kind)
+                .count();
             let group = &files[i..i + n];
             match self.apply(&cfg, &ident, group, loaded.take()).await {
                 Ok(reports) => {
@@ -222,8 +231,10 @@ impl<'a> Ingest<'a> {
                         on_commit(&r);
                         report.commits.push(r);
                     }
-                    warn!(table = %ident, files = ?group.iter().map(|f| &f.object.key).collect::<Vec<_>>(), error = %crate::error::redact(&e.to_string()), "file not applied");
-                    tracing::debug!(table = %ident, error = %e, "file not applied (unredacted)");
+                    // The caller reports the error (the CLI prints it once, the function logs
+                    // it with its table): here only for debugging, the value as its own field.
+                    tracing::debug!(table = %ident, files = ?group.iter().map(|f| &f.object.key).collect::<Vec<_>>(), error = %e.redacted(), value = ?e.value(), "file not applied");
+                    report.error_log = Some(e.redacted());
                     report.error = Some(e.to_string());
                     report.files_waiting = files.len() - i - n;
                     return report;
@@ -232,7 +243,8 @@ impl<'a> Ingest<'a> {
             i += n;
         }
         if let Some(s) = stop {
-            warn!(table = %ident, error = %crate::error::redact(&s.error.to_string()), "two files at one place in DMS order");
+            warn!(table = %ident, error = %s.error.redacted(), "two files at one place in DMS order");
+            report.error_log = Some(s.error.redacted());
             report.error = Some(s.error.to_string());
             report.files_waiting = files.len() - s.at - s.involved;
         }

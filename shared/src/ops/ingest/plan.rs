@@ -24,7 +24,7 @@ use crate::evolve;
 use crate::locate::FileKind;
 use crate::lookup::{Located, locate_rows};
 use crate::table::{LoadedTable, keys};
-use crate::write::{write_data_files, write_position_deletes};
+use crate::write::{write_data_files_of, write_position_deletes};
 
 /// How the selected inputs apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,7 +213,7 @@ impl Planner for IngestPlanner<'_> {
                 staged.discard(self.ingest.catalog.file_io()).await;
                 return Err(e);
             }
-            warn!(table = %self.ident, rows = rejected.len(), first = %crate::error::redact(&rejected[0].error.to_string()), "rows set aside in the rejected-rows table");
+            warn!(table = %self.ident, rows = rejected.len(), first = %rejected[0].error.redacted(), "rows set aside in the rejected-rows table");
         }
         report.timings = timings;
         Ok(Plan::Commit(Box::new(staged), report))
@@ -457,21 +457,17 @@ impl IngestPlanner<'_> {
                     .ok_or_else(|| Error::Other(format!("key column `{k}` not in table")))
             })
             .collect::<Result<Vec<_>>>()?;
-        // With an ordering column the table already has, an older change never overwrites a
-        // newer row (a file applied out of order, a replayed change).
-        let order = self
-            .cfg
-            .change_sequence_column
-            .as_ref()
-            .or(self.cfg.commit_timestamp_column.as_ref())
-            .and_then(|c| md.current_schema().field_id_by_name(c))
-            .zip(read.deduped.order_values.clone());
+        // With ordering columns, an older change never overwrites a newer row (a file applied
+        // out of order, a replayed change).
+        let order = read
+            .deduped
+            .stale_check(md.current_schema(), &self.cfg.ordering_columns());
         locate_rows(
             self.ingest.catalog.file_io(),
             md,
             &read.deduped.keys,
             ids,
-            order,
+            order.as_ref(),
             &self.ingest.cache,
         )
         .await
@@ -532,6 +528,9 @@ impl IngestPlanner<'_> {
         let file_io = self.ingest.catalog.file_io();
         let target = self.cfg.target_file_size_bytes;
         let deduped = &read.deduped;
+        // Every row of this commit comes from a full load (commits never mix the two): its
+        // files are named so, and later changes are never judged stale against them.
+        let full_load = self.planned.iter().all(|f| f.object.kind == FileKind::Load);
         let Some(pass) = &read.second_pass else {
             // Upserts of stale keys are dropped (their live row stays as it is).
             let upserts = if located.stale.iter().any(|s| *s) {
@@ -546,7 +545,8 @@ impl IngestPlanner<'_> {
             } else {
                 deduped.upserts.clone()
             };
-            let data = write_data_files(file_io, planned, &upserts, key, target).await?;
+            let data =
+                write_data_files_of(file_io, planned, &upserts, key, target, full_load).await?;
             prepared.extend(data.iter().map(|(_, f)| f.file_path().to_string()));
             return Ok(data);
         };
@@ -566,7 +566,8 @@ impl IngestPlanner<'_> {
         let reader = tokio::task::spawn_blocking(move || pass.run(keep, tx));
         let mut data = Vec::new();
         while let Some(chunk) = rx.recv().await {
-            let written = write_data_files(file_io, planned, &chunk?, key, target).await?;
+            let written =
+                write_data_files_of(file_io, planned, &chunk?, key, target, full_load).await?;
             prepared.extend(written.iter().map(|(_, f)| f.file_path().to_string()));
             data.extend(written);
         }

@@ -79,17 +79,17 @@ pub(super) fn read_files(
         .iter()
         .map(|k| primitive(&schema, k))
         .collect::<Result<_>>()?;
-    let order_column = match (&cfg.change_sequence_column, &cfg.commit_timestamp_column) {
-        (Some(c), _) | (None, Some(c)) => {
-            if schema.field_by_name(c).is_none() {
-                return Err(Error::Config(format!(
-                    "table {table_name}: ordering column `{c}` (change_sequence_column / commit_timestamp_column) is not in the files"
-                )));
-            }
-            Some(c.clone())
-        }
-        (None, None) => None,
-    };
+    let order_columns = cfg.ordering_columns();
+    if let Some(c) = order_columns
+        .iter()
+        .find(|c| schema.field_by_name(c).is_none())
+    {
+        return Err(Error::Config(format!(
+            "table {table_name}: ordering column `{c}` (ordering_column / change_sequence_column / \
+             commit_timestamp_column under [tables.\"{}\"]) is not in the files",
+            cfg.source
+        )));
+    }
     let mut changes = Vec::with_capacity(opened.len());
     let mut max_seq: Option<String> = None;
     let mut rejected: Vec<Rejected> = Vec::new();
@@ -104,7 +104,7 @@ pub(super) fn read_files(
             .fields()
             .iter()
             .enumerate()
-            .filter(|(_, f)| key.contains(f.name()) || Some(f.name()) == order_column.as_ref())
+            .filter(|(_, f)| key.contains(f.name()) || order_columns.contains(f.name()))
             .map(|(i, _)| i)
             .collect();
         Some((Arc::new(processing.project(&keep)?), keep))
@@ -124,7 +124,12 @@ pub(super) fn read_files(
             let mut b = align(b?, &processing)?;
             rejected.append(&mut b.rejected);
             if cfg.bad_rows == BadRows::Quarantine {
-                b = reject_null_keys(b, key, f, &mut rejected)?;
+                b = reject_null_keys(b, key, f, &mut rejected, "primary key value is NULL")?;
+                // A change row must be placed among its key's changes.
+                if f.object.kind == crate::locate::FileKind::Cdc {
+                    let why = "a change row has no value in an ordering column";
+                    b = reject_null_keys(b, &order_columns, f, &mut rejected, why)?;
+                }
             }
             if let Some(seq) = &cfg.change_sequence_column
                 && let Some(col) = b.data.column_by_name(seq)
@@ -150,7 +155,7 @@ pub(super) fn read_files(
         dedupe_schema,
         changes,
         key,
-        order_column.as_deref(),
+        &order_columns,
         only_keys_of.as_deref(),
     )?;
     let second_pass = large.then(|| SecondPass {
@@ -256,16 +261,21 @@ fn column_types(
                 _ => None,
             }
         });
+        // A DMS TIME column is stored as `time_type` says (an existing column keeps its type).
+        let declared = c
+            .declared
+            .as_ref()
+            .map(|d| crate::types::stored_type(d, existing.as_ref(), cfg.time_type));
         let t = if Some(&c.name) == cfg.change_sequence_column.as_ref() {
             Some(c.declared.clone().unwrap_or(PrimitiveType::String))
         } else if matches!(src, SourceFile::Csv(_)) {
             // Text takes the table's type when the column exists; else declared or inferred.
-            existing.or_else(|| c.declared.clone()).or_else(|| {
+            existing.or(declared).or_else(|| {
                 (Some(&c.name) == cfg.commit_timestamp_column.as_ref())
                     .then_some(PrimitiveType::Timestamp)
             })
         } else {
-            c.declared.clone()
+            declared
         };
         typed.push((c.name.clone(), t));
     }
@@ -293,12 +303,14 @@ fn column_types(
         .collect())
 }
 
-/// Quarantine: rows whose key is NULL cannot be applied; set them aside.
+/// Quarantine: rows whose key (or, in a change file, ordering column) is NULL cannot be
+/// applied; set them aside with `reason`.
 fn reject_null_keys(
     b: ChangeBatch,
     key: &[String],
     f: &FileInput,
     rejected: &mut Vec<Rejected>,
+    reason: &str,
 ) -> Result<ChangeBatch> {
     let cols: Vec<(&String, &ArrayRef)> = key
         .iter()
@@ -312,7 +324,7 @@ fn reject_null_keys(
         match cols.iter().find(|(_, c)| c.is_null(r)) {
             Some((k, _)) => {
                 rejected.push(Rejected {
-                    error: InputError::new(&f.object.key, "primary key value is NULL")
+                    error: InputError::new(&f.object.key, reason)
                         .at(crate::read::position(f.object.format, b.positions[r]))
                         .column(k.as_str()),
                     record: None,

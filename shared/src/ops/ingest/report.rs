@@ -125,8 +125,12 @@ pub struct TableReport {
     pub source: String,
     pub table: String,
     pub commits: Vec<CommitReport>,
-    /// The error that stopped this table, if any (files after it were not applied).
+    /// The error that stopped this table, if any (files after it were not applied), with the
+    /// input value it is about: for the user.
     pub error: Option<String>,
+    /// The same error without input values: for logs.
+    #[serde(skip)]
+    pub error_log: Option<String>,
     /// Files not applied because an earlier file failed.
     pub files_waiting: usize,
 }
