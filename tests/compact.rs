@@ -554,7 +554,9 @@ fn binary_column_added_by_evolution_scans_and_compacts() {
     );
     let (r, rep) = maintain_env(&w, "shop.blobs", "compact", &[], &[]);
     let rep = rep.unwrap_or_else(|| panic!("no report:\n{}", r.ok().describe()));
-    assert!(num(&rep, "data_files_rewritten") >= 2, "{rep}");
+    // At least the full load, written before the column existed (full-load files are
+    // compacted apart from change files).
+    assert!(num(&rep, "data_files_rewritten") >= 1, "{rep}");
     w.assert_table("shop.blobs");
 }
 
