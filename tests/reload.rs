@@ -250,11 +250,36 @@ fn a_multi_file_reload_delivered_in_any_order_equals_the_in_order_one() {
         &mut state,
         &[('U', 30, "y", 302)],
     );
-    // One file per run, the second load file first (S3 events are unordered).
-    for f in [&l2, &l1, &c] {
+    // One file per run, the second load file first (S3 events are unordered). Before the new
+    // load's first file it cannot apply (the files it would merge with are gone): it fails,
+    // changes nothing, and applies when delivered again (a retry) after the first one.
+    let before = w.scan("s.t", &[]);
+    let r = w.ingest_paths(std::slice::from_ref(&l2));
+    assert_eq!(r.status.code(), Some(1), "{}", r.describe());
+    assert!(r.output().contains("LOAD00000001"), "{}", r.describe());
+    assert_eq!(w.scan("s.t", &[]), before, "a failed file changes nothing");
+    for f in [&l1, &l2, &c] {
         w.ingest_paths(std::slice::from_ref(f)).ok();
     }
     w.assert_table_rows("s.t", &rows(&state), "shuffled");
+    // The same delivered as a folder (what the Lambda and a folder ingest see): in one go.
+    let w2 = Work::new("reload_multi_folder");
+    let mut d2 = Dms::new(&w2);
+    let (mut state2, _) = before_reload(&mut d2);
+    w2.ingest().ok();
+    d2.empty_folder();
+    source_during_reload(&mut state2);
+    let all2: Vec<(i64, &(String, i64))> = state2.iter().map(|(k, v)| (*k, v)).collect();
+    let (a2, b2) = all2.split_at(all2.len() / 2);
+    d2.load("LOAD00000001.csv", a2);
+    d2.load("LOAD00000002.csv", b2);
+    d2.changes(
+        "20220302-1200000000.csv",
+        &mut state2,
+        &[('U', 30, "y", 302)],
+    );
+    w2.ingest().ok();
+    w2.assert_table_rows("s.t", &rows(&state2), "folder");
     // Delivered again, all of it: nothing changes.
     let again = ingest_json(&w, &[l1, l2, c]);
     assert!(again.iter().all(|r| r["status"] != "applied"), "{again:?}");
@@ -428,4 +453,71 @@ fn the_record_survives_snapshot_expiry_by_another_engine() {
     let applied: Vec<&Value> = r.iter().filter(|c| c["status"] == "applied").collect();
     assert_eq!(applied.len(), 1, "only the new file: {r:?}");
     w.assert_table_rows("s.t", &rows(&state), "after_foreign");
+}
+
+#[test]
+fn files_older_than_the_record_are_quiet_when_old_and_loud_when_new() {
+    let w = Work::new("beyond_record");
+    let mut d = Dms::new(&w);
+    std::fs::write(
+        w.config(),
+        "[defaults]\n[tables.\"s.t\"]\nprimary_key = [\"id\"]\napplied_record_files = 2\n",
+    )
+    .unwrap();
+    let mut state: State = (1..=5).map(|i| (i, (format!("a{i}"), i))).collect();
+    let all: Vec<(i64, &(String, i64))> = state.iter().map(|(k, v)| (*k, v)).collect();
+    d.load("LOAD00000001.csv", &all);
+    let mut change_files = Vec::new();
+    for (i, name) in ["1100", "1110", "1120", "1130"].iter().enumerate() {
+        let id = i as i64 + 1;
+        change_files.push(d.changes(
+            &format!("20220302-{name}000000.csv"),
+            &mut state,
+            &[('U', id, "c", id * 100)],
+        ));
+    }
+    w.ingest().ok();
+    w.assert_table_rows("s.t", &rows(&state), "applied");
+    // `expire` keeps nothing of the history but the record: a re-run is still a no-op, and
+    // files that fell out of the two-file window are taken as applied, quietly.
+    let wh = w.wh().display().to_string();
+    w.cli(&[
+        "expire",
+        "s.t",
+        "--warehouse",
+        &wh,
+        "--older-than-hours",
+        "0",
+        "--retain-last",
+        "1",
+    ])
+    .ok();
+    let r = w.ingest().ok();
+    assert!(
+        r.stdout
+            .contains("older than the table's applied-file record"),
+        "{}",
+        r.describe()
+    );
+    w.assert_table_rows("s.t", &rows(&state), "rerun");
+    // A change file that was never applied, older than the window, arrives now: it cannot be
+    // merged in order, so the run fails loudly and the table is unchanged.
+    let late = d.path("20220302-1105000000.csv");
+    std::fs::write(&late, "Op,id,v,n\nU,5,late,5\n").unwrap();
+    let r = w.ingest_paths(&[late.clone()]);
+    assert_eq!(r.status.code(), Some(1), "{}", r.describe());
+    assert!(
+        r.output()
+            .contains("older than the files the table's applied-file record lists"),
+        "{}",
+        r.describe()
+    );
+    w.assert_table_rows("s.t", &rows(&state), "unchanged");
+    // Late but inside the window: re-merged in order.
+    let inside = d.path("20220302-1125000000.csv");
+    std::fs::write(&inside, "Op,id,v,n\nU,3,inside,3\nU,4,inside,4\n").unwrap();
+    state.insert(3, ("inside".into(), 3));
+    // 4 was changed again by the 11:30 file, which comes after: it keeps that change.
+    w.ingest_paths(&[inside]).ok();
+    w.assert_table_rows("s.t", &rows(&state), "re_merged");
 }

@@ -226,6 +226,25 @@ impl crate::ops::ingest::ObjectSource for S3Objects {
         self.download(bucket, key).await
     }
 
+    async fn fetch_if_present(&self, uri: &str) -> Result<Option<SourceData>> {
+        let (bucket, key) = split_s3_uri(uri)?;
+        match self
+            .client
+            .head_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(_) => self.download(bucket, key).await.map(Some),
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_not_found()) => Ok(None),
+            Err(e) => Err(Error::Other(format!(
+                "S3 HeadObject {uri}: {}",
+                aws_sdk_s3::error::DisplayErrorContext(&e)
+            ))),
+        }
+    }
+
     async fn release(&self, data: &SourceData) {
         if let SourceData::Path(p) = data
             && p.starts_with(&self.spool)

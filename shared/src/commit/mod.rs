@@ -168,6 +168,8 @@ pub struct RecordUpdate {
     pub inputs: Vec<AppliedInput>,
     /// The inputs are a new full load (a new generation).
     pub reload: bool,
+    /// Files of the current load a reload takes along into the new one.
+    pub carried: Vec<record::LoadFile>,
     /// Greatest change sequence of the inputs.
     pub change_seq: Option<String>,
     /// Change files the record keeps.

@@ -131,8 +131,9 @@ pub(super) async fn build_attempt(
         // Recomputed from the table as it is: validation made sure it still holds what the
         // input was planned against.
         let now = AppliedRecord::of_table(&base_md)?.unwrap_or_default();
-        let next = now.applied(
+        let next = now.applied_with(
             &update.inputs,
+            &update.carried,
             update.reload,
             update.change_seq.clone(),
             update.window,

@@ -16,9 +16,11 @@
 //!   it cannot have been applied).
 //! - **The current full load** (a *generation*): its LOAD files with their identity (size, MD5,
 //!   ETag, modification time). DMS reuses LOAD file names when a table is reloaded, so a name is
-//!   not an identity: a LOAD file whose name is recorded with other content, or a LOAD file that
-//!   arrives after change files were applied on top of the current load, starts a new generation
-//!   (a reload, which replaces the table's contents). Identities of the previous generations'
+//!   not an identity: a LOAD file whose name is recorded with other content starts a new
+//!   generation (a reload, which replaces the table's contents). A new load always rewrites its
+//!   first file; its other files, if they arrive first, are applied as late files of the current
+//!   load and taken along by the reload when it comes (modification times cannot decide this:
+//!   copies change them). Identities of the previous generations'
 //!   LOAD files are kept (bounded), so a late copy of an old load is superseded, not re-applied.
 //! - A change file from before the current reload (its DMS order at or before the last change
 //!   applied before the reload, or modified before the reload's first LOAD file) is
@@ -107,6 +109,10 @@ pub struct LoadFile {
     /// When it was applied (epoch ms), for records without a digest.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub applied_ms: Option<i64>,
+    /// Applied after change files of its load (a late file): it may as well be the first file of
+    /// a new load that arrived before that load's `LOAD00000001`, so a reload takes it along.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub joined_late: bool,
 }
 
 /// A full load and what applies on top of it.
@@ -123,10 +129,6 @@ pub struct Generation {
     /// files modified before it predate the reload.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub started_ms: Option<i64>,
-    /// Modification time of the first change file applied on top of this load: a new LOAD file
-    /// modified after it is a reload, one modified before it a late file of this load.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub changes_ms: Option<i64>,
     /// This load's files are not all listed (declared with `mark-applied`, or history expired
     /// before the record existed): unlisted LOAD files modified before this time are taken as
     /// part of it, already applied.
@@ -324,25 +326,22 @@ impl AppliedRecord {
         }
         let recorded = self.load.files.iter().any(|f| &f.order == order);
         if !recorded && let Some(before) = self.load.before_ms {
-            match meta.modified_ms {
-                Some(m) if m <= before => return Standing::BeyondRecord { loud: false },
-                None => return Standing::BeyondRecord { loud: true },
-                Some(_) => {}
-            }
+            // The load's files are not listed: an old one is taken as applied; a new one cannot
+            // be told from a reload, so it is left to the operator.
+            let loud = meta.modified_ms.is_none_or(|m| m > before);
+            return Standing::BeyondRecord { loud };
         }
-        if !recorded && self.load.changes_ms.is_none() && self.last_change_in_generation().is_none()
-        {
-            // Another file of the load being applied (a multi-file or segmented full load).
-            return Standing::Pending { late: false };
+        if recorded {
+            // The current load holds this name with other content: DMS wrote it again.
+            return Standing::Reload;
         }
-        if !recorded
-            && let (Some(first_change), Some(m)) = (self.load.changes_ms, meta.modified_ms)
-            && m < first_change
-        {
-            // Written before the changes applied on top of the load: a late file of it.
-            return Standing::Pending { late: true };
+        // A name the current load does not hold: another file of it (multi-file or segmented),
+        // late if changes were applied on top already. A new load always rewrites its first
+        // file (`LOAD00000001`, per segment), which is what starts a reload; its other files
+        // arriving before that one are taken along when it does (`joined_late`).
+        Standing::Pending {
+            late: self.last_change_in_generation().is_some(),
         }
-        Standing::Reload
     }
 
     /// The newest change file applied on top of the current load.
@@ -426,6 +425,21 @@ impl AppliedRecord {
         window: usize,
         now_ms: i64,
     ) -> AppliedRecord {
+        self.applied_with(inputs, &[], reload, change_seq, window, now_ms)
+    }
+
+    /// [`AppliedRecord::applied`], with `carried`: files of the current load a reload takes
+    /// along into the new one (they joined late, see [`LoadFile::joined_late`]).
+    pub fn applied_with(
+        &self,
+        inputs: &[AppliedInput],
+        carried: &[LoadFile],
+        reload: bool,
+        change_seq: Option<String>,
+        window: usize,
+        now_ms: i64,
+    ) -> AppliedRecord {
+        let late_join = !reload && self.last_change_in_generation().is_some();
         let mut r = self.clone();
         if reload {
             let previous = std::mem::take(&mut r.load);
@@ -439,9 +453,15 @@ impl AppliedRecord {
                 files: Vec::new(),
                 since: self.last_change().cloned().or(previous.since),
                 started_ms: None,
-                changes_ms: None,
                 before_ms: None,
             };
+            r.load.files = carried
+                .iter()
+                .map(|f| LoadFile {
+                    joined_late: false,
+                    ..f.clone()
+                })
+                .collect();
         }
         for i in inputs {
             match i.kind {
@@ -452,6 +472,7 @@ impl AppliedRecord {
                         key: i.key.clone(),
                         meta: i.meta.clone(),
                         applied_ms: Some(now_ms),
+                        joined_late: late_join,
                     });
                     if r.load.number == 0 {
                         r.load.number = 1;
@@ -462,9 +483,6 @@ impl AppliedRecord {
                 }
                 FileKind::Cdc => {
                     r.files.insert(i.order.clone(), i.key.clone());
-                    if r.load.changes_ms.is_none() {
-                        r.load.changes_ms = Some(i.meta.modified_ms.unwrap_or(now_ms));
-                    }
                 }
             }
         }
@@ -497,7 +515,6 @@ impl AppliedRecord {
             horizon_ms: Some(now_ms),
             load: Generation {
                 number: 1,
-                changes_ms: (!is_load(through)).then_some(now_ms),
                 before_ms: Some(now_ms),
                 ..Default::default()
             },
@@ -813,21 +830,40 @@ mod tests {
     }
 
     #[test]
-    fn after_changes_a_new_load_file_reloads_unless_written_before_them() {
+    fn after_changes_a_new_load_file_is_late_and_a_reload_takes_it_along() {
         let r = apply(
             &AppliedRecord::default(),
             vec![input(load(1), meta(10, "a", 100))],
             false,
         );
         let r = apply(&r, vec![input(cdc(1), meta(3, "c", 300))], false);
+        // Whatever its modification time (copies change it): a late file of this load.
+        for m in [150, 400] {
+            assert_eq!(
+                r.classify(&load(2), FileKind::Load, &meta(7, "b", m)),
+                Standing::Pending { late: true }
+            );
+        }
+        let r = apply(&r, vec![input(load(2), meta(7, "b", 400))], false);
+        let joined: Vec<&LoadFile> = r.load.files.iter().filter(|f| f.joined_late).collect();
+        assert_eq!(joined.len(), 1);
+        // LOAD1 rewritten: a reload, which carries the late joiner into the new load.
         assert_eq!(
-            r.classify(&load(2), FileKind::Load, &meta(7, "b", 150)),
-            Standing::Pending { late: true }
-        );
-        assert_eq!(
-            r.classify(&load(2), FileKind::Load, &meta(7, "b", 400)),
+            r.classify(&load(1), FileKind::Load, &meta(11, "a2", 500)),
             Standing::Reload
         );
+        let carried = vec![joined[0].clone()];
+        let r2 = r.applied_with(
+            &[input(load(1), meta(11, "a2", 500))],
+            &carried,
+            true,
+            None,
+            3,
+            1_000,
+        );
+        assert_eq!(r2.load.number, 2);
+        assert_eq!(r2.load.files.len(), 2);
+        assert!(r2.load.files.iter().all(|f| !f.joined_late));
     }
 
     #[test]
@@ -902,7 +938,7 @@ mod tests {
         );
         assert_eq!(
             r.classify(&load(1), FileKind::Load, &meta(9, "l", 5_000)),
-            Standing::Reload
+            Standing::BeyondRecord { loud: true }
         );
         assert_eq!(
             r.classify(&cdc(4), FileKind::Cdc, &meta(1, "x", 500)),

@@ -200,6 +200,7 @@ impl Planner for RejectedPlanner<'_> {
                 base_record: record,
                 inputs: self.inputs.to_vec(),
                 reload: false,
+                carried: vec![],
                 change_seq: None,
                 window: crate::commit::record::DEFAULT_WINDOW,
             }),

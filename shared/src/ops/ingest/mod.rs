@@ -68,6 +68,10 @@ impl FileInput {
 #[async_trait::async_trait]
 pub trait ObjectSource: Send + Sync {
     async fn fetch(&self, key: &str) -> Result<SourceData>;
+    /// Like `fetch`, but `None` when the object does not exist (any more).
+    async fn fetch_if_present(&self, key: &str) -> Result<Option<SourceData>> {
+        self.fetch(key).await.map(Some)
+    }
     /// Called once a fetched object has been read.
     async fn release(&self, _data: &SourceData) {}
 }
@@ -85,6 +89,11 @@ impl ObjectSource for LocalFiles {
             )));
         }
         Ok(SourceData::Path(p))
+    }
+
+    async fn fetch_if_present(&self, key: &str) -> Result<Option<SourceData>> {
+        let p = std::path::PathBuf::from(key);
+        Ok(p.is_file().then_some(SourceData::Path(p)))
     }
 }
 

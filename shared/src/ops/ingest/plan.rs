@@ -264,7 +264,40 @@ impl IngestPlanner<'_> {
             }
             info!(table = %self.ident, files = self.planned.len(), later_files = inputs.len() - self.planned.len(), "late input: re-merging with later files");
         }
-        let fetched = self.ingest.fetch(&mut inputs).await?;
+        // A reload takes along the files of the current load that joined it late: they are
+        // most likely files of the new load that arrived before its first one.
+        let mut carried = Vec::new();
+        let mut fetched = Vec::new();
+        if mode == Mode::Reload {
+            for f in record.load.files.iter().filter(|f| f.joined_late) {
+                if self.planned.iter().any(|p| p.object.order == f.order) {
+                    continue;
+                }
+                let Some(object) = crate::locate::locate(&f.key, &self.ingest.config.source)?
+                else {
+                    continue;
+                };
+                match self.ingest.objects.fetch_if_present(&f.key).await? {
+                    Some(data) => {
+                        fetched.push(data.clone());
+                        inputs.push(FileInput::new(object, Some(data)).with_meta(f.meta.clone()));
+                        carried.push(f.clone());
+                    }
+                    None => {
+                        info!(table = %self.ident, file = %f.key, "a late file of the previous load is gone: not taken into the reload")
+                    }
+                }
+            }
+        }
+        match self.ingest.fetch(&mut inputs).await {
+            Ok(f) => fetched.extend(f),
+            Err(e) => {
+                for d in &fetched {
+                    self.ingest.objects.release(d).await;
+                }
+                return Err(self.late_load_or(e));
+            }
+        }
         let result = async {
             // LOAD files are known by content too: a reload reuses their names.
             for f in inputs.iter_mut().take(self.planned.len()) {
@@ -277,7 +310,7 @@ impl IngestPlanner<'_> {
             }
             let read = self.read(&table, &key, inputs, mode).await?;
             timings.read_us = micros(started);
-            self.stage_read(table, record, mode, key, read, timings)
+            self.stage_read(table, record, carried, mode, key, read, timings)
                 .await
         }
         .await;
@@ -285,6 +318,26 @@ impl IngestPlanner<'_> {
             self.ingest.objects.release(d).await;
         }
         result
+    }
+
+    /// A late full-load file whose re-merge partners cannot be read is most likely the first
+    /// file to arrive of a new load (DMS empties the folder when it reloads a table): say so.
+    fn late_load_or(&self, e: Error) -> Error {
+        match self
+            .planned
+            .iter()
+            .find(|f| f.object.kind == FileKind::Load)
+        {
+            Some(f) => Error::Other(format!(
+                "{}: a full-load file the current load does not hold arrived after changes were \
+                 applied on top of that load, and the files it would be merged with cannot be \
+                 read ({e}). If it belongs to a new full load (a table reload, whose files DMS \
+                 writes after emptying the folder), it applies once that load's first file \
+                 (LOAD00000001) has been applied: run the ingest again then",
+                f.object.key
+            )),
+            None => e,
+        }
     }
 
     async fn read(
@@ -308,10 +361,12 @@ impl IngestPlanner<'_> {
             .map_err(|e| Error::Other(format!("reader task failed: {e}")))?
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn stage_read(
         &self,
         table: Option<LoadedTable>,
         record: AppliedRecord,
+        carried: Vec<crate::commit::record::LoadFile>,
         mode: Mode,
         key: Vec<String>,
         read: ReadResult,
@@ -374,6 +429,7 @@ impl IngestPlanner<'_> {
                 base_record: record,
                 inputs: self.planned.iter().map(applied_input).collect(),
                 reload: mode == Mode::Reload,
+                carried,
                 change_seq: read.max_seq.clone(),
                 window: cfg_window(self.cfg),
             }),
