@@ -504,7 +504,7 @@ fn files_older_than_the_record_are_quiet_when_old_and_loud_when_new() {
     // merged in order, so the run fails loudly and the table is unchanged.
     let late = d.path("20220302-1105000000.csv");
     std::fs::write(&late, "Op,id,v,n\nU,5,late,5\n").unwrap();
-    let r = w.ingest_paths(&[late.clone()]);
+    let r = w.ingest_paths(std::slice::from_ref(&late));
     assert_eq!(r.status.code(), Some(1), "{}", r.describe());
     assert!(
         r.output()
