@@ -318,66 +318,44 @@ pub fn orphans(
     )
 }
 
-/// `ingest`: a table's summary line (stdout) and its failures (stderr, once each).
-/// Ok(false): the table failed or holds a file that cannot be applied.
+/// `ingest`: a table's summary line, then what else happened to it (stdout); its failures
+/// (stderr, once each). Ok(false): the table failed or holds a file that cannot be applied.
 pub fn ingest_table(
     out: &mut impl Write,
     report: &TableReport,
     elapsed: std::time::Duration,
     json: bool,
 ) -> anyhow::Result<bool> {
+    let name = if report.table.is_empty() {
+        report.source.clone()
+    } else {
+        format!("{} -> {}", report.source, report.table)
+    };
+    let counts = counts(report, elapsed);
     let mut ok = true;
-    let sum = |f: fn(&CommitReport) -> usize| -> usize { report.commits.iter().map(f).sum() };
-    let last_snapshot = report.commits.iter().rev().find_map(|c| c.snapshot_id);
-    let stale = sum(|c| c.stale_changes);
-    let counts = format!(
-        "{} files applied, {} skipped (already applied){}; rows {} inserted, {} updated, {} deleted{}; snapshot {}; {:.2}s",
-        report.applied_files(),
-        report.skipped_files(),
-        if report.files_waiting > 0 {
-            format!(
-                ", {} waiting (not applied: DMS order is kept)",
-                report.files_waiting
-            )
-        } else {
-            String::new()
-        },
-        sum(|c| c.inserted),
-        sum(|c| c.updated),
-        sum(|c| c.deleted),
-        if stale > 0 {
-            format!(", {stale} stale (older than the row the table holds: not applied)")
-        } else {
-            String::new()
-        },
-        last_snapshot
-            .map(|s| s.to_string())
-            .unwrap_or_else(|| "unchanged".into()),
-        elapsed.as_secs_f64()
-    );
-    let rejected = sum(|c| c.rows_rejected);
+    match &report.error {
+        // Printed once, on stderr, with the table's counts: what was applied before the
+        // failure stays applied.
+        Some(e) => {
+            ok = false;
+            eprintln!(
+                "error: {name}: FAILED: {}\n       {counts}",
+                without_table_prefix(e, &report.table)
+            );
+        }
+        None if !json => writeln!(out, "{name}: {counts}")?,
+        None => {}
+    }
+    if !json {
+        for line in details(report) {
+            writeln!(out, "    {line}")?;
+        }
+    }
+    let rejected: usize = report.commits.iter().map(|c| c.rows_rejected).sum();
     if rejected > 0 {
         eprintln!(
             "warning: {}: {rejected} rows could not be read and were set aside in {}__rejected",
             report.source, report.table
-        );
-    }
-    if !json && report.reloads() > 0 {
-        println!(
-            "    {} reload(s): a new full load replaced the table's contents",
-            report.reloads()
-        );
-    }
-    if !json && report.superseded_files() > 0 {
-        println!(
-            "    {} file(s) superseded by a reload (from before it): not applied",
-            report.superseded_files()
-        );
-    }
-    let beyond = report.beyond_record_files() - report.loud_files().len();
-    if !json && beyond > 0 {
-        println!(
-            "    {beyond} file(s) older than the table's applied-file record: taken as applied long ago"
         );
     }
     for f in report.loud_files() {
@@ -390,27 +368,59 @@ pub fn ingest_table(
             report.source
         );
     }
-    let name = if report.table.is_empty() {
-        report.source.clone()
-    } else {
-        format!("{} -> {}", report.source, report.table)
-    };
-    match &report.error {
-        // Printed once, on stderr, with the table's counts: what was applied before the
-        // failure stays applied.
-        Some(e) => {
-            ok = false;
-            eprintln!(
-                "error: {name}: FAILED: {}\n       {counts}",
-                without_table_prefix(e, &report.table)
-            );
-        }
-        None if !json => {
-            writeln!(out, "{name}: {counts}")?;
-        }
-        None => {}
-    }
     Ok(ok)
+}
+
+/// Files, rows and the snapshot a table's run ended at.
+fn counts(report: &TableReport, elapsed: std::time::Duration) -> String {
+    let sum = |f: fn(&CommitReport) -> usize| -> usize { report.commits.iter().map(f).sum() };
+    let waiting = match report.files_waiting {
+        0 => String::new(),
+        n => format!(", {n} waiting (not applied: DMS order is kept)"),
+    };
+    let stale = match sum(|c| c.stale_changes) {
+        0 => String::new(),
+        n => format!(", {n} stale (older than the row the table holds: not applied)"),
+    };
+    let snapshot = report
+        .commits
+        .iter()
+        .rev()
+        .find_map(|c| c.snapshot_id)
+        .map_or_else(|| "unchanged".into(), |s| s.to_string());
+    format!(
+        "{} files applied, {} skipped (already applied){waiting}; rows {} inserted, {} updated, {} deleted{stale}; snapshot {snapshot}; {:.2}s",
+        report.applied_files(),
+        report.skipped_files(),
+        sum(|c| c.inserted),
+        sum(|c| c.updated),
+        sum(|c| c.deleted),
+        elapsed.as_secs_f64()
+    )
+}
+
+/// Reloads and files not applied for a reason other than having been applied.
+fn details(report: &TableReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    if report.reloads() > 0 {
+        lines.push(format!(
+            "{} reload(s): a new full load replaced the table's contents",
+            report.reloads()
+        ));
+    }
+    if report.superseded_files() > 0 {
+        lines.push(format!(
+            "{} file(s) superseded by a reload (from before it): not applied",
+            report.superseded_files()
+        ));
+    }
+    let beyond = report.beyond_record_files() - report.loud_files().len();
+    if beyond > 0 {
+        lines.push(format!(
+            "{beyond} file(s) older than the table's applied-file record: taken as applied long ago"
+        ));
+    }
+    lines
 }
 
 /// The summary line names the table already: `table x.y: reason` becomes `reason`.

@@ -76,7 +76,11 @@ impl CsvFile {
         };
         // A column list a headerless file could be read with: the configured one if it names
         // every field, else the table's. A shorter `columns` list only pins types.
-        let op_first = first.get(0).and_then(Op::parse).is_some();
+        // A headerless change file always starts with its Op (DMS writes it whenever rows can
+        // be updates or deletes): an extra leading field there is the Op even when it is not a
+        // valid one, so that the row fails on its Op rather than on a field count.
+        let op_first =
+            first.get(0).and_then(Op::parse).is_some() || obj.kind == crate::locate::FileKind::Cdc;
         let fits = |names: &[String]| {
             names.len() == first_fields.len() || (op_first && names.len() + 1 == first_fields.len())
         };
@@ -954,6 +958,26 @@ mod tests {
             read_all(header, &[("id", PrimitiveType::Long)]).unwrap()[0].positions,
             vec![2]
         );
+    }
+
+    #[test]
+    fn a_headerless_change_row_with_an_unknown_op_fails_on_its_op() {
+        // The table's columns are known (id, v); the change file's extra leading field is its
+        // Op even when the Op is not I, U or D: the error is about the Op, not the field count.
+        let c = cfg();
+        let cols = ["id".to_string(), "v".to_string()];
+        let src = SourceFile::open(
+            &obj(FileKind::Cdc),
+            SourceData::Bytes(b"X,1,b\n".to_vec().into()),
+            &c,
+            Some(&cols),
+        )
+        .unwrap();
+        let e = read_all(src, &[("id", PrimitiveType::Long)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 1, column `Op`"), "{e}");
+        assert!(!e.contains("fields"), "{e}");
     }
 
     #[test]

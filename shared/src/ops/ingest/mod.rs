@@ -252,7 +252,7 @@ impl<'a> Ingest<'a> {
             i += n;
         }
         if let Some(s) = stop {
-            warn!(table = %ident, error = %s.error.redacted(), "two files at one place in DMS order");
+            tracing::debug!(table = %ident, error = %s.error.redacted(), "two files at one place in DMS order");
             report.error_log = Some(s.error.redacted());
             report.error = Some(s.error.to_string());
             report.files_waiting = files.len() - s.at - s.involved;
