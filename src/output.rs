@@ -9,7 +9,7 @@ use arrow_array::{Array, RecordBatch};
 use arrow_cast::display::{ArrayFormatter, FormatOptions};
 use arrow_schema::DataType;
 use dms2iceberg::ops::compact::CompactReport;
-use dms2iceberg::ops::history::SnapshotInfo;
+use dms2iceberg::ops::history::{RecordView, SnapshotInfo};
 use dms2iceberg::ops::ingest::{CommitReport, TableReport};
 use dms2iceberg::ops::maintain::{ExpireReport, OrphanReport};
 use serde::Serialize;
@@ -251,6 +251,37 @@ pub fn history(
         )?;
     }
     Ok(())
+}
+
+/// The applied-file record in one line: what decides which DMS files the table holds.
+pub fn record_line(record: Option<&RecordView>) -> String {
+    let Some(r) = record else {
+        return "no applied-file record (no DMS file applied by dms2iceberg)".into();
+    };
+    let through = r
+        .last_file
+        .as_deref()
+        .map(|f| f.rsplit('/').next().unwrap_or(f).to_string())
+        .or_else(|| r.watermark.clone())
+        .unwrap_or_else(|| "(no change file)".into());
+    let where_ = if r.in_property {
+        format!(
+            "table property dms2iceberg.applied, {} bytes",
+            r.property_bytes
+        )
+    } else {
+        "from snapshot summaries; the next commit writes the table property".into()
+    };
+    let horizon = match &r.horizon {
+        Some(h) => format!("; older than {h} taken as applied"),
+        None => String::new(),
+    };
+    format!(
+        "applied through {through}; load {} ({} file(s)); {} change file(s) listed{horizon} ({where_})",
+        r.load_generation,
+        r.load_files.len(),
+        r.files_in_window
+    )
 }
 
 pub fn compact(out: &mut dyn Write, r: &CompactReport) -> std::io::Result<()> {

@@ -443,6 +443,18 @@ fn the_record_survives_snapshot_expiry_by_another_engine() {
     );
     common::run(&common::python(), ["-c", &py]).ok();
     state.insert(10, ("spark".into(), 1000));
+    // None of our snapshots is left, and `tables` still shows what the table holds.
+    let tables = w.cli(&[
+        "tables",
+        "--warehouse",
+        &w.wh().display().to_string(),
+        "--format",
+        "json",
+    ]);
+    let line: Value = serde_json::from_str(tables.ok().stdout.trim()).expect("tables JSON");
+    assert_eq!(line["applied"]["in_property"], true, "{line}");
+    let last = line["applied"]["last_file"].as_str().unwrap_or_default();
+    assert!(last.ends_with(".csv") && !last.contains("LOAD"), "{line}");
     // Our next run applies only the new file: the foreign change stays.
     d.changes(
         "20220302-1200000000.csv",

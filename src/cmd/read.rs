@@ -67,13 +67,20 @@ pub async fn history(catalog: &CatalogArgs, a: HistoryArgs) -> Result<bool> {
         json,
     } = a;
     let catalog = open_catalog(catalog, &warehouse, true).await?;
-    let snapshots = ops_history::history(catalog.as_ref(), &parse_ident(&table)?).await?;
+    let ident = parse_ident(&table)?;
+    let snapshots = ops_history::history(catalog.as_ref(), &ident).await?;
     let format = if json {
         output::TableOrJson::Json
     } else {
         format
     };
-    output::history(&mut std::io::stdout().lock(), &snapshots, format)?;
+    let mut out = std::io::stdout().lock();
+    output::history(&mut out, &snapshots, format)?;
+    // The record outlives expired snapshots: it, not the list above, says what the table holds.
+    if format == output::TableOrJson::Table {
+        let record = ops_history::applied_record(catalog.as_ref(), &ident).await?;
+        writeln!(out, "{}", output::record_line(record.as_ref()))?;
+    }
     Ok(true)
 }
 
@@ -101,10 +108,21 @@ pub async fn tables(catalog: &CatalogArgs, a: TablesArgs) -> Result<bool> {
     let json = output::json_or(format, json);
     let mut out = std::io::stdout().lock();
     for t in tables {
+        // Rejected-rows side tables and tables of other writers have no record.
+        let record = ops_history::applied_record(catalog.as_ref(), &t).await?;
         if json {
-            writeln!(out, "{}", serde_json::json!({ "table": t.to_string() }))?;
+            #[derive(serde::Serialize)]
+            struct Line<'a> {
+                table: String,
+                applied: Option<&'a ops_history::RecordView>,
+            }
+            let line = Line {
+                table: t.to_string(),
+                applied: record.as_ref(),
+            };
+            writeln!(out, "{}", serde_json::to_string(&line)?)?;
         } else {
-            writeln!(out, "{t}")?;
+            writeln!(out, "{t}\t{}", output::record_line(record.as_ref()))?;
         }
     }
     Ok(true)

@@ -10,6 +10,7 @@ use iceberg::spec::{DataContentType, Manifest, ManifestContentType, Snapshot, Ta
 use serde::Serialize;
 
 use crate::catalog::Catalog;
+use crate::commit::AppliedRecord;
 use crate::error::{Error, Result};
 use crate::table::{LoadedTable, ancestry, keys, manifest_list, source_files};
 
@@ -33,6 +34,68 @@ pub struct SnapshotInfo {
     pub total_data_files: Option<u64>,
     pub total_delete_files: Option<u64>,
     pub summary: std::collections::BTreeMap<String, String>,
+}
+
+/// The table's applied-file record (table property `dms2iceberg.applied`), for operators: it
+/// outlives snapshot expiry, so it is what decides which DMS files a table holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordView {
+    /// Whether the table property holds it (false: rebuilt from snapshot summaries, written
+    /// as the property by the table's next commit).
+    pub in_property: bool,
+    /// Bytes of the encoded property.
+    pub property_bytes: usize,
+    /// The greatest DMS order applied, and its file when the window still lists it.
+    pub watermark: Option<String>,
+    pub last_file: Option<String>,
+    /// Change files listed individually (the window).
+    pub files_in_window: usize,
+    /// Change files at or before this order fell out of the window.
+    pub horizon: Option<String>,
+    pub horizon_ms: Option<i64>,
+    pub change_seq: Option<String>,
+    /// The current full load: its generation (1 = first load; +1 per reload) and files.
+    pub load_generation: u32,
+    pub load_files: Vec<String>,
+    /// LOAD files of earlier loads, kept to recognise stale copies.
+    pub superseded_load_files: usize,
+}
+
+impl RecordView {
+    pub fn of(md: &TableMetadata) -> Result<Option<RecordView>> {
+        let raw = md.properties().get(crate::commit::record::PROPERTY);
+        let Some(r) = AppliedRecord::of_table(md)? else {
+            return Ok(None);
+        };
+        Ok(Some(RecordView {
+            in_property: raw.is_some(),
+            property_bytes: raw.map_or(0, String::len),
+            last_file: r
+                .watermark
+                .as_ref()
+                .and_then(|w| r.key_at(w))
+                .map(str::to_string),
+            watermark: r.watermark.as_ref().map(|w| w.to_string()),
+            files_in_window: r.files.len(),
+            horizon: r.horizon.as_ref().map(|h| h.to_string()),
+            horizon_ms: r.horizon_ms,
+            change_seq: r.change_seq.clone(),
+            load_generation: r.load.number,
+            load_files: r.load.files.iter().map(|f| f.key.clone()).collect(),
+            superseded_load_files: r.superseded.len(),
+        }))
+    }
+}
+
+/// The applied-file record of a table (`None`: it has none).
+pub async fn applied_record(
+    catalog: &dyn Catalog,
+    ident: &TableIdent,
+) -> Result<Option<RecordView>> {
+    let t = LoadedTable::load(catalog, ident)
+        .await?
+        .ok_or_else(|| Error::Other(format!("table {ident} does not exist")))?;
+    RecordView::of(&t.metadata)
 }
 
 pub async fn history(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Vec<SnapshotInfo>> {
