@@ -33,7 +33,6 @@ use serde_json::{Value, json};
 const LANDING: &str = "dms2iceberg-landing";
 const WAREHOUSE_BUCKET: &str = "dms2iceberg-warehouse";
 const WAREHOUSE: &str = "s3://dms2iceberg-warehouse/warehouse/";
-const DB: &str = "dms2iceberg";
 
 /// Whether this machine runs the test, or why not.
 fn enabled() -> Result<(), String> {
@@ -65,16 +64,14 @@ fn infra_tool(name: &str) -> PathBuf {
 /// function's folder, and the binary as `bootstrap` there), built from the test binaries.
 fn stage_build(dir: &Path) -> PathBuf {
     let build = dir.join("build");
-    let template = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
+    let mut template = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
     for (from, to) in [
         ("CodeUri: functions/ingest", "CodeUri: IngestFunction"),
         ("CodeUri: functions/compact", "CodeUri: CompactFunction"),
     ] {
         assert!(template.contains(from), "template.yaml has no `{from}`");
+        template = template.replace(from, to);
     }
-    let template = template
-        .replace("CodeUri: functions/ingest", "CodeUri: IngestFunction")
-        .replace("CodeUri: functions/compact", "CodeUri: CompactFunction");
     for (function, bin) in [
         ("IngestFunction", ingest_bin()),
         ("CompactFunction", compact_bin()),

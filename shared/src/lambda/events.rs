@@ -148,10 +148,9 @@ impl Body {
         if let Some(dt) = v.get("detail-type").and_then(Value::as_str) {
             // Other EventBridge events (another rule's) have no S3 object: nothing to do.
             if dt != "Object Created" {
-                return Body::EventBridge(EventBridgeEvent {
-                    detail_type: dt.to_string(),
-                    ..Default::default()
-                });
+                let mut e = EventBridgeEvent::<S3EventDetail>::default();
+                e.detail_type = dt.to_string();
+                return Body::EventBridge(e);
             }
             return match serde_json::from_value::<EventBridgeEvent<S3EventDetail>>(v) {
                 Ok(e) => Body::EventBridge(e),
