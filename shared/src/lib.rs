@@ -1,33 +1,51 @@
-//! dms2iceberg: apply AWS DMS output (full-load and change files) to Apache Iceberg tables.
+//! dms2iceberg: apply AWS DMS output (full-load and change files) to Apache Iceberg tables,
+//! exactly once and in source order.
 //!
-//! The pipeline, one module per step:
+//! The pipeline, one module per step (in the order a DMS file goes through them):
 //!
 //! 1. [`locate`]: object key → source table, file kind, place in DMS order.
 //! 2. [`read`]: file bytes → Arrow batches of typed rows with their `Op`.
 //! 3. [`dedupe`]: per primary key keep the last change.
 //! 4. [`evolve`]: new columns and type promotions, as one schema change.
-//! 5. [`write`]: Parquet data files for upserts, position-delete files for replaced rows
-//!    (found by [`lookup`] without scanning the table).
-//! 6. [`commit`]: one atomic snapshot per input through a catalog compare-and-swap.
+//! 5. [`lookup`]: where the table holds each changed key (file, position), without a scan.
+//! 6. [`write`]: Parquet data files for upserts, position-delete files for replaced rows.
+//! 7. [`commit`]: one atomic snapshot per input: every table change is a typed `Change`
+//!    landed by one plan → commit → replan loop, with the exactly-once record in the same
+//!    metadata commit (the protocol's invariants are written at the top of `commit`).
 //!
-//! [`ops`] strings them together (`ingest`, `scan`, `history`); handlers only wire config.
+//! [`ops`] strings the steps together as table operations; the Lambda handlers ([`lambda`],
+//! feature `aws`) and the CLI only wire configuration, clients and output.
+//!
+//! # Public API
+//! What the CLI, the two Lambda functions, the benchmarks and the tests use; everything else is
+//! `pub(crate)`:
+//! - operations: [`ops::ingest::Ingest`] (with [`ops::ingest::local_inputs`] and
+//!   [`ops::discover::discover_all`]), [`ops::scan::Scan`], [`ops::history::history`],
+//!   [`ops::compact::Compact`], [`ops::maintain::ExpireSnapshots`], [`ops::maintain::Orphans`],
+//!   [`ops::mark_applied::MarkApplied`]; each returns a serialisable report;
+//! - catalogs: [`catalog::Catalog`] (the compare-and-swap contract), [`catalog::SqliteCatalog`]
+//!   (embedded default) and, with feature `aws`, the Glue catalog and S3 clients in [`aws`];
+//! - configuration: [`config::Config`] (the TOML file; per-table settings);
+//! - errors: [`Error`] with [`error::InputError`] naming file, line/row and column;
+//! - the reader ([`read`], [`locate`]) and [`lookup::LookupCache`], public for the hostile-input
+//!   tests and the benchmarks that drive them directly.
 
 #[cfg(feature = "aws")]
 pub mod aws;
 pub mod catalog;
-pub mod commit;
+pub(crate) mod commit;
 pub mod config;
-pub mod dedupe;
+pub(crate) mod dedupe;
 pub mod error;
-pub mod evolve;
+pub(crate) mod evolve;
 #[cfg(feature = "aws")]
 pub mod lambda;
 pub mod locate;
 pub mod lookup;
 pub mod ops;
 pub mod read;
-pub mod table;
-pub mod types;
-pub mod write;
+pub(crate) mod table;
+pub(crate) mod types;
+pub(crate) mod write;
 
 pub use error::{Error, Result};

@@ -140,11 +140,6 @@ pub fn stored_type(
     }
 }
 
-/// Short name as users write it, for messages.
-pub fn type_name(t: &PrimitiveType) -> String {
-    t.to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,8 @@
-//! Table operations, one file each, each a builder ending in `execute`:
-//! [`ingest`] applies DMS files; [`scan`] reads a table (time travel included); [`history`]
-//! lists snapshots with what they applied.
+//! Table operations, one file (or folder) each. Those with options are builders ending in
+//! `execute` ([`ingest::Ingest`], [`scan::Scan`], [`compact::Compact`],
+//! [`maintain::ExpireSnapshots`], [`maintain::Orphans`], [`mark_applied::MarkApplied`]); the
+//! others are plain functions ([`history::history`], [`discover::discover_all`],
+//! [`rejected`]'s side table of rows set aside).
 
 pub mod compact;
 pub mod discover;

@@ -282,9 +282,9 @@ pub enum SourceFile {
 }
 
 impl SourceFile {
-    /// Opens `obj` and works out its layout (header, Op column, before-image columns).
-    /// `key_columns`: the table's key (for before-image matching); `table_columns`: names the
-    /// table already has, which headerless CSV may fall back to.
+    /// Opens `obj` and works out its layout (header, Op column, before-image columns, matched
+    /// to the key in `cfg`). `table_columns`: names the table already has, which headerless CSV
+    /// may fall back to.
     pub fn open(
         obj: &DmsObject,
         data: SourceData,
@@ -356,7 +356,8 @@ impl SourceFile {
         }
     }
 
-    /// Streams the rows, each data column converted to `types[i]` (one per [`Self::columns`]).
+    /// Streams the rows, each data column converted to `types[i]` (one per [`Self::columns`]),
+    /// before-image key columns to `key_types` (one per key column).
     pub fn read(
         self,
         types: Vec<PrimitiveType>,
