@@ -862,7 +862,10 @@ fn runtime_api_batch_mode_errors_and_init_failure() {
     let msg = outcomes[1]["body"]["errorMessage"].as_str().unwrap_or("");
     assert!(msg.contains("unrecognised event"), "{outcomes:?}");
     // The error's kind, for alarms and triage (not a Rust type name).
-    assert_eq!(outcomes[1]["body"]["errorType"], "InputError", "{outcomes:?}");
+    assert_eq!(
+        outcomes[1]["body"]["errorType"], "InputError",
+        "{outcomes:?}"
+    );
     assert_eq!(outcomes[1]["error_type"], "InputError", "{outcomes:?}");
     for o in &outcomes {
         assert!(
@@ -893,7 +896,9 @@ fn runtime_api_batch_mode_errors_and_init_failure() {
     // ... and tells the Runtime API why (Lambda shows it to the caller).
     assert_eq!(s["init_error"]["error_type"], "ConfigError", "{s}");
     assert_eq!(s["init_error"]["body"]["errorType"], "ConfigError", "{s}");
-    let msg = s["init_error"]["body"]["errorMessage"].as_str().unwrap_or("");
+    let msg = s["init_error"]["body"]["errorMessage"]
+        .as_str()
+        .unwrap_or("");
     assert!(msg.contains("DMS2ICEBERG_WAREHOUSE"), "{s}");
 
     // No CA certificates (an image without a CA bundle; here SSL_CERT_FILE/SSL_CERT_DIR name
@@ -917,7 +922,9 @@ fn runtime_api_batch_mode_errors_and_init_failure() {
         let s = emu3.status();
         assert!(s["first_next_ms"].is_null(), "{s}");
         assert_eq!(s["init_error"]["error_type"], "ConfigError", "{name}: {s}");
-        let msg = s["init_error"]["body"]["errorMessage"].as_str().unwrap_or("");
+        let msg = s["init_error"]["body"]["errorMessage"]
+            .as_str()
+            .unwrap_or("");
         assert!(
             msg.contains("no CA certificates found") && msg.contains("SSL_CERT_FILE"),
             "{name}: {s}"

@@ -39,10 +39,12 @@ fn enabled() -> Result<(), String> {
     match std::env::var("DMS2ICEBERG_SAM_LOCAL").ok().as_deref() {
         Some("1") => Ok(()),
         Some(v) if v.starts_with("skip:") => Err(v["skip:".len()..].trim().to_string()),
-        _ => Err("DMS2ICEBERG_SAM_LOCAL is not set: run `scripts/test` (as root it starts \
+        _ => Err(
+            "DMS2ICEBERG_SAM_LOCAL is not set: run `scripts/test` (as root it starts \
                   dockerd and builds the base image), or set it to 1 once `scripts/sam-docker \
                   check` succeeds"
-            .into()),
+                .into(),
+        ),
     }
 }
 
@@ -179,7 +181,13 @@ fn check_pyiceberg(moto: &Moto, dir: &Path, table: &str, rows: &[Value]) {
     std::fs::write(&expected, text).unwrap();
     let out = Command::new(python())
         .arg(support("moto_server.py"))
-        .args(["check-table", "--endpoint", &moto.endpoint(), "--table", table])
+        .args([
+            "check-table",
+            "--endpoint",
+            &moto.endpoint(),
+            "--table",
+            table,
+        ])
         .arg("--expected")
         .arg(&expected)
         .args(["--key", "product_id"])
@@ -264,7 +272,12 @@ fn sam_local_invoke_every_sample_event() {
     events.sort();
     assert_eq!(
         events,
-        ["eventbridge.json", "s3-put.json", "schedule.json", "sqs.json"],
+        [
+            "eventbridge.json",
+            "s3-put.json",
+            "schedule.json",
+            "sqs.json"
+        ],
         "infra/events/ changed: give the new event its expectations here"
     );
     let mut times = Vec::new();
@@ -282,7 +295,12 @@ fn sam_local_invoke_every_sample_event() {
     assert_eq!(r.response, json!({"batchItemFailures": []}), "{}", r.stderr);
     let r = sam_invoke(&build, &env_json, "IngestFunction", "eventbridge.json");
     times.push(("eventbridge.json", r.seconds));
-    assert_eq!(r.response, json!({"tables": ["sales.product"]}), "{}", r.stderr);
+    assert_eq!(
+        r.response,
+        json!({"tables": ["sales.product"]}),
+        "{}",
+        r.stderr
+    );
 
     let product_rows = vec![
         product(100, "Smartphone", "Apple iPhone 12", 30, "11:30:01"),

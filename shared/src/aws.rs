@@ -15,8 +15,8 @@ use tokio::io::AsyncWriteExt;
 
 use crate::catalog::{GlueCatalog, ListFiles, ListedFile};
 use crate::error::{Error, Result};
-pub use crate::lambda::store::{ObjectInfo, split_s3_uri};
 use crate::lambda::store::ObjectStore;
+pub use crate::lambda::store::{ObjectInfo, split_s3_uri};
 use crate::read::SourceData;
 
 /// Fails unless TLS can start: the HTTP clients under the AWS SDK and the S3 `FileIO` (reqwest

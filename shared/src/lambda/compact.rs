@@ -200,14 +200,9 @@ impl CompactHandler {
         }
         let cutoff = chrono::Utc::now().timestamp_millis()
             - (self.settings.retention_hours * 3_600_000.0) as i64;
-        let e = ExpireSnapshots::new(
-            catalog,
-            ident.clone(),
-            cutoff,
-            self.settings.retain_last,
-        )
-        .execute()
-        .await?;
+        let e = ExpireSnapshots::new(catalog, ident.clone(), cutoff, self.settings.retain_last)
+            .execute()
+            .await?;
         out.snapshots_expired = e.snapshots_expired.len();
         out.files_expired = e.files_deleted.len();
         let o = Orphans::new(

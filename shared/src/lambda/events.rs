@@ -46,7 +46,7 @@ pub struct S3DetailObject {
 pub enum IngestEvent {
     S3(S3Event),
     Sqs(SqsEvent),
-    EventBridge(EventBridgeEvent<S3EventDetail>),
+    EventBridge(Box<EventBridgeEvent<S3EventDetail>>),
     /// `s3:TestEvent`: S3 checking the notification target; nothing to do.
     Test,
     /// None of the shapes above (the reason, with the start of the payload).
@@ -61,13 +61,10 @@ impl<'de> Deserialize<'de> for IngestEvent {
 
 impl IngestEvent {
     pub fn from_value(v: Value) -> IngestEvent {
-        let is_sqs = v
-            .get("Records")
-            .and_then(Value::as_array)
-            .is_some_and(|r| {
-                r.iter()
-                    .any(|r| r.get("eventSource").and_then(Value::as_str) == Some("aws:sqs"))
-            });
+        let is_sqs = v.get("Records").and_then(Value::as_array).is_some_and(|r| {
+            r.iter()
+                .any(|r| r.get("eventSource").and_then(Value::as_str) == Some("aws:sqs"))
+        });
         if is_sqs {
             return match serde_json::from_value::<SqsEvent>(v) {
                 Ok(e) => IngestEvent::Sqs(e),
@@ -129,7 +126,7 @@ impl IngestEvent {
 /// A direct event or an SQS message body.
 enum Body {
     S3(S3Event),
-    EventBridge(EventBridgeEvent<S3EventDetail>),
+    EventBridge(Box<EventBridgeEvent<S3EventDetail>>),
     Test,
     Invalid(String),
 }
@@ -150,10 +147,10 @@ impl Body {
             if dt != "Object Created" {
                 let mut e = EventBridgeEvent::<S3EventDetail>::default();
                 e.detail_type = dt.to_string();
-                return Body::EventBridge(e);
+                return Body::EventBridge(Box::new(e));
             }
             return match serde_json::from_value::<EventBridgeEvent<S3EventDetail>>(v) {
-                Ok(e) => Body::EventBridge(e),
+                Ok(e) => Body::EventBridge(Box::new(e)),
                 Err(e) => Body::Invalid(format!("not an S3 \"Object Created\" event: {e}")),
             };
         }
@@ -348,7 +345,8 @@ mod tests {
         let e = parse(json!({"hello": 1})).records().unwrap_err();
         assert_eq!(e.kind(), "InputError");
         assert!(e.to_string().contains("unrecognised event"), "{e}");
-        let other = parse(json!({"detail-type": "Object Deleted", "source": "aws.s3", "detail": {}}));
+        let other =
+            parse(json!({"detail-type": "Object Deleted", "source": "aws.s3", "detail": {}}));
         assert!(other.records().unwrap()[0].objects.is_empty());
     }
 

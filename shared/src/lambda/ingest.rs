@@ -114,7 +114,10 @@ impl IngestHandler {
                         None => {
                             bad_keys.insert(
                                 uri.clone(),
-                                ("InputError", "cannot find the table folder in the key".into()),
+                                (
+                                    "InputError",
+                                    "cannot find the table folder in the key".into(),
+                                ),
                             );
                             keys.push((uri, None));
                         }

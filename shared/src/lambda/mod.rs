@@ -67,7 +67,10 @@ where
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "(no message)".into());
             tracing::error!(panic = %msg, "the handler panicked");
-            Err(FunctionError::new("Panic", format!("the handler panicked: {msg}")))
+            Err(FunctionError::new(
+                "Panic",
+                format!("the handler panicked: {msg}"),
+            ))
         }
     }
 }

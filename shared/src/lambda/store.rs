@@ -80,7 +80,9 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
         Err(e) => return Err(Error::io(dir.display().to_string(), e)),
     };
     for e in entries {
-        let p = e.map_err(|e| Error::io(dir.display().to_string(), e))?.path();
+        let p = e
+            .map_err(|e| Error::io(dir.display().to_string(), e))?
+            .path();
         if p.is_dir() {
             walk(&p, out)?;
         } else {

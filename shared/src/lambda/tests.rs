@@ -189,7 +189,10 @@ async fn sample_events_apply_and_compact_in_process() {
     assert_eq!(v, serde_json::json!({"batchItemFailures": []}));
 
     // eventbridge.json: the product's last change file, applied already: nothing changes.
-    let r = ingest.handle(parse(event("eventbridge.json"))).await.unwrap();
+    let r = ingest
+        .handle(parse(event("eventbridge.json")))
+        .await
+        .unwrap();
     assert_eq!(
         serde_json::to_value(&r).unwrap(),
         serde_json::json!({"tables": ["sales.product"]})
@@ -206,7 +209,10 @@ async fn sample_events_apply_and_compact_in_process() {
         .find(|r| r.table == "dms2iceberg.product")
         .unwrap_or_else(|| panic!("no report for the product table: {reports:?}"));
     assert!(product.error.is_none(), "{product:?}");
-    let c = product.compaction.as_ref().expect("the product table has deletes");
+    let c = product
+        .compaction
+        .as_ref()
+        .expect("the product table has deletes");
     assert!(c.delete_files_before > 0, "{c:?}");
     assert_eq!(c.delete_files_after, 0, "{c:?}");
     assert_eq!(reports.len(), 2, "{reports:?}");
