@@ -866,7 +866,7 @@ fn runtime_api_batch_mode_errors_and_init_failure() {
         outcomes[1]["body"]["errorType"], "InputError",
         "{outcomes:?}"
     );
-    assert_eq!(outcomes[1]["error_type"], "InputError", "{outcomes:?}");
+    // (The `Lambda-Runtime-Function-Error-Type` header is lambda_runtime's own, `unhandled`.)
     for o in &outcomes {
         assert!(
             o["request_id"].as_str().is_some_and(|r| r.len() == 36),
