@@ -220,20 +220,33 @@ fn table_folders(
     Ok((schema.to_string(), table.to_string(), segment))
 }
 
-/// A schema or table folder as DMS names it. Source names may hold spaces and punctuation
-/// (quoted identifiers); refused are the characters the `schema.table` notation of the config
-/// and its globs give a meaning (`.`, `*`, `?`) and names with spaces at either end (which the
-/// config could not tell apart).
+/// A schema or table folder as DMS names it. Source names may hold spaces and ASCII punctuation
+/// (quoted identifiers). Refused: the characters the `schema.table` notation of the config and
+/// its globs give a meaning (`.`, `*`, `?`); `%` (a name that reads as URL-encoded, `s%2Ft`, is
+/// a decoding mistake, not a table); quotes and backticks (messages quote names with them);
+/// spaces at either end (which the config could not tell apart); and any other character that
+/// is not a letter or digit (control, invisible and bidirectional-override characters).
 fn check_source_name(name: &str) -> std::result::Result<(), String> {
     if name.is_empty() || name.trim() != name {
         return Err(format!(
             "`{name}` is not a schema or table name (empty, or spaces at an end)"
         ));
     }
-    if let Some(c) = name.chars().find(|c| matches!(c, '.' | '*' | '?')) {
+    let allowed = |c: char| {
+        c.is_alphanumeric()
+            || c == ' '
+            || (c.is_ascii_punctuation() && !matches!(c, '.' | '*' | '?' | '%' | '"' | '\'' | '`'))
+    };
+    if let Some(c) = name.chars().find(|c| !allowed(*c)) {
+        let shown = if c.is_control() || !c.is_ascii() && !c.is_alphanumeric() {
+            format!("U+{:04X}", c as u32)
+        } else {
+            format!("`{c}`")
+        };
         return Err(format!(
-            "`{name}` is not a schema or table name dms2iceberg can address: `{c}` has a \
-             meaning in `schema.table` names and their globs"
+            "`{}` is not a schema or table name dms2iceberg can address: {shown} is not allowed \
+             in one (`.`, `*` and `?` have a meaning in `schema.table` names and their globs)",
+            name.escape_debug()
         ));
     }
     Ok(())

@@ -47,9 +47,19 @@ fn post_init_error(api: &str, error: &FunctionError) -> std::io::Result<u16> {
         body.len()
     );
     s.write_all(req.as_bytes())?;
-    let mut head = [0u8; 64];
-    let n = s.read(&mut head)?;
-    let status = String::from_utf8_lossy(&head[..n])
+    // Read the whole answer (the server closes: `Connection: close`): closing with unread bytes
+    // resets the connection, and a server that records the error after answering loses it.
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 512];
+    loop {
+        match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            Err(_) if !answer.is_empty() => break,
+            Err(e) => return Err(e),
+        }
+    }
+    let status = String::from_utf8_lossy(&answer)
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
