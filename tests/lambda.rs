@@ -861,6 +861,12 @@ fn runtime_api_batch_mode_errors_and_init_failure() {
     assert_eq!(outcomes[1]["outcome"], "error", "{outcomes:?}");
     let msg = outcomes[1]["body"]["errorMessage"].as_str().unwrap_or("");
     assert!(msg.contains("unrecognised event"), "{outcomes:?}");
+    // The error's kind, for alarms and triage (not a Rust type name).
+    assert_eq!(
+        outcomes[1]["body"]["errorType"], "InputError",
+        "{outcomes:?}"
+    );
+    // (The `Lambda-Runtime-Function-Error-Type` header is lambda_runtime's own, `unhandled`.)
     for o in &outcomes {
         assert!(
             o["request_id"].as_str().is_some_and(|r| r.len() == 36),
@@ -887,6 +893,43 @@ fn runtime_api_batch_mode_errors_and_init_failure() {
     );
     let s = emu2.status();
     assert!(s["first_next_ms"].is_null(), "{s}");
+    // ... and tells the Runtime API why (Lambda shows it to the caller).
+    assert_eq!(s["init_error"]["error_type"], "ConfigError", "{s}");
+    assert_eq!(s["init_error"]["body"]["errorType"], "ConfigError", "{s}");
+    let msg = s["init_error"]["body"]["errorMessage"]
+        .as_str()
+        .unwrap_or("");
+    assert!(msg.contains("DMS2ICEBERG_WAREHOUSE"), "{s}");
+
+    // No CA certificates (an image without a CA bundle; here SSL_CERT_FILE/SSL_CERT_DIR name
+    // empty ones, which replace the system store): initialisation fails with a clear error,
+    // posted to /init/error, instead of a panic when the first HTTPS client is built.
+    let certs = dir.join("no-certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    std::fs::write(certs.join("empty.pem"), "").unwrap();
+    for (name, bin) in [("ingest", ingest_bin()), ("compact", compact_bin())] {
+        let emu3 = RuntimeApi::start(dir, &format!("no-ca-{name}"));
+        let mut cmd = std::process::Command::new(bin);
+        lambda_env(&mut cmd, &format!("127.0.0.1:{}", emu3.port));
+        cmd.env("DMS2ICEBERG_WAREHOUSE", WAREHOUSE)
+            .env("DMS2ICEBERG_GLUE_DATABASE", DB)
+            .env("SSL_CERT_FILE", certs.join("empty.pem"))
+            .env("SSL_CERT_DIR", &certs);
+        let mut f = Proc::spawn(name, cmd, dir.join(format!("fn-no-ca-{name}.log")));
+        let st = wait(&mut f, "a function without CA certificates");
+        assert!(!st.success(), "{}", f.log_text());
+        assert!(!f.log_text().contains("panicked"), "{}", f.log_text());
+        let s = emu3.status();
+        assert!(s["first_next_ms"].is_null(), "{s}");
+        assert_eq!(s["init_error"]["error_type"], "ConfigError", "{name}: {s}");
+        let msg = s["init_error"]["body"]["errorMessage"]
+            .as_str()
+            .unwrap_or("");
+        assert!(
+            msg.contains("no CA certificates found") && msg.contains("SSL_CERT_FILE"),
+            "{name}: {s}"
+        );
+    }
 }
 
 /// The compaction function (`dms2iceberg-compact`) on an EventBridge schedule, against a table the
@@ -1100,6 +1143,24 @@ fn compaction_function_on_a_schedule_event() {
         num(c, "elapsed_ms"),
         second.duration_ms,
     );
+}
+
+/// The compaction function before its Glue database exists (`CreateGlueDatabase=false`, no
+/// ingest yet): nothing to do, a response with no tables, not an error every hour.
+#[test]
+fn compaction_before_the_glue_database_exists() {
+    require_python();
+    let lab = Lab::new("compact-no-db");
+    let mut compact = Function::start_compact(
+        &lab,
+        "compact-no-db",
+        &[("DMS2ICEBERG_GLUE_DATABASE", "not_created_yet")],
+    );
+    let o = compact.invoke_ok(&scheduled_event());
+    assert_eq!(o.body, json!([]), "{}", compact.log());
+    // Any other payload (an on-demand `aws lambda invoke` with `{}`) runs a pass too.
+    let o = compact.invoke_ok(&json!({}));
+    assert_eq!(o.body, json!([]), "{}", compact.log());
 }
 
 /// Not a scenario: checks the test tooling's own pieces that the scenarios rely on.

@@ -1,18 +1,45 @@
 //! AWS wiring shared by the Lambda functions and the CLI's Glue mode: clients from the standard
 //! AWS environment (region, credentials, `AWS_ENDPOINT_URL` for an emulator), the S3 `FileIO` for
 //! the warehouse, and DMS objects in S3 (listing a table's folder, streaming objects to disk).
+//! The catalog and the functions' handlers know none of this: they take the traits
+//! ([`crate::catalog::ListFiles`], [`crate::lambda::store::ObjectStore`]) implemented here.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use aws_config::{BehaviorVersion, SdkConfig};
 use iceberg::io::{FileIO, FileIOBuilder};
 use iceberg_storage_opendal::OpenDalStorageFactory;
 use tokio::io::AsyncWriteExt;
 
-use crate::catalog::GlueCatalog;
+use crate::catalog::{GlueCatalog, ListFiles, ListedFile};
 use crate::error::{Error, Result};
+use crate::lambda::store::ObjectStore;
+pub use crate::lambda::store::{ObjectInfo, split_s3_uri};
 use crate::read::SourceData;
+
+/// Fails unless TLS can start: the HTTP clients under the AWS SDK and the S3 `FileIO` (reqwest
+/// with the platform verifier) refuse to be built without a CA certificate, and the latter
+/// panics, on first use, even for a plain-http endpoint. Checked before any client exists, so an
+/// image without a CA store fails its initialisation with this message instead.
+pub fn check_ca_store() -> Result<()> {
+    let found = rustls_native_certs::load_native_certs();
+    if found.certs.is_empty() {
+        let detail = found
+            .errors
+            .first()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default();
+        return Err(Error::Config(format!(
+            "no CA certificates found in the system store{detail}: the HTTPS clients cannot start \
+             (even for a plain-http AWS_ENDPOINT_URL). Install the CA bundle in the image \
+             (`ca-certificates`; Lambda's provided.al2023 has it) or point SSL_CERT_FILE at a \
+             PEM bundle"
+        )));
+    }
+    Ok(())
+}
 
 /// Settings read from the environment.
 #[derive(Debug, Clone, Default)]
@@ -92,41 +119,11 @@ impl Aws {
         }
         Ok(GlueCatalog::new(
             self.glue.clone(),
-            self.s3.clone(),
+            Arc::new(S3Objects::new(self.s3.clone(), std::env::temp_dir())),
             self.settings.glue_catalog_id.clone(),
             warehouse,
             self.file_io(),
         ))
-    }
-}
-
-/// `s3://bucket/key` → (bucket, key).
-pub fn split_s3_uri(uri: &str) -> Result<(&str, &str)> {
-    uri.strip_prefix("s3://")
-        .and_then(|r| r.split_once('/'))
-        .filter(|(b, _)| !b.is_empty())
-        .ok_or_else(|| Error::Config(format!("`{uri}` is not an s3://bucket/key URI")))
-}
-
-/// An object in a DMS folder.
-#[derive(Debug, Clone)]
-pub struct ObjectInfo {
-    pub key: String,
-    pub size: u64,
-    pub last_modified_ms: Option<i64>,
-    /// Quotes removed.
-    pub etag: Option<String>,
-}
-
-impl ObjectInfo {
-    /// What the listing tells of the object's content.
-    pub fn meta(&self) -> crate::commit::ObjectMeta {
-        crate::commit::ObjectMeta {
-            size: Some(self.size),
-            modified_ms: self.last_modified_ms,
-            etag: self.etag.clone(),
-            md5: None,
-        }
     }
 }
 
@@ -156,7 +153,7 @@ impl S3Objects {
                 .send()
                 .await
                 .map_err(|e| {
-                    Error::Other(format!(
+                    Error::Storage(format!(
                         "S3 ListObjectsV2 s3://{bucket}/{prefix}: {}",
                         aws_sdk_s3::error::DisplayErrorContext(&e)
                     ))
@@ -190,7 +187,7 @@ impl S3Objects {
             .send()
             .await
             .map_err(|e| {
-                Error::Other(format!(
+                Error::Storage(format!(
                     "S3 GetObject s3://{bucket}/{key}: {}",
                     aws_sdk_s3::error::DisplayErrorContext(&e)
                 ))
@@ -206,7 +203,7 @@ impl S3Objects {
         while let Some(chunk) = body
             .try_next()
             .await
-            .map_err(|e| Error::Other(format!("S3 GetObject s3://{bucket}/{key}: {e}")))?
+            .map_err(|e| Error::Storage(format!("S3 GetObject s3://{bucket}/{key}: {e}")))?
         {
             file.write_all(&chunk)
                 .await
@@ -219,7 +216,54 @@ impl S3Objects {
     }
 }
 
-#[async_trait::async_trait]
+#[async_trait]
+impl ObjectStore for S3Objects {
+    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        S3Objects::list(self, bucket, prefix).await
+    }
+
+    async fn get(&self, bucket: &str, key: &str) -> Result<Vec<u8>> {
+        let obj = self
+            .client
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| {
+                Error::Storage(format!(
+                    "S3 GetObject s3://{bucket}/{key}: {}",
+                    aws_sdk_s3::error::DisplayErrorContext(&e)
+                ))
+            })?;
+        let bytes = obj
+            .body
+            .collect()
+            .await
+            .map_err(|e| Error::Storage(format!("S3 GetObject s3://{bucket}/{key}: {e}")))?;
+        Ok(bytes.into_bytes().to_vec())
+    }
+}
+
+#[async_trait]
+impl ListFiles for S3Objects {
+    async fn list_files(&self, location: &str) -> Result<Vec<ListedFile>> {
+        let (bucket, prefix) = split_s3_uri(location)?;
+        let prefix = format!("{}/", prefix.trim_end_matches('/'));
+        Ok(self
+            .list(bucket, &prefix)
+            .await?
+            .into_iter()
+            .map(|o| ListedFile {
+                path: format!("s3://{bucket}/{}", o.key),
+                size: o.size,
+                modified_ms: o.last_modified_ms.unwrap_or(0),
+            })
+            .collect())
+    }
+}
+
+#[async_trait]
 impl crate::ops::ingest::ObjectSource for S3Objects {
     async fn fetch(&self, key: &str) -> Result<SourceData> {
         let (bucket, key) = split_s3_uri(key)?;
@@ -238,7 +282,7 @@ impl crate::ops::ingest::ObjectSource for S3Objects {
         {
             Ok(_) => self.download(bucket, key).await.map(Some),
             Err(e) if e.as_service_error().is_some_and(|se| se.is_not_found()) => Ok(None),
-            Err(e) => Err(Error::Other(format!(
+            Err(e) => Err(Error::Storage(format!(
                 "S3 HeadObject {uri}: {}",
                 aws_sdk_s3::error::DisplayErrorContext(&e)
             ))),

@@ -151,6 +151,10 @@ pub enum Error {
     #[error("catalog: {0}")]
     Catalog(String),
 
+    /// Object storage (S3) refused or failed a request; the message names the request and key.
+    #[error("{0}")]
+    Storage(String),
+
     #[error("{path}: {source}")]
     Io {
         path: String,
@@ -200,6 +204,53 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// The kind of error as one word, for what counts and routes failures: the Lambda functions
+    /// report it as `errorType` (alarms and dead-letter triage filter on it).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Input(_) | Error::Key { .. } => "InputError",
+            Error::Schema { .. } => "SchemaError",
+            Error::Config(_) | Error::NoPrimaryKey { .. } => "ConfigError",
+            Error::NoRecord { .. } => "NoRecordError",
+            Error::CommitFailed { .. } => "CommitConflict",
+            Error::Catalog(_) | Error::Sqlite(_) => "CatalogError",
+            Error::Storage(_) | Error::Io { .. } => "StorageError",
+            Error::Iceberg(_) | Error::Parquet(_) | Error::Arrow(_) => "TableError",
+            Error::Other(_) => "Error",
+        }
+    }
+
+    /// [`Self::kind`] of an error known only by its message ([`Self::redacted`] or `Display`),
+    /// as reports that keep the message carry it. Errors whose message has no prefix of their
+    /// own (storage, I/O, Iceberg) are `Error`, unless they are S3 requests.
+    pub fn kind_of_message(message: &str) -> &'static str {
+        const PREFIXES: [(&str, &str); 5] = [
+            ("bad input: ", "InputError"),
+            ("object key `", "InputError"),
+            ("config: ", "ConfigError"),
+            ("catalog: ", "CatalogError"),
+            ("S3 ", "StorageError"),
+        ];
+        if let Some((_, kind)) = PREFIXES.iter().find(|(p, _)| message.starts_with(p)) {
+            return kind;
+        }
+        if message.starts_with("commit to ") && message.contains(" failed after ") {
+            return "CommitConflict";
+        }
+        if let Some(rest) = message.strip_prefix("table ") {
+            if rest.contains("no primary key is known") {
+                return "ConfigError";
+            }
+            if rest.contains("holds data but no record of which DMS files") {
+                return "NoRecordError";
+            }
+            return "SchemaError";
+        }
+        "Error"
+    }
+}
+
+impl Error {
     /// The message fit for logs at the default level: an input error without the value it is
     /// about (see [`InputError::redacted`]). Other errors carry names (tables, columns, config
     /// keys, object keys), never row values.
@@ -222,6 +273,42 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kinds_survive_the_message() {
+        let errors = [
+            Error::from(InputError::new("f.csv", "bad {value}").value("x")),
+            Error::Key {
+                key: "k".into(),
+                reason: "r".into(),
+            },
+            Error::Config("c".into()),
+            Error::NoPrimaryKey {
+                table: "a.b".into(),
+                source_table: "a.b".into(),
+            },
+            Error::Schema {
+                table: "a.b".into(),
+                reason: "column `x` changed type".into(),
+            },
+            Error::NoRecord {
+                table: "a.b".into(),
+            },
+            Error::CommitFailed {
+                table: "a.b".into(),
+                attempts: 3,
+                reason: "r".into(),
+            },
+            Error::Catalog("c".into()),
+            Error::Storage("S3 GetObject s3://b/k: denied".into()),
+        ];
+        for e in &errors {
+            assert_ne!(e.kind(), "Error", "{e:?}");
+            assert_eq!(Error::kind_of_message(&e.redacted()), e.kind(), "{e:?}");
+            assert_eq!(Error::kind_of_message(&e.to_string()), e.kind(), "{e:?}");
+        }
+        assert_eq!(Error::Other("x".into()).kind(), "Error");
+    }
 
     #[test]
     fn values_stay_out_of_the_redacted_form_however_quoted() {

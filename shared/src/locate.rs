@@ -4,8 +4,10 @@
 //! Layout (see README "Input"): `[bucket_folder/]<schema>/<table>/[date folders/]` then
 //! `LOAD<hex>` (optionally `SEGMENTn_`-prefixed, or one `<segment>/` folder deeper with parallel
 //! load) or `YYYYMMDD-HHMMSS<fraction>` change files, `.csv`/`.parquet`, optionally `.gz`.
-//! Keys are validated strictly: a key never addresses a table whose name is not a plain
-//! identifier, and never contains `..` or empty segments.
+//! Keys are validated strictly: no `..` or empty segments, no control characters. Schema and
+//! table folders are the source's names as DMS writes them, which may hold spaces and `$`
+//! (quoted names in SQL Server or PostgreSQL): such a table needs a `target` in the config,
+//! since Iceberg and Glue names are lower-case identifiers ([`crate::config::Config::table`]).
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -213,15 +215,41 @@ fn table_folders(
         (*schema, *table)
     };
     for name in [schema, table] {
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_alphanumeric() || c == '_' || c == '$' || c == '-' || c == '#')
-        {
-            return Err(format!("`{name}` is not a schema or table name"));
-        }
+        check_source_name(name)?;
     }
     Ok((schema.to_string(), table.to_string(), segment))
+}
+
+/// A schema or table folder as DMS names it. Source names may hold spaces and ASCII punctuation
+/// (quoted identifiers). Refused: the characters the `schema.table` notation of the config and
+/// its globs give a meaning (`.`, `*`, `?`); `%` (a name that reads as URL-encoded, `s%2Ft`, is
+/// a decoding mistake, not a table); quotes and backticks (messages quote names with them);
+/// spaces at either end (which the config could not tell apart); and any other character that
+/// is not a letter or digit (control, invisible and bidirectional-override characters).
+fn check_source_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() || name.trim() != name {
+        return Err(format!(
+            "`{name}` is not a schema or table name (empty, or spaces at an end)"
+        ));
+    }
+    let allowed = |c: char| {
+        c.is_alphanumeric()
+            || c == ' '
+            || (c.is_ascii_punctuation() && !matches!(c, '.' | '*' | '?' | '%' | '"' | '\'' | '`'))
+    };
+    if let Some(c) = name.chars().find(|c| !allowed(*c)) {
+        let shown = if c.is_control() || !c.is_ascii() && !c.is_alphanumeric() {
+            format!("U+{:04X}", c as u32)
+        } else {
+            format!("`{c}`")
+        };
+        return Err(format!(
+            "`{}` is not a schema or table name dms2iceberg can address: {shown} is not allowed \
+             in one (`.`, `*` and `?` have a meaning in `schema.table` names and their globs)",
+            name.escape_debug()
+        ));
+    }
+    Ok(())
 }
 
 enum StemOrder {
@@ -624,9 +652,41 @@ mod tests {
         assert!(locate("dms/../etc/t/LOAD00000001.csv", &s).is_err());
         assert!(locate("dms/sales/./LOAD00000001.csv", &s).is_err());
         assert!(locate("dms//t/LOAD00000001.csv", &s).is_err());
-        assert!(locate("dms/sa les/t/LOAD00000001.csv", &s).is_err());
+        assert!(locate("dms/sa.les/t/LOAD00000001.csv", &s).is_err());
+        assert!(locate("dms/s/t*/LOAD00000001.csv", &s).is_err());
+        assert!(locate("dms/s/ t/LOAD00000001.csv", &s).is_err());
         assert!(locate("LOAD00000001.csv", &s).is_err());
         assert!(locate("dms\\x/t/LOAD00000001.csv", &s).is_err());
+    }
+
+    /// SQL Server and PostgreSQL quoted names hold spaces and `$`; DMS writes them as folders.
+    #[test]
+    fn quoted_source_names_are_tables() {
+        let src = SourceSettings {
+            bucket_folder: Some("dms".into()),
+            parallel_load_folders: false,
+        };
+        for (k, want) in [
+            (
+                "s3://landing/dms/sales/order line$items/20220302-1134010000.csv",
+                ("sales", "order line$items"),
+            ),
+            (
+                "dms/Sales Dept/Order #1 (old)/LOAD00000001.csv",
+                ("Sales Dept", "Order #1 (old)"),
+            ),
+        ] {
+            let o = locate(k, &src).unwrap().unwrap();
+            assert_eq!((o.schema.as_str(), o.table.as_str()), want, "{k}");
+            assert_eq!(
+                table_prefix(&o).unwrap(),
+                format!("dms/{}/{}/", want.0, want.1)
+            );
+        }
+        let e = locate("dms/sales/a.b/LOAD00000001.csv", &src)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`a.b`") && e.contains("`.`"), "{e}");
     }
 
     #[test]

@@ -382,13 +382,15 @@ fn check_error(stage: Stage, e: &Error, key: &str) -> TestCaseResult {
 // ---------------------------------------------------------------------------------------------
 
 /// What a located schema or table name may be: one plain path component.
+/// A source name as DMS writes quoted identifiers (issue 16): letters, digits, interior spaces
+/// and ASCII punctuation other than `.`, `*`, `?`, `%`, quotes, backticks, `/` and `\\`.
 fn plain_name(n: &str) -> bool {
     !n.is_empty()
-        && n != "."
-        && n != ".."
-        && !n.contains(['/', '\\', '.', ' '])
-        && n.chars()
-            .all(|c| !c.is_control() && (c.is_alphanumeric() || matches!(c, '_' | '$' | '-' | '#')))
+        && n.trim() == n
+        && !n.contains(['/', '\\', '.', '*', '?', '%', '"', '\'', '`'])
+        && n.chars().all(|c| {
+            !c.is_control() && (c.is_alphanumeric() || c == ' ' || c.is_ascii_punctuation())
+        })
 }
 
 /// The invariants of one `locate` answer.
@@ -850,8 +852,9 @@ fn unsafe_and_odd_keys() {
         "dms/s/t\u{7f}/LOAD00000001.csv",
         "dms/s/t\u{202e}x/LOAD00000001.csv",
         "dms/s/zero\u{200b}width/LOAD00000001.csv",
-        "dms/s/a b/LOAD00000001.csv",
+        "dms/s/ a/LOAD00000001.csv",
         "dms/s/a.b/LOAD00000001.csv",
+        "dms/s/a*/LOAD00000001.csv",
         "LOAD00000001.csv",
         "/LOAD00000001.csv",
         "t/LOAD00000001.csv",
@@ -894,6 +897,11 @@ fn unsafe_and_odd_keys() {
     assert_eq!(
         table("/tmp/x/s/t/LOAD00000001.csv"),
         ("s".into(), "t".into())
+    );
+    // Quoted source names (SQL Server, PostgreSQL) hold spaces and punctuation (issue 16).
+    assert_eq!(
+        table("dms/sales/order line$items/LOAD00000001.csv"),
+        ("sales".into(), "order line$items".into())
     );
     // Names in other scripts are names.
     assert_eq!(

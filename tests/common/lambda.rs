@@ -278,10 +278,19 @@ fn auth(service: &str) -> String {
 
 impl Moto {
     pub fn start(dir: &Path) -> Moto {
+        Moto::start_on(dir, "127.0.0.1")
+    }
+
+    /// Listening on `host` (`0.0.0.0`: also for containers, through Docker's bridge).
+    pub fn start_on(dir: &Path, host: &str) -> Moto {
         let n = next_id();
         let port_file = dir.join(format!("moto-{n}.port"));
         let mut cmd = python_cmd("moto_server.py");
-        cmd.arg("serve").arg("--port-file").arg(&port_file);
+        cmd.arg("serve")
+            .arg("--host")
+            .arg(host)
+            .arg("--port-file")
+            .arg(&port_file);
         let mut proc = Proc::spawn("moto_server.py", cmd, dir.join(format!("moto-{n}.log")));
         let port = proc.wait_port(&port_file, Duration::from_secs(90));
         Moto { proc, port }

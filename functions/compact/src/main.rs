@@ -4,11 +4,24 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use dms2iceberg::aws::Aws;
-use dms2iceberg::lambda::FunctionEnv;
+use dms2iceberg::aws::{Aws, check_ca_store};
 use dms2iceberg::lambda::compact::{CompactEnv, CompactHandler};
-use lambda_runtime::{LambdaEvent, service_fn};
-use serde_json::Value;
+use dms2iceberg::lambda::events::CompactEvent;
+use dms2iceberg::lambda::runtime::report_init_error;
+use dms2iceberg::lambda::{FunctionEnv, FunctionError, guarded};
+use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
+
+async fn init() -> Result<CompactHandler, FunctionError> {
+    let env = FunctionEnv::from_env()?;
+    let settings = CompactEnv::from_env()?;
+    check_ca_store()?;
+    let aws = Aws::from_env().await;
+    // A function granted one database cannot list the others (GetDatabases).
+    let catalog = aws
+        .glue_catalog(&env.warehouse)?
+        .only_database(env.database.clone());
+    Ok(CompactHandler::new(Arc::new(catalog), &env, settings))
+}
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
@@ -22,10 +35,15 @@ async fn main() -> Result<(), lambda_runtime::Error> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let env = FunctionEnv::from_env()?;
-    let aws = Aws::from_env().await;
-    let handler = Arc::new(CompactHandler::new(&aws, &env, CompactEnv::from_env()?)?);
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
+    let handler = match guarded(init()).await {
+        Ok(h) => Arc::new(h),
+        Err(e) => {
+            tracing::error!(kind = %e.kind, error = %e.message, "initialisation failed");
+            report_init_error(&e);
+            return Err(e.into());
+        }
+    };
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<CompactEvent>| {
         let handler = handler.clone();
         // The context's deadline is wall-clock milliseconds; turn it into an Instant.
         let now_ms = SystemTime::now()
@@ -34,10 +52,12 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         let deadline =
             Instant::now() + Duration::from_millis(event.context.deadline.saturating_sub(now_ms));
         async move {
-            handler
-                .handle(event.payload, Some(deadline))
+            guarded(handler.handle(event.payload, Some(deadline)))
                 .await
-                .map_err(|e| lambda_runtime::Diagnostic::from(e.to_string()))
+                .map_err(|e| Diagnostic {
+                    error_type: e.kind,
+                    error_message: e.message,
+                })
         }
     }))
     .await

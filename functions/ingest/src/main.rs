@@ -3,11 +3,21 @@
 
 use std::sync::Arc;
 
-use dms2iceberg::aws::Aws;
-use dms2iceberg::lambda::FunctionEnv;
+use dms2iceberg::aws::{Aws, S3Objects, check_ca_store};
+use dms2iceberg::lambda::events::IngestEvent;
 use dms2iceberg::lambda::ingest::IngestHandler;
-use lambda_runtime::{LambdaEvent, service_fn};
-use serde_json::Value;
+use dms2iceberg::lambda::runtime::report_init_error;
+use dms2iceberg::lambda::{FunctionEnv, FunctionError, guarded};
+use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
+
+async fn init() -> Result<IngestHandler, FunctionError> {
+    let env = FunctionEnv::from_env()?;
+    check_ca_store()?;
+    let aws = Aws::from_env().await;
+    let catalog = Arc::new(aws.glue_catalog(&env.warehouse)?);
+    let objects = Arc::new(S3Objects::new(aws.s3.clone(), env.spool.clone()));
+    Ok(IngestHandler::new(env, catalog, objects).await?)
+}
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
@@ -22,20 +32,27 @@ async fn main() -> Result<(), lambda_runtime::Error> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let env = FunctionEnv::from_env()?;
-    let aws = Aws::from_env().await;
-    let handler = Arc::new(IngestHandler::new(&aws, env).await?);
+    let handler = match guarded(init()).await {
+        Ok(h) => Arc::new(h),
+        Err(e) => {
+            tracing::error!(kind = %e.kind, error = %e.message, "initialisation failed");
+            report_init_error(&e);
+            return Err(e.into());
+        }
+    };
     tracing::info!(
         init_ms = started.elapsed().as_millis() as u64,
         "initialised"
     );
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<IngestEvent>| {
         let handler = handler.clone();
         async move {
-            handler
-                .handle(event.payload)
+            guarded(handler.handle(event.payload))
                 .await
-                .map_err(|e| lambda_runtime::Diagnostic::from(e.to_string()))
+                .map_err(|e| Diagnostic {
+                    error_type: e.kind,
+                    error_message: e.message,
+                })
         }
     }))
     .await

@@ -17,13 +17,13 @@ use iceberg::io::FileIO;
 use iceberg::spec::{PrimitiveType, TableMetadata, Type};
 use iceberg::{NamespaceIdent, TableIdent};
 
-use super::{Catalog, ListedFile, Pointer, SwapError};
+use super::{Catalog, ListFiles, ListedFile, Pointer, SwapError};
 use crate::error::{Error, Result};
 
 pub struct GlueCatalog {
     client: Client,
     /// For listing table folders (orphan files).
-    s3: aws_sdk_s3::Client,
+    files: std::sync::Arc<dyn ListFiles>,
     catalog_id: Option<String>,
     /// `s3://bucket/prefix`: new tables go to `<warehouse>/<database>.db/<table>`.
     warehouse: String,
@@ -35,14 +35,14 @@ pub struct GlueCatalog {
 impl GlueCatalog {
     pub fn new(
         client: Client,
-        s3: aws_sdk_s3::Client,
+        files: std::sync::Arc<dyn ListFiles>,
         catalog_id: Option<String>,
         warehouse: &str,
         file_io: FileIO,
     ) -> Self {
         GlueCatalog {
             client,
-            s3,
+            files,
             catalog_id,
             warehouse: warehouse.trim_end_matches('/').to_string(),
             file_io,
@@ -322,19 +322,7 @@ impl Catalog for GlueCatalog {
     }
 
     async fn list_files(&self, location: &str) -> Result<Vec<ListedFile>> {
-        let (bucket, prefix) = crate::aws::split_s3_uri(location)?;
-        let prefix = format!("{}/", prefix.trim_end_matches('/'));
-        let objects = crate::aws::S3Objects::new(self.s3.clone(), std::env::temp_dir())
-            .list(bucket, &prefix)
-            .await?;
-        Ok(objects
-            .into_iter()
-            .map(|o| ListedFile {
-                path: format!("s3://{bucket}/{}", o.key),
-                size: o.size,
-                modified_ms: o.last_modified_ms.unwrap_or(0),
-            })
-            .collect())
+        self.files.list_files(location).await
     }
 
     async fn list_tables(&self) -> Result<Vec<TableIdent>> {
@@ -367,7 +355,7 @@ impl Catalog for GlueCatalog {
         for db in databases {
             let mut token = None;
             loop {
-                let r = self
+                let r = match self
                     .client
                     .get_tables()
                     .set_catalog_id(self.catalog_id.clone())
@@ -375,12 +363,20 @@ impl Catalog for GlueCatalog {
                     .set_next_token(token)
                     .send()
                     .await
-                    .map_err(|e| {
-                        Error::Catalog(format!(
+                {
+                    Ok(r) => r,
+                    // Not created yet (ingest creates it with the first table), or gone since
+                    // GetDatabases: it holds no tables.
+                    Err(SdkError::ServiceError(e)) if e.err().is_entity_not_found_exception() => {
+                        break;
+                    }
+                    Err(e) => {
+                        return Err(Error::Catalog(format!(
                             "Glue GetTables {db}: {}",
                             aws_sdk_glue::error::DisplayErrorContext(&e)
-                        ))
-                    })?;
+                        )));
+                    }
+                };
                 for t in r.table_list() {
                     let iceberg = t
                         .parameters()

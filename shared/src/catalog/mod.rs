@@ -74,6 +74,13 @@ pub trait Catalog: Send + Sync {
     async fn list_files(&self, location: &str) -> Result<Vec<ListedFile>>;
 }
 
+/// Lists a table's folder in storage, for a catalog that cannot list its own files (Glue's
+/// tables are on S3: the AWS wiring lists them). Keeps the catalog free of storage clients.
+#[async_trait]
+pub trait ListFiles: Send + Sync {
+    async fn list_files(&self, location: &str) -> Result<Vec<ListedFile>>;
+}
+
 /// A file found by listing storage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedFile {

@@ -3,17 +3,17 @@
 //! snapshots and delete orphan files older than a safety age. Tables run with bounded
 //! concurrency; whatever does not fit this invocation is done by the next.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde::Serialize;
-use serde_json::Value;
 use tracing::{error, info};
 
-use super::FunctionEnv;
+use super::events::CompactEvent;
 use super::metrics::emf_line;
-use crate::aws::Aws;
-use crate::catalog::{Catalog, GlueCatalog};
+use super::{FunctionEnv, FunctionError};
+use crate::catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::ops::compact::{Compact, CompactOptions, CompactReport};
 use crate::ops::maintain::{ExpireSnapshots, Orphans};
@@ -95,20 +95,29 @@ pub struct TableMaintenance {
 }
 
 pub struct CompactHandler {
-    catalog: GlueCatalog,
+    catalog: Arc<dyn Catalog>,
+    /// `DMS2ICEBERG_GLUE_DATABASE`: only this namespace's tables.
+    database: Option<String>,
     settings: CompactEnv,
 }
 
 impl CompactHandler {
-    pub fn new(aws: &Aws, env: &FunctionEnv, settings: CompactEnv) -> Result<CompactHandler> {
-        let catalog = aws
-            .glue_catalog(&env.warehouse)?
-            .only_database(env.database.clone());
-        Ok(CompactHandler { catalog, settings })
+    /// `catalog`: where the tables are (Glue in AWS, restricted to the function's database).
+    pub fn new(catalog: Arc<dyn Catalog>, env: &FunctionEnv, settings: CompactEnv) -> Self {
+        CompactHandler {
+            catalog,
+            database: env.database.clone(),
+            settings,
+        }
     }
 
-    /// Runs one scheduled pass; `deadline`: when the invocation must have returned.
-    pub async fn handle(&self, _event: Value, deadline: Option<Instant>) -> Result<Value> {
+    /// Runs one pass; `deadline`: when the invocation must have returned. A catalog without
+    /// tables (the database not created yet) is a pass with nothing to do.
+    pub async fn handle(
+        &self,
+        _event: CompactEvent,
+        deadline: Option<Instant>,
+    ) -> std::result::Result<Vec<TableMaintenance>, FunctionError> {
         let started = Instant::now();
         // Leave a margin for the commit in flight and the response.
         let budget = deadline
@@ -117,21 +126,24 @@ impl CompactHandler {
                     .saturating_sub(Duration::from_secs(60))
             })
             .unwrap_or(Duration::from_secs(600));
-        let tables = self.catalog.list_tables().await?;
+        let mut tables = self.catalog.list_tables().await?;
+        if let Some(db) = &self.database {
+            tables.retain(|t| t.namespace().as_ref().join(".") == *db);
+        }
         let results: Vec<TableMaintenance> = futures::stream::iter(tables)
             .map(|ident| async move {
                 let table = ident.to_string();
                 match self.maintain(&ident, started, budget).await {
                     Ok(r) => r,
                     Err(e) => {
-                        error!(%table, error = %e, "maintenance failed");
+                        error!(%table, error = %e, kind = e.kind(), "maintenance failed");
                         TableMaintenance {
                             table,
                             compaction: None,
                             snapshots_expired: 0,
                             files_expired: 0,
                             orphans_deleted: 0,
-                            error: Some(e.to_string()),
+                            error: Some(e.redacted()),
                         }
                     }
                 }
@@ -139,7 +151,7 @@ impl CompactHandler {
             .buffer_unordered(self.settings.concurrency)
             .collect()
             .await;
-        serde_json::to_value(&results).map_err(|e| Error::Other(e.to_string()))
+        Ok(results)
     }
 
     async fn maintain(
@@ -157,7 +169,8 @@ impl CompactHandler {
             orphans_deleted: 0,
             error: None,
         };
-        let Some(t) = LoadedTable::load(&self.catalog, ident).await? else {
+        let catalog = self.catalog.as_ref();
+        let Some(t) = LoadedTable::load(catalog, ident).await? else {
             return Ok(out);
         };
         let totals = t.metadata.current_snapshot().map(|s| {
@@ -175,7 +188,7 @@ impl CompactHandler {
         };
         let remaining = budget.saturating_sub(started.elapsed());
         if needs_work && !remaining.is_zero() {
-            let r = Compact::new(&self.catalog, ident.clone())
+            let r = Compact::new(catalog, ident.clone())
                 .options(CompactOptions {
                     max_bytes: self.settings.max_bytes,
                     time_budget: remaining,
@@ -187,18 +200,13 @@ impl CompactHandler {
         }
         let cutoff = chrono::Utc::now().timestamp_millis()
             - (self.settings.retention_hours * 3_600_000.0) as i64;
-        let e = ExpireSnapshots::new(
-            &self.catalog,
-            ident.clone(),
-            cutoff,
-            self.settings.retain_last,
-        )
-        .execute()
-        .await?;
+        let e = ExpireSnapshots::new(catalog, ident.clone(), cutoff, self.settings.retain_last)
+            .execute()
+            .await?;
         out.snapshots_expired = e.snapshots_expired.len();
         out.files_expired = e.files_deleted.len();
         let o = Orphans::new(
-            &self.catalog,
+            catalog,
             ident.clone(),
             (self.settings.orphan_min_age_hours * 3_600_000.0) as i64,
         )

@@ -1,17 +1,164 @@
-//! The events the ingest function accepts: S3 notifications, S3 notifications (or EventBridge
-//! events) inside SQS messages, and EventBridge "Object Created" events. Each becomes records of
-//! (bucket, key) with the SQS message id to report a partial batch failure against.
+//! The events the functions accept, typed with `aws_lambda_events`:
+//!
+//! - ingest: an S3 notification ([`S3Event`]), an SQS batch ([`SqsEvent`]) whose message bodies
+//!   are S3 notifications or EventBridge "Object Created" events, or such an EventBridge event
+//!   ([`EventBridgeEvent`]) invoked directly; `s3:TestEvent` (sent when a notification is
+//!   configured) names nothing.
+//! - compact: an EventBridge "Scheduled Event"; any other payload also means "run now".
+//!
+//! [`IngestEvent`] deserializes from any JSON: which shape it is, is decided by its
+//! discriminating fields (`eventSource`, `detail-type`, `Event`), and a payload of none of these
+//! shapes is kept as [`IngestEvent::Unrecognised`] so the handler fails it with an `InputError`
+//! naming what it got (a serde error would reach Lambda as an opaque runtime error).
 
+use aws_lambda_events::eventbridge::EventBridgeEvent;
+use aws_lambda_events::s3::S3Event;
+use aws_lambda_events::sqs::SqsEvent;
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::locate::decode_event_key;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    S3,
-    Sqs,
-    EventBridge,
+/// The `detail` of an S3 EventBridge event (`aws.s3`, e.g. "Object Created").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct S3EventDetail {
+    pub bucket: S3DetailBucket,
+    pub object: S3DetailObject,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct S3DetailBucket {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct S3DetailObject {
+    pub key: String,
+    #[serde(default)]
+    pub size: Option<u64>,
+    #[serde(default)]
+    pub etag: Option<String>,
+}
+
+/// What an ingest invocation receives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IngestEvent {
+    S3(S3Event),
+    Sqs(SqsEvent),
+    EventBridge(Box<EventBridgeEvent<S3EventDetail>>),
+    /// `s3:TestEvent`: S3 checking the notification target; nothing to do.
+    Test,
+    /// None of the shapes above (the reason, with the start of the payload).
+    Unrecognised(String),
+}
+
+impl<'de> Deserialize<'de> for IngestEvent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        Ok(IngestEvent::from_value(Value::deserialize(d)?))
+    }
+}
+
+impl IngestEvent {
+    pub fn from_value(v: Value) -> IngestEvent {
+        let is_sqs = v.get("Records").and_then(Value::as_array).is_some_and(|r| {
+            r.iter()
+                .any(|r| r.get("eventSource").and_then(Value::as_str) == Some("aws:sqs"))
+        });
+        if is_sqs {
+            return match serde_json::from_value::<SqsEvent>(v) {
+                Ok(e) => IngestEvent::Sqs(e),
+                Err(e) => IngestEvent::Unrecognised(format!("not an SQS event: {e}")),
+            };
+        }
+        match Body::from_value(v) {
+            Body::S3(e) => IngestEvent::S3(e),
+            Body::EventBridge(e) => IngestEvent::EventBridge(e),
+            Body::Test => IngestEvent::Test,
+            Body::Invalid(reason) => IngestEvent::Unrecognised(reason),
+        }
+    }
+
+    /// The records to succeed or fail one by one: each SQS message, or the whole direct event.
+    pub fn records(&self) -> Result<Vec<Record>> {
+        match self {
+            IngestEvent::S3(e) => Ok(vec![Record::direct(objects_of_s3(e))]),
+            IngestEvent::EventBridge(e) => Ok(vec![Record::direct(objects_of_eventbridge(e))]),
+            IngestEvent::Test => Ok(vec![]),
+            IngestEvent::Sqs(e) => Ok(e
+                .records
+                .iter()
+                .map(|m| {
+                    let body = m.body.as_deref().unwrap_or_default();
+                    let objects = match serde_json::from_str::<Value>(body) {
+                        Err(e) => Err(format!("SQS body is not JSON: {e}")),
+                        Ok(v) => match Body::from_value(v) {
+                            Body::S3(e) => objects_of_s3(&e).map_err(|e| e.to_string()),
+                            Body::EventBridge(e) => {
+                                objects_of_eventbridge(&e).map_err(|e| e.to_string())
+                            }
+                            Body::Test => Ok(vec![]),
+                            Body::Invalid(reason) => Err(reason),
+                        },
+                    };
+                    let (objects, invalid) = match objects {
+                        Ok(o) => (o, None),
+                        Err(reason) => (vec![], Some(reason)),
+                    };
+                    Record {
+                        id: m.message_id.clone(),
+                        objects,
+                        invalid,
+                    }
+                })
+                .collect()),
+            IngestEvent::Unrecognised(reason) => Err(Error::Input(Box::new(
+                crate::error::InputError::new("the invocation's event", reason.clone()),
+            ))),
+        }
+    }
+
+    pub fn is_sqs(&self) -> bool {
+        matches!(self, IngestEvent::Sqs(_))
+    }
+}
+
+/// A direct event or an SQS message body.
+enum Body {
+    S3(S3Event),
+    EventBridge(Box<EventBridgeEvent<S3EventDetail>>),
+    Test,
+    Invalid(String),
+}
+
+impl Body {
+    fn from_value(v: Value) -> Body {
+        if v.get("Event").and_then(Value::as_str) == Some("s3:TestEvent") {
+            return Body::Test;
+        }
+        if v.get("Records").is_some() {
+            return match serde_json::from_value::<S3Event>(v) {
+                Ok(e) => Body::S3(e),
+                Err(e) => Body::Invalid(format!("not an S3 notification: {e}")),
+            };
+        }
+        if let Some(dt) = v.get("detail-type").and_then(Value::as_str) {
+            // Other EventBridge events (another rule's) have no S3 object: nothing to do.
+            if dt != "Object Created" {
+                let mut e = EventBridgeEvent::<S3EventDetail>::default();
+                e.detail_type = dt.to_string();
+                return Body::EventBridge(Box::new(e));
+            }
+            return match serde_json::from_value::<EventBridgeEvent<S3EventDetail>>(v) {
+                Ok(e) => Body::EventBridge(Box::new(e)),
+                Err(e) => Body::Invalid(format!("not an S3 \"Object Created\" event: {e}")),
+            };
+        }
+        Body::Invalid(format!(
+            "unrecognised event (expected an S3 notification, SQS or EventBridge event): {}",
+            truncate(&v.to_string())
+        ))
+    }
 }
 
 /// One record to succeed or fail as a unit (an SQS message, or the whole direct event).
@@ -24,6 +171,23 @@ pub struct Record {
     pub invalid: Option<String>,
 }
 
+impl Record {
+    fn direct(objects: Result<Vec<S3Ref>>) -> Record {
+        match objects {
+            Ok(objects) => Record {
+                id: None,
+                objects,
+                invalid: None,
+            },
+            Err(e) => Record {
+                id: None,
+                objects: vec![],
+                invalid: Some(e.to_string()),
+            },
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct S3Ref {
     pub bucket: String,
@@ -31,144 +195,74 @@ pub struct S3Ref {
     pub key: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invocation {
-    pub source: Source,
-    pub records: Vec<Record>,
-}
-
-pub fn parse(event: &Value) -> Result<Invocation> {
-    if let Some(records) = event.get("Records").and_then(Value::as_array) {
-        let is_sqs = records
-            .iter()
-            .any(|r| r.get("eventSource").and_then(Value::as_str) == Some("aws:sqs"));
-        if is_sqs {
-            let records = records
-                .iter()
-                .map(|r| {
-                    let id = r
-                        .get("messageId")
-                        .and_then(Value::as_str)
-                        .map(str::to_string);
-                    let body = r.get("body").and_then(Value::as_str).unwrap_or_default();
-                    match serde_json::from_str::<Value>(body)
-                        .map_err(|e| Error::Other(format!("SQS body is not JSON: {e}")))
-                        .and_then(|b| objects_of(&b))
-                    {
-                        Ok(objects) => Record {
-                            id,
-                            objects,
-                            invalid: None,
-                        },
-                        Err(e) => Record {
-                            id,
-                            objects: vec![],
-                            invalid: Some(e.to_string()),
-                        },
-                    }
-                })
-                .collect();
-            return Ok(Invocation {
-                source: Source::Sqs,
-                records,
-            });
+/// The objects an S3 notification names (created ones only).
+fn objects_of_s3(e: &S3Event) -> Result<Vec<S3Ref>> {
+    let mut out = Vec::new();
+    for r in &e.records {
+        if !r
+            .event_name
+            .as_deref()
+            .unwrap_or("ObjectCreated:")
+            .starts_with("ObjectCreated:")
+        {
+            continue;
         }
-        return Ok(Invocation {
-            source: Source::S3,
-            records: vec![Record {
-                id: None,
-                objects: objects_of(event)?,
-                invalid: None,
-            }],
-        });
+        match (&r.s3.bucket.name, &r.s3.object.key) {
+            // Notification keys are URL-encoded (`+` for space).
+            (Some(b), Some(k)) => out.push(S3Ref {
+                bucket: b.clone(),
+                key: decode_event_key(k)?,
+            }),
+            _ => {
+                return Err(Error::Input(Box::new(crate::error::InputError::new(
+                    "the invocation's event",
+                    "S3 record without bucket name or object key",
+                ))));
+            }
+        }
     }
-    if event.get("detail-type").is_some() {
-        return Ok(Invocation {
-            source: Source::EventBridge,
-            records: vec![Record {
-                id: None,
-                objects: objects_of(event)?,
-                invalid: None,
-            }],
-        });
-    }
-    if is_test_event(event) {
-        return Ok(Invocation {
-            source: Source::S3,
-            records: vec![],
-        });
-    }
-    Err(Error::Other(format!(
-        "unrecognised event (expected an S3 notification, SQS or EventBridge event): {}",
-        truncate(&event.to_string())
-    )))
+    Ok(out)
 }
 
-/// The objects an S3 notification or EventBridge event names. `s3:TestEvent` has none.
-fn objects_of(v: &Value) -> Result<Vec<S3Ref>> {
-    if is_test_event(v) {
+fn objects_of_eventbridge(e: &EventBridgeEvent<S3EventDetail>) -> Result<Vec<S3Ref>> {
+    if e.detail_type != "Object Created" {
         return Ok(vec![]);
     }
-    if let Some(records) = v.get("Records").and_then(Value::as_array) {
-        let mut out = Vec::new();
-        for r in records {
-            let name = r
-                .get("eventName")
-                .and_then(Value::as_str)
-                .unwrap_or("ObjectCreated:");
-            if !name.starts_with("ObjectCreated:") {
-                continue;
-            }
-            let s3 = r
-                .get("s3")
-                .ok_or_else(|| Error::Other("S3 record without `s3`".into()))?;
-            let bucket = s3.pointer("/bucket/name").and_then(Value::as_str);
-            let key = s3.pointer("/object/key").and_then(Value::as_str);
-            match (bucket, key) {
-                // Notification keys are URL-encoded (`+` for space).
-                (Some(b), Some(k)) => out.push(S3Ref {
-                    bucket: b.to_string(),
-                    key: decode_event_key(k)?,
-                }),
-                _ => {
-                    return Err(Error::Other(
-                        "S3 record without bucket name or object key".into(),
-                    ));
-                }
-            }
-        }
-        return Ok(out);
+    let d = &e.detail;
+    if d.bucket.name.is_empty() || d.object.key.is_empty() {
+        return Err(Error::Input(Box::new(crate::error::InputError::new(
+            "the invocation's event",
+            "EventBridge event without detail.bucket.name / detail.object.key",
+        ))));
     }
-    if let Some(detail_type) = v.get("detail-type").and_then(Value::as_str) {
-        if detail_type != "Object Created" {
-            return Ok(vec![]);
-        }
-        let bucket = v.pointer("/detail/bucket/name").and_then(Value::as_str);
-        let key = v.pointer("/detail/object/key").and_then(Value::as_str);
-        return match (bucket, key) {
-            // AWS does not say whether EventBridge keys are URL-encoded (emulators encode them).
-            // Decoding is safe either way for DMS keys: table names cannot hold `%` or `+`.
-            (Some(b), Some(k)) => Ok(vec![S3Ref {
-                bucket: b.to_string(),
-                key: decode_event_key(k).unwrap_or_else(|_| k.to_string()),
-            }]),
-            _ => Err(Error::Other(
-                "EventBridge event without detail.bucket.name / detail.object.key".into(),
-            )),
-        };
-    }
-    Err(Error::Other(format!(
-        "not an S3 or EventBridge event: {}",
-        truncate(&v.to_string())
-    )))
-}
-
-fn is_test_event(v: &Value) -> bool {
-    v.get("Event").and_then(Value::as_str) == Some("s3:TestEvent")
+    // AWS does not say whether EventBridge keys are URL-encoded (emulators encode them): decoded
+    // as S3 notifications are. Only a table name holding `+` or `%` could tell the difference.
+    let key = decode_event_key(&d.object.key).unwrap_or_else(|_| d.object.key.clone());
+    Ok(vec![S3Ref {
+        bucket: d.bucket.name.clone(),
+        key,
+    }])
 }
 
 fn truncate(s: &str) -> String {
     s.chars().take(300).collect()
+}
+
+/// What a compaction invocation receives: a scheduled EventBridge event, or anything (an
+/// on-demand `aws lambda invoke` with `{}`): every payload means "run a pass now".
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactEvent {
+    /// The schedule's event, when it is one.
+    pub schedule: Option<EventBridgeEvent>,
+}
+
+impl<'de> Deserialize<'de> for CompactEvent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        Ok(CompactEvent {
+            schedule: serde_json::from_value(v).ok(),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -177,16 +271,23 @@ mod tests {
     use serde_json::json;
 
     fn s3_event(key: &str) -> Value {
-        json!({"Records": [{"eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+        json!({"Records": [{"eventVersion": "2.1", "eventSource": "aws:s3",
+            "eventTime": "2022-03-02T11:34:03.127Z", "eventName": "ObjectCreated:Put",
+            "userIdentity": {"principalId": "AWS:X"}, "requestParameters": {"sourceIPAddress": "10.0.0.1"},
+            "responseElements": {},
             "s3": {"bucket": {"name": "landing"}, "object": {"key": key, "size": 10}}}]})
+    }
+
+    fn parse(v: Value) -> IngestEvent {
+        serde_json::from_value(v).unwrap()
     }
 
     #[test]
     fn direct_s3_notification_keys_are_decoded() {
-        let inv = parse(&s3_event("dms/my+schema/t/LOAD00000001.csv")).unwrap();
-        assert_eq!(inv.source, Source::S3);
+        let ev = parse(s3_event("dms/my+schema/t/LOAD00000001.csv"));
+        assert!(matches!(ev, IngestEvent::S3(_)));
         assert_eq!(
-            inv.records[0].objects[0].key,
+            ev.records().unwrap()[0].objects[0].key,
             "dms/my schema/t/LOAD00000001.csv"
         );
     }
@@ -195,33 +296,67 @@ mod tests {
     fn sqs_wraps_s3_and_eventbridge_and_bad_bodies() {
         let eb = json!({"detail-type": "Object Created", "source": "aws.s3",
             "detail": {"bucket": {"name": "b"}, "object": {"key": "dms/s/t/20220302-1134010000.csv"}}});
-        let ev = json!({"Records": [
+        let ev = parse(json!({"Records": [
             {"messageId": "m1", "eventSource": "aws:sqs", "body": s3_event("dms/s/t/LOAD00000001.csv").to_string()},
             {"messageId": "m2", "eventSource": "aws:sqs", "body": eb.to_string()},
             {"messageId": "m3", "eventSource": "aws:sqs", "body": "not json"},
             {"messageId": "m4", "eventSource": "aws:sqs", "body": json!({"Service": "Amazon S3", "Event": "s3:TestEvent"}).to_string()},
-        ]});
-        let inv = parse(&ev).unwrap();
-        assert_eq!(inv.source, Source::Sqs);
-        assert_eq!(inv.records[0].objects[0].key, "dms/s/t/LOAD00000001.csv");
-        assert_eq!(inv.records[1].objects[0].bucket, "b");
-        assert!(inv.records[2].invalid.is_some());
-        assert!(inv.records[3].objects.is_empty() && inv.records[3].invalid.is_none());
+            {"messageId": "m5", "eventSource": "aws:sqs", "body": json!({"Records": [{"s3": {}}]}).to_string()},
+        ]}));
+        assert!(ev.is_sqs());
+        let r = ev.records().unwrap();
+        assert_eq!(r[0].objects[0].key, "dms/s/t/LOAD00000001.csv");
+        assert_eq!(r[0].id.as_deref(), Some("m1"));
+        assert_eq!(r[1].objects[0].bucket, "b");
+        assert!(r[2].invalid.as_deref().unwrap().contains("not JSON"));
+        assert!(r[3].objects.is_empty() && r[3].invalid.is_none());
+        assert!(
+            r[4].invalid
+                .as_deref()
+                .unwrap()
+                .contains("not an S3 notification"),
+            "{r:?}"
+        );
     }
 
     #[test]
     fn eventbridge_and_test_events() {
         let eb = json!({"detail-type": "Object Created", "source": "aws.s3",
-            "detail": {"bucket": {"name": "b"}, "object": {"key": "dms/s/t/a+b.csv"}}});
-        let inv = parse(&eb).unwrap();
-        assert_eq!(inv.source, Source::EventBridge);
-        assert_eq!(inv.records[0].objects[0].key, "dms/s/t/a b.csv");
+            "detail": {"bucket": {"name": "b"}, "object": {"key": "dms/s/order line$items/a.csv"}}});
+        let ev = parse(eb);
+        assert!(matches!(ev, IngestEvent::EventBridge(_)));
+        assert_eq!(
+            ev.records().unwrap()[0].objects[0].key,
+            "dms/s/order line$items/a.csv",
+            "a key without escapes is kept as is"
+        );
+        let enc = json!({"detail-type": "Object Created", "source": "aws.s3",
+            "detail": {"bucket": {"name": "b"}, "object": {"key": "dms/s/order%20line%24items/a.csv"}}});
+        assert_eq!(
+            parse(enc).records().unwrap()[0].objects[0].key,
+            "dms/s/order line$items/a.csv"
+        );
         assert!(
-            parse(&json!({"Service": "Amazon S3", "Event": "s3:TestEvent"}))
+            parse(json!({"Service": "Amazon S3", "Event": "s3:TestEvent"}))
+                .records()
                 .unwrap()
-                .records
                 .is_empty()
         );
-        assert!(parse(&json!({"hello": 1})).is_err());
+        let e = parse(json!({"hello": 1})).records().unwrap_err();
+        assert_eq!(e.kind(), "InputError");
+        assert!(e.to_string().contains("unrecognised event"), "{e}");
+        let other =
+            parse(json!({"detail-type": "Object Deleted", "source": "aws.s3", "detail": {}}));
+        assert!(other.records().unwrap()[0].objects.is_empty());
+    }
+
+    #[test]
+    fn compaction_takes_any_payload() {
+        let s: CompactEvent = serde_json::from_value(json!({"detail-type": "Scheduled Event",
+            "source": "aws.events", "detail": {}}))
+        .unwrap();
+        assert_eq!(s.schedule.unwrap().detail_type, "Scheduled Event");
+        let any: CompactEvent = serde_json::from_value(json!({})).unwrap();
+        assert!(any.schedule.is_none());
     }
 }

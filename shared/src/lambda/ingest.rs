@@ -13,17 +13,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse};
-use serde_json::{Value, json};
+use serde::Serialize;
 use tracing::{error, info, warn};
 
-use super::FunctionEnv;
-use super::events::{self, Source};
+use super::events::IngestEvent;
 use super::metrics::emf_line;
-use crate::aws::{Aws, ObjectInfo, S3Objects};
-use crate::catalog::GlueCatalog;
+use super::store::{ObjectInfo, ObjectStore};
+use super::{FunctionEnv, FunctionError};
+use crate::catalog::Catalog;
 use crate::commit::{AppliedRecord, Standing};
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::locate::{DmsObject, locate, table_prefix};
 use crate::lookup::LookupCache;
 use crate::ops::ingest::{FileInput, Ingest, Status, TableReport};
@@ -31,14 +31,25 @@ use crate::table::LoadedTable;
 
 pub struct IngestHandler {
     env: FunctionEnv,
-    aws: Aws,
     /// Config as loaded at start; an `s3://` config is re-read by every invocation, so an
     /// operator's `skip_files` change takes effect without a redeploy.
     config: Config,
-    catalog: GlueCatalog,
-    objects: Arc<S3Objects>,
+    catalog: Arc<dyn Catalog>,
+    objects: Arc<dyn ObjectStore>,
     cache: Arc<LookupCache>,
 }
+
+/// The answer to an invocation: SQS batches get the failed messages (partial batch response),
+/// direct events the tables they named.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum IngestResponse {
+    Batch(SqsBatchResponse),
+    Tables { tables: Vec<String> },
+}
+
+/// Why a table or record failed: the kind (`errorType`) and the message.
+type Failure = (&'static str, String);
 
 /// What happened to one table in an invocation.
 struct TableOutcome {
@@ -46,25 +57,29 @@ struct TableOutcome {
     applied: BTreeSet<String>,
     /// Object keys the table folder held when listed (`None`: not listed).
     listed: Option<BTreeSet<String>>,
-    error: Option<String>,
+    error: Option<Failure>,
 }
 
 impl IngestHandler {
-    pub async fn new(aws: &Aws, env: FunctionEnv) -> Result<IngestHandler> {
-        let config = env.load_config(aws).await?;
-        let catalog = aws.glue_catalog(&env.warehouse)?;
+    /// `catalog`: where the tables are (Glue in AWS); `objects`: where the DMS files and an
+    /// `s3://` config are (S3 in AWS).
+    pub async fn new(
+        env: FunctionEnv,
+        catalog: Arc<dyn Catalog>,
+        objects: Arc<dyn ObjectStore>,
+    ) -> Result<IngestHandler> {
+        let config = env.load_config(objects.as_ref()).await?;
         Ok(IngestHandler {
-            objects: Arc::new(S3Objects::new(aws.s3.clone(), env.spool.clone())),
             cache: Arc::new(LookupCache::with_key_budget(env.key_cache_bytes)),
             env,
-            aws: aws.clone(),
             config,
             catalog,
+            objects,
         })
     }
 
-    pub async fn handle(&self, event: Value) -> Result<Value> {
-        let inv = events::parse(&event)?;
+    pub async fn handle(&self, event: IngestEvent) -> Result<IngestResponse, FunctionError> {
+        let records = event.records()?;
         let reloaded;
         let config = if self
             .env
@@ -72,7 +87,7 @@ impl IngestHandler {
             .as_deref()
             .is_some_and(|c| c.starts_with("s3://"))
         {
-            reloaded = self.env.load_config(&self.aws).await?;
+            reloaded = self.env.load_config(self.objects.as_ref()).await?;
             &reloaded
         } else {
             &self.config
@@ -82,8 +97,8 @@ impl IngestHandler {
         // Per record: each object URI and its table folder (bucket, prefix), if it has one.
         type TableFolder = (String, String);
         let mut record_keys: Vec<Vec<(String, Option<TableFolder>)>> = Vec::new();
-        let mut bad_keys: BTreeMap<String, String> = BTreeMap::new();
-        for r in &inv.records {
+        let mut bad_keys: BTreeMap<String, Failure> = BTreeMap::new();
+        for r in &records {
             let mut keys = Vec::new();
             for o in &r.objects {
                 let uri = format!("s3://{}/{}", o.bucket, o.key);
@@ -99,7 +114,10 @@ impl IngestHandler {
                         None => {
                             bad_keys.insert(
                                 uri.clone(),
-                                "cannot find the table folder in the key".into(),
+                                (
+                                    "InputError",
+                                    "cannot find the table folder in the key".into(),
+                                ),
                             );
                             keys.push((uri, None));
                         }
@@ -107,7 +125,7 @@ impl IngestHandler {
                     Ok(None) => info!(object = %uri, "not a DMS data file; ignored"),
                     Err(e) => {
                         error!(object = %uri, error = %e, "rejected object key");
-                        bad_keys.insert(uri.clone(), e.to_string());
+                        bad_keys.insert(uri.clone(), (e.kind(), e.to_string()));
                         keys.push((uri, None));
                     }
                 }
@@ -124,8 +142,8 @@ impl IngestHandler {
         // A record succeeds when every DMS file it names is applied.
         let mut failures = Vec::new();
         let mut reasons = Vec::new();
-        for (r, keys) in inv.records.iter().zip(&record_keys) {
-            let mut reason = r.invalid.clone();
+        for (r, keys) in records.iter().zip(&record_keys) {
+            let mut reason: Option<Failure> = r.invalid.clone().map(|i| ("InputError", i));
             for (uri, table) in keys {
                 let why = match table.as_ref().and_then(|t| outcomes.get(t)) {
                     None => bad_keys.get(uri).cloned(),
@@ -137,16 +155,19 @@ impl IngestHandler {
                         None
                     }
                     Some(o) => Some(o.error.clone().unwrap_or_else(|| {
-                        "not applied yet (backlog beyond the per-invocation cap)".into()
+                        (
+                            "Backlog",
+                            "not applied yet (backlog beyond the per-invocation cap)".into(),
+                        )
                     })),
                 };
-                if let Some(w) = why {
-                    reason.get_or_insert(format!("{uri}: {w}"));
+                if let Some((kind, w)) = why {
+                    reason.get_or_insert((kind, format!("{uri}: {w}")));
                 }
             }
             if let Some(reason) = reason {
                 // Built from redacted table errors and object keys: no input values.
-                warn!(record = ?r.id, %reason, "record failed");
+                warn!(record = ?r.id, reason = %reason.1, kind = reason.0, "record failed");
                 reasons.push(reason);
                 if let Some(id) = &r.id {
                     let mut f = BatchItemFailure::default();
@@ -155,17 +176,18 @@ impl IngestHandler {
                 }
             }
         }
-        match inv.source {
-            Source::Sqs => {
-                let mut response = SqsBatchResponse::default();
-                response.batch_item_failures = failures;
-                serde_json::to_value(response).map_err(|e| Error::Other(e.to_string()))
-            }
-            _ if !reasons.is_empty() => Err(Error::Other(reasons.join("; "))),
-            _ => Ok(
-                json!({ "tables": tables.values().map(|(s, t)| format!("{s}.{t}")).collect::<Vec<_>>() }),
-            ),
+        if event.is_sqs() {
+            let mut response = SqsBatchResponse::default();
+            response.batch_item_failures = failures;
+            return Ok(IngestResponse::Batch(response));
         }
+        if let Some((kind, _)) = reasons.first() {
+            let message: Vec<&str> = reasons.iter().map(|(_, m)| m.as_str()).collect();
+            return Err(FunctionError::new(*kind, message.join("; ")));
+        }
+        Ok(IngestResponse::Tables {
+            tables: tables.values().map(|(s, t)| format!("{s}.{t}")).collect(),
+        })
     }
 
     /// Applies the pending files of one table.
@@ -198,7 +220,7 @@ impl IngestHandler {
             files.sort_by(|a, b| a.0.order.cmp(&b.0.order));
             let cfg = config.table(schema, table)?;
             let ident = iceberg::TableIdent::from_strs([&cfg.namespace, &cfg.table])?;
-            let loaded = LoadedTable::load(&self.catalog, &ident).await?;
+            let loaded = LoadedTable::load(self.catalog.as_ref(), &ident).await?;
             if let Some(t) = &loaded {
                 crate::ops::ingest::check_source(&cfg, t)?;
             }
@@ -214,7 +236,7 @@ impl IngestHandler {
                 .take(self.env.files_per_invocation)
                 .map(|(o, info)| FileInput::new(o.clone(), None).with_meta(info.meta()))
                 .collect();
-            let report = Ingest::new(&self.catalog, config)
+            let report = Ingest::new(self.catalog.as_ref(), config)
                 .loaded(loaded)
                 .cache(self.cache.clone())
                 .objects(self.objects.clone())
@@ -227,9 +249,9 @@ impl IngestHandler {
         let (report, files, applied_before) = match result {
             Ok(r) => r,
             Err(e) => {
-                let e = e.redacted();
-                error!(table = %format!("{schema}.{table}"), error = %e, "table not processed");
-                outcome.error = Some(e);
+                let (kind, e) = (e.kind(), e.redacted());
+                error!(table = %format!("{schema}.{table}"), error = %e, kind, "table not processed");
+                outcome.error = Some((kind, e));
                 return outcome;
             }
         };
@@ -257,14 +279,17 @@ impl IngestHandler {
                 .map(|(o, _)| o.key.clone())
                 .collect();
             if let Some(loud) = report.loud_files().first() {
-                outcome.error = Some(format!(
-                    "{loud}: older than the files the table's applied-file record lists, and \
-                     changed since: not applied (see the function's log)"
+                outcome.error = Some((
+                    "InputError",
+                    format!(
+                        "{loud}: older than the files the table's applied-file record lists, \
+                         and changed since: not applied (see the function's log)"
+                    ),
                 ));
             }
         } else if let Ok(cfg) = config.table(schema, table)
             && let Ok(ident) = iceberg::TableIdent::from_strs([&cfg.namespace, &cfg.table])
-            && let Ok(Some(t)) = LoadedTable::load(&self.catalog, &ident).await
+            && let Ok(Some(t)) = LoadedTable::load(self.catalog.as_ref(), &ident).await
             && let Ok(record) = AppliedRecord::of_table(&t.metadata)
         {
             let record = record.unwrap_or_default();
@@ -274,8 +299,9 @@ impl IngestHandler {
                 .map(|(o, _)| o.key.clone())
                 .collect();
         }
-        if report.error_log.is_some() {
-            outcome.error = report.error_log.clone();
+        if let Some(log) = &report.error_log {
+            // The report keeps the message only; the kind is read back from it.
+            outcome.error = Some((crate::error::Error::kind_of_message(log), log.clone()));
         }
         self.log_table(&report, &files, started);
         outcome

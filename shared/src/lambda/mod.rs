@@ -1,16 +1,79 @@
-//! The Lambda functions' logic (handlers only wire clients and call these), and the
+//! The Lambda functions' logic (the binaries only wire clients and call these), and the
 //! environment they are configured by. See README "Run on AWS".
+//!
+//! Handlers take typed events ([`events`]) and the catalog and object store as traits
+//! ([`crate::catalog::Catalog`], [`store::ObjectStore`]): the functions pass Glue and S3, tests
+//! pass a SQLite catalog and [`store::LocalObjects`] and call the handlers in-process.
 
 pub mod compact;
 pub mod events;
 pub mod ingest;
 pub mod metrics;
+pub mod runtime;
+pub mod store;
+#[cfg(test)]
+mod tests;
 
 use std::path::PathBuf;
 
-use crate::aws::{Aws, split_s3_uri};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use store::{ObjectStore, split_s3_uri};
+
+/// A failed invocation as Lambda gets it: `kind` is the `errorType` (see [`Error::kind`];
+/// `Panic` for a panic), `message` the `errorMessage` (input values left out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionError {
+    pub kind: String,
+    pub message: String,
+}
+
+impl FunctionError {
+    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> FunctionError {
+        FunctionError {
+            kind: kind.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Error> for FunctionError {
+    fn from(e: Error) -> FunctionError {
+        FunctionError::new(e.kind(), e.redacted())
+    }
+}
+
+impl std::fmt::Display for FunctionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)
+    }
+}
+
+impl std::error::Error for FunctionError {}
+
+/// Runs a handler's future, turning a panic into a [`FunctionError`] of kind `Panic` (Lambda's
+/// runtime would report it with the Rust type name of the panic payload as `errorType`).
+pub async fn guarded<T, F>(fut: F) -> std::result::Result<T, FunctionError>
+where
+    F: std::future::Future<Output = std::result::Result<T, FunctionError>>,
+{
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(r) => r,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".into());
+            tracing::error!(panic = %msg, "the handler panicked");
+            Err(FunctionError::new(
+                "Panic",
+                format!("the handler panicked: {msg}"),
+            ))
+        }
+    }
+}
 
 /// Environment of both functions.
 #[derive(Debug, Clone)]
@@ -57,31 +120,16 @@ impl FunctionEnv {
     }
 
     /// The TOML config (if any), with the database override applied.
-    pub async fn load_config(&self, aws: &Aws) -> Result<Config> {
+    pub async fn load_config(&self, objects: &dyn ObjectStore) -> Result<Config> {
         let mut cfg = match &self.config {
             None => Config::default(),
             Some(uri) if uri.starts_with("s3://") => {
                 let (bucket, key) = split_s3_uri(uri)?;
-                let obj = aws
-                    .s3
-                    .get_object()
-                    .bucket(bucket)
-                    .key(key)
-                    .send()
+                let bytes = objects
+                    .get(bucket, key)
                     .await
-                    .map_err(|e| {
-                        Error::Config(format!(
-                            "reading {uri}: {}",
-                            aws_sdk_s3::error::DisplayErrorContext(&e)
-                        ))
-                    })?;
-                let bytes = obj
-                    .body
-                    .collect()
-                    .await
-                    .map_err(|e| Error::Config(format!("reading {uri}: {e}")))?
-                    .into_bytes();
-                let text = String::from_utf8(bytes.to_vec())
+                    .map_err(|e| Error::Config(format!("reading {uri}: {e}")))?;
+                let text = String::from_utf8(bytes)
                     .map_err(|_| Error::Config(format!("{uri} is not UTF-8")))?;
                 Config::from_toml(&text).map_err(|e| Error::Config(format!("{uri}: {e}")))?
             }

@@ -1,0 +1,156 @@
+//! Where the functions read DMS files and their config: an object store of buckets and keys. In
+//! AWS it is S3 ([`crate::aws::S3Objects`]); [`LocalObjects`] is a folder per bucket, so the
+//! handlers run in-process in tests (and on a laptop) with the same code paths.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+
+use crate::error::{Error, Result};
+use crate::ops::ingest::ObjectSource;
+use crate::read::SourceData;
+
+/// An object in a DMS folder.
+#[derive(Debug, Clone)]
+pub struct ObjectInfo {
+    pub key: String,
+    pub size: u64,
+    pub last_modified_ms: Option<i64>,
+    /// Quotes removed.
+    pub etag: Option<String>,
+}
+
+impl ObjectInfo {
+    /// What the listing tells of the object's content.
+    pub fn meta(&self) -> crate::commit::ObjectMeta {
+        crate::commit::ObjectMeta {
+            size: Some(self.size),
+            modified_ms: self.last_modified_ms,
+            etag: self.etag.clone(),
+            md5: None,
+        }
+    }
+}
+
+/// Buckets of objects. As an [`ObjectSource`] it fetches `s3://bucket/key` URIs (the keys the
+/// ingest records).
+#[async_trait]
+pub trait ObjectStore: ObjectSource {
+    /// Every object under `prefix` of `bucket`, in key order.
+    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<ObjectInfo>>;
+
+    /// A small object's bytes (the config file).
+    async fn get(&self, bucket: &str, key: &str) -> Result<Vec<u8>>;
+}
+
+/// `s3://bucket/key` → (bucket, key).
+pub fn split_s3_uri(uri: &str) -> Result<(&str, &str)> {
+    uri.strip_prefix("s3://")
+        .and_then(|r| r.split_once('/'))
+        .filter(|(b, _)| !b.is_empty())
+        .ok_or_else(|| Error::Config(format!("`{uri}` is not an s3://bucket/key URI")))
+}
+
+/// Buckets as folders: object `s3://b/k` is the file `<root>/b/k`. Keys are taken as they are
+/// (no `..` can reach them: [`crate::locate`] refuses such keys before anything is fetched, and
+/// the config's location comes from the function's environment).
+pub struct LocalObjects {
+    root: PathBuf,
+}
+
+impl LocalObjects {
+    pub fn new(root: impl Into<PathBuf>) -> LocalObjects {
+        LocalObjects { root: root.into() }
+    }
+
+    fn path(&self, bucket: &str, key: &str) -> PathBuf {
+        self.root.join(bucket).join(key)
+    }
+
+    fn path_of_uri(&self, uri: &str) -> Result<PathBuf> {
+        let (bucket, key) = split_s3_uri(uri)?;
+        Ok(self.path(bucket, key))
+    }
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(dir.display().to_string(), e)),
+    };
+    for e in entries {
+        let p = e
+            .map_err(|e| Error::io(dir.display().to_string(), e))?
+            .path();
+        if p.is_dir() {
+            walk(&p, out)?;
+        } else {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl ObjectStore for LocalObjects {
+    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        let base = self.root.join(bucket);
+        // Walk the folder the prefix names (or its parent, when it ends inside a name).
+        let start = match prefix.rsplit_once('/') {
+            Some((dir, _)) => base.join(dir),
+            None => base.clone(),
+        };
+        let mut files = Vec::new();
+        walk(&start, &mut files)?;
+        let mut out = Vec::new();
+        for p in files {
+            let Some(key) = p
+                .strip_prefix(&base)
+                .ok()
+                .and_then(|k| k.to_str())
+                .map(|k| k.replace(std::path::MAIN_SEPARATOR, "/"))
+            else {
+                continue;
+            };
+            if !key.starts_with(prefix) {
+                continue;
+            }
+            let md = std::fs::metadata(&p).map_err(|e| Error::io(p.display().to_string(), e))?;
+            let modified_ms = md
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_millis() as i64);
+            out.push(ObjectInfo {
+                key,
+                size: md.len(),
+                last_modified_ms: modified_ms,
+                etag: None,
+            });
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    async fn get(&self, bucket: &str, key: &str) -> Result<Vec<u8>> {
+        let p = self.path(bucket, key);
+        std::fs::read(&p).map_err(|e| Error::io(format!("s3://{bucket}/{key}"), e))
+    }
+}
+
+#[async_trait]
+impl ObjectSource for LocalObjects {
+    async fn fetch(&self, uri: &str) -> Result<SourceData> {
+        let p = self.path_of_uri(uri)?;
+        if !p.is_file() {
+            return Err(Error::Storage(format!("{uri}: no such object")));
+        }
+        Ok(SourceData::Path(p))
+    }
+
+    async fn fetch_if_present(&self, uri: &str) -> Result<Option<SourceData>> {
+        let p = self.path_of_uri(uri)?;
+        Ok(p.is_file().then_some(SourceData::Path(p)))
+    }
+}
