@@ -1,4 +1,6 @@
-//! Rendering scan results: an aligned table for people, CSV and JSON lines for programs.
+//! Everything the CLI prints on stdout. Scan results: an aligned table for people, CSV and
+//! JSON lines for programs; reports (history, compact, expire, orphans): a summary for people,
+//! one JSON object for programs.
 //! JSON values are exact: decimals as strings with their scale, timestamps with microseconds.
 
 use std::io::Write;
@@ -6,6 +8,11 @@ use std::io::Write;
 use arrow_array::{Array, RecordBatch};
 use arrow_cast::display::{ArrayFormatter, FormatOptions};
 use arrow_schema::DataType;
+use dms2iceberg::ops::compact::CompactReport;
+use dms2iceberg::ops::history::SnapshotInfo;
+use dms2iceberg::ops::ingest::{CommitReport, TableReport};
+use dms2iceberg::ops::maintain::{ExpireReport, OrphanReport};
+use serde::Serialize;
 
 /// `scan --format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -186,6 +193,231 @@ fn csv_field(v: &str) -> String {
     } else {
         v.to_string()
     }
+}
+
+/// A report as one JSON line, or through `text` for people.
+pub fn report<R: Serialize>(
+    r: &R,
+    json: bool,
+    text: impl FnOnce(&mut dyn Write, &R) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string(r)?)?;
+    } else {
+        text(&mut out, r)?;
+    }
+    Ok(())
+}
+
+/// `history`: one row per snapshot, oldest first, or one JSON line per snapshot.
+pub fn history(
+    out: &mut impl Write,
+    snapshots: &[SnapshotInfo],
+    format: TableOrJson,
+) -> anyhow::Result<()> {
+    if format == TableOrJson::Json {
+        for s in snapshots {
+            writeln!(out, "{}", serde_json::to_string(s)?)?;
+        }
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:<20} {:<24} {:<10} {:>9} {:>9} {:>9} {:>10}  files",
+        "snapshot", "committed (UTC)", "operation", "inserted", "updated", "deleted", "rows"
+    )?;
+    let n = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+    for s in snapshots {
+        let when = chrono::DateTime::from_timestamp_millis(s.timestamp_ms)
+            .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())
+            .unwrap_or_default();
+        let files: Vec<&str> = s
+            .source_files
+            .iter()
+            .map(|f| f.rsplit('/').next().unwrap_or(f))
+            .collect();
+        writeln!(
+            out,
+            "{:<20} {:<24} {:<10} {:>9} {:>9} {:>9} {:>10}  {}",
+            s.snapshot_id,
+            when,
+            s.operation,
+            n(s.rows_inserted),
+            n(s.rows_updated),
+            n(s.rows_deleted),
+            n(s.live_rows),
+            files.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+pub fn compact(out: &mut dyn Write, r: &CompactReport) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{}: data files {} -> {}, delete files {} -> {}; rewrote {} files ({} bytes) into {} in {} commits; {} groups left; {:.2}s",
+        r.table,
+        r.data_files_before,
+        r.data_files_after,
+        r.delete_files_before,
+        r.delete_files_after,
+        r.data_files_rewritten,
+        r.bytes_rewritten,
+        r.data_files_written,
+        r.commits,
+        r.groups_left,
+        r.elapsed_ms as f64 / 1000.0
+    )
+}
+
+pub fn expire(out: &mut dyn Write, r: &ExpireReport, dry_run: bool) -> std::io::Result<()> {
+    let (verb, deleted) = if dry_run {
+        ("would expire", "would be deleted")
+    } else {
+        ("expired", "deleted")
+    };
+    writeln!(
+        out,
+        "{}: {verb} {} snapshots ({} kept); {} files {deleted}",
+        r.table,
+        r.snapshots_expired.len(),
+        r.snapshots_kept,
+        r.files_deleted.len(),
+    )?;
+    for f in &r.files_deleted {
+        writeln!(out, "  {f}")?;
+    }
+    Ok(())
+}
+
+pub fn orphans(
+    out: &mut dyn Write,
+    r: &OrphanReport,
+    min_age_hours: f64,
+    delete: bool,
+) -> std::io::Result<()> {
+    for o in &r.orphans {
+        writeln!(
+            out,
+            "{}\t{} bytes\t{:.1} h old",
+            o.path, o.size, o.age_hours
+        )?;
+    }
+    let deleted = if delete {
+        format!(", {} deleted", r.deleted)
+    } else {
+        String::new()
+    };
+    writeln!(
+        out,
+        "{}: {} orphan files{deleted}; {} unreferenced files younger than {min_age_hours} h left alone",
+        r.table,
+        r.orphans.len(),
+        r.too_young
+    )
+}
+
+/// `ingest`: a table's summary line (stdout) and its failures (stderr, once each).
+/// Ok(false): the table failed or holds a file that cannot be applied.
+pub fn ingest_table(
+    out: &mut impl Write,
+    report: &TableReport,
+    elapsed: std::time::Duration,
+    json: bool,
+) -> anyhow::Result<bool> {
+    let mut ok = true;
+    let sum = |f: fn(&CommitReport) -> usize| -> usize { report.commits.iter().map(f).sum() };
+    let last_snapshot = report.commits.iter().rev().find_map(|c| c.snapshot_id);
+    let stale = sum(|c| c.stale_changes);
+    let counts = format!(
+        "{} files applied, {} skipped (already applied){}; rows {} inserted, {} updated, {} deleted{}; snapshot {}; {:.2}s",
+        report.applied_files(),
+        report.skipped_files(),
+        if report.files_waiting > 0 {
+            format!(
+                ", {} waiting (not applied: DMS order is kept)",
+                report.files_waiting
+            )
+        } else {
+            String::new()
+        },
+        sum(|c| c.inserted),
+        sum(|c| c.updated),
+        sum(|c| c.deleted),
+        if stale > 0 {
+            format!(", {stale} stale (older than the row the table holds: not applied)")
+        } else {
+            String::new()
+        },
+        last_snapshot
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "unchanged".into()),
+        elapsed.as_secs_f64()
+    );
+    let rejected = sum(|c| c.rows_rejected);
+    if rejected > 0 {
+        eprintln!(
+            "warning: {}: {rejected} rows could not be read and were set aside in {}__rejected",
+            report.source, report.table
+        );
+    }
+    if !json && report.reloads() > 0 {
+        println!(
+            "    {} reload(s): a new full load replaced the table's contents",
+            report.reloads()
+        );
+    }
+    if !json && report.superseded_files() > 0 {
+        println!(
+            "    {} file(s) superseded by a reload (from before it): not applied",
+            report.superseded_files()
+        );
+    }
+    let beyond = report.beyond_record_files() - report.loud_files().len();
+    if !json && beyond > 0 {
+        println!(
+            "    {beyond} file(s) older than the table's applied-file record: taken as applied long ago"
+        );
+    }
+    for f in report.loud_files() {
+        ok = false;
+        eprintln!(
+            "error: {}: {f} is older than the files the table's applied-file record lists and \
+             changed after the record moved past it: it was not applied and cannot be merged \
+             in order (reload the table from DMS if it is new; list it in `skip_files` if it \
+             is a copy of an applied file)",
+            report.source
+        );
+    }
+    let name = if report.table.is_empty() {
+        report.source.clone()
+    } else {
+        format!("{} -> {}", report.source, report.table)
+    };
+    match &report.error {
+        // Printed once, on stderr, with the table's counts: what was applied before the
+        // failure stays applied.
+        Some(e) => {
+            ok = false;
+            eprintln!(
+                "error: {name}: FAILED: {}\n       {counts}",
+                without_table_prefix(e, &report.table)
+            );
+        }
+        None if !json => {
+            writeln!(out, "{name}: {counts}")?;
+        }
+        None => {}
+    }
+    Ok(ok)
+}
+
+/// The summary line names the table already: `table x.y: reason` becomes `reason`.
+pub fn without_table_prefix<'a>(message: &'a str, table: &str) -> &'a str {
+    message
+        .strip_prefix(&format!("table {table}: "))
+        .unwrap_or(message)
 }
 
 #[cfg(test)]

@@ -84,234 +84,326 @@ pub fn dedupe(
     order_columns: &[String],
     only_keys_of: Option<&[usize]>,
 ) -> Result<Deduped> {
-    let mut metas: Vec<Meta> = Vec::new();
-    let mut batches: Vec<RecordBatch> = Vec::new();
-    let mut befores: Vec<(usize, RecordBatch)> = Vec::new();
-    let labels: Vec<(String, crate::locate::FileFormat)> =
-        files.iter().map(|f| (f.label.clone(), f.format)).collect();
-    for (fi, f) in files.into_iter().enumerate() {
-        for b in f.batches {
-            let start = metas.len();
-            for (op, pos) in b.ops.iter().zip(&b.positions) {
-                metas.push(Meta {
-                    file: fi as u32,
-                    kind: f.kind,
-                    pos: *pos,
-                    op: *op,
-                });
-            }
-            if let Some(before) = b.before {
-                befores.push((start, before));
-            }
-            batches.push(b.data);
+    let input = Input::gather(files);
+    let keys = input.keys(&schema, key)?;
+    let order = input.order(&schema, order_columns)?;
+    let events = input.events(&keys)?;
+    let winners = input.winners(&events, &keys, order.rows.as_ref(), only_keys_of);
+    input.assemble(&schema, &keys, &order.columns, &winners)
+}
+
+/// Every row of a commit's input, in file order, with what orders it.
+struct Input {
+    metas: Vec<Meta>,
+    batches: Vec<RecordBatch>,
+    /// Before-images: (index of the batch's first row, their key columns).
+    befores: Vec<(usize, RecordBatch)>,
+    /// File label and format, per file index: for messages.
+    labels: Vec<(String, crate::locate::FileFormat)>,
+    /// Index of each batch's first row.
+    starts: Vec<usize>,
+}
+
+/// The key columns of every row, and their row encoding (what events sort by).
+struct Keys {
+    idx: Vec<usize>,
+    converter: RowConverter,
+    rows: Rows,
+    /// Before-image keys cast to the key types, and row-encoded, per before-image batch.
+    before_arrays: Vec<Vec<ArrayRef>>,
+    before_rows: Vec<Rows>,
+}
+
+impl Keys {
+    fn of(&self, e: &Event) -> arrow_row::Row<'_> {
+        match e.key {
+            KeyRef::Row(r) => self.rows.row(r as usize),
+            KeyRef::Before(b, i) => self.before_rows[b as usize].row(i as usize),
         }
     }
-    // No copy of the whole input: only the key (and ordering) columns are concatenated; the
-    // winning rows are gathered straight from the batches at the end.
-    let rows_read: usize = batches.iter().map(|b| b.num_rows()).sum();
-    let starts: Vec<usize> = batches
-        .iter()
-        .scan(0usize, |acc, b| {
-            let s = *acc;
-            *acc += b.num_rows();
-            Some(s)
-        })
-        .collect();
-    let column = |i: usize| -> Result<ArrayRef> {
+}
+
+/// The ordering columns of every row (concatenated) and their row encoding.
+struct Order {
+    columns: Vec<ArrayRef>,
+    rows: Option<Rows>,
+}
+
+impl Input {
+    fn gather(files: Vec<FileChanges>) -> Input {
+        let mut input = Input {
+            metas: Vec::new(),
+            batches: Vec::new(),
+            befores: Vec::new(),
+            labels: files.iter().map(|f| (f.label.clone(), f.format)).collect(),
+            starts: Vec::new(),
+        };
+        for (fi, f) in files.into_iter().enumerate() {
+            for b in f.batches {
+                let start = input.metas.len();
+                input.starts.push(start);
+                for (op, pos) in b.ops.iter().zip(&b.positions) {
+                    input.metas.push(Meta {
+                        file: fi as u32,
+                        kind: f.kind,
+                        pos: *pos,
+                        op: *op,
+                    });
+                }
+                if let Some(before) = b.before {
+                    input.befores.push((start, before));
+                }
+                input.batches.push(b.data);
+            }
+        }
+        input
+    }
+
+    /// Column `i` of every row. No copy of the whole input: only the key (and ordering)
+    /// columns are concatenated; the winning rows are gathered from the batches at the end.
+    fn column(&self, schema: &SchemaRef, i: usize) -> Result<ArrayRef> {
         let parts: Vec<&dyn arrow_array::Array> =
-            batches.iter().map(|b| b.column(i).as_ref()).collect();
+            self.batches.iter().map(|b| b.column(i).as_ref()).collect();
         if parts.is_empty() {
             return Ok(arrow_array::new_empty_array(schema.field(i).data_type()));
         }
         Ok(arrow_select::concat::concat(&parts)?)
-    };
-
-    let key_idx: Vec<usize> = key
-        .iter()
-        .map(|k| {
-            schema
-                .index_of(k)
-                .map_err(|_| Error::Other(format!("key column `{k}` missing from the batch")))
-        })
-        .collect::<Result<_>>()?;
-    let key_arrays: Vec<ArrayRef> = key_idx.iter().map(|&i| column(i)).collect::<Result<_>>()?;
-    for (k, a) in key.iter().zip(&key_arrays) {
-        if a.null_count() > 0 {
-            let r = (0..a.len()).find(|&r| a.is_null(r)).unwrap_or(0);
-            let m = &metas[r];
-            let (label, format) = &labels[m.file as usize];
-            return Err(InputError::new(label, "primary key value is NULL")
-                .at(position(*format, m.pos))
-                .column(k)
-                .into());
-        }
     }
-    let converter = key_converter(&key_arrays)?;
-    let key_rows = converter.convert_columns(&key_arrays)?;
-    let order_cols: Vec<ArrayRef> =
-        order_columns
+
+    /// An input error at row `r`, column `column`.
+    fn error_at(&self, r: usize, column: &str, reason: &str) -> Error {
+        let m = &self.metas[r];
+        let (label, format) = &self.labels[m.file as usize];
+        InputError::new(label, reason)
+            .at(position(*format, m.pos))
+            .column(column)
+            .into()
+    }
+
+    fn keys(&self, schema: &SchemaRef, key: &[String]) -> Result<Keys> {
+        let idx: Vec<usize> = key
             .iter()
-            .map(|c| {
-                column(schema.index_of(c).map_err(|_| {
-                    Error::Other(format!("ordering column `{c}` is not in the file"))
-                })?)
+            .map(|k| {
+                schema
+                    .index_of(k)
+                    .map_err(|_| Error::Other(format!("key column `{k}` missing from the batch")))
             })
             .collect::<Result<_>>()?;
-    for (c, a) in order_columns.iter().zip(&order_cols) {
-        if let Some(r) = (0..a.len()).find(|&r| a.is_null(r) && metas[r].kind == FileKind::Cdc) {
-            let m = &metas[r];
-            let (label, format) = &labels[m.file as usize];
-            return Err(InputError::new(
-                label,
-                "a change row has no value in an ordering column: its place among the changes \
-                 of its key is unknown (set `bad_rows = \"quarantine\"` to set such rows aside)",
-            )
-            .at(position(*format, m.pos))
-            .column(c)
-            .into());
+        let arrays: Vec<ArrayRef> = idx
+            .iter()
+            .map(|&i| self.column(schema, i))
+            .collect::<Result<_>>()?;
+        for (k, a) in key.iter().zip(&arrays) {
+            if let Some(r) = (0..a.len()).find(|&r| a.is_null(r)) {
+                return Err(self.error_at(r, k, "primary key value is NULL"));
+            }
         }
-    }
-    let order_rows: Option<Rows> = if order_cols.is_empty() {
-        None
-    } else {
-        let conv = RowConverter::new(
-            order_cols
+        let converter = key_converter(&arrays)?;
+        let rows = converter.convert_columns(&arrays)?;
+        let mut before_rows = Vec::with_capacity(self.befores.len());
+        let mut before_arrays = Vec::with_capacity(self.befores.len());
+        for (_, before) in &self.befores {
+            let cast: Vec<ArrayRef> = before
+                .columns()
                 .iter()
-                .map(|c| SortField::new(c.data_type().clone()))
-                .collect(),
-        )?;
-        Some(conv.convert_columns(&order_cols)?)
-    };
-    let later = |a: usize, b: usize| -> bool {
-        // Is row `a` later than row `b` in source order?
-        let (ma, mb) = (&metas[a], &metas[b]);
+                .zip(&arrays)
+                .map(|(b, k)| arrow_cast::cast(b, k.data_type()))
+                .collect::<std::result::Result<_, _>>()?;
+            before_rows.push(converter.convert_columns(&cast)?);
+            before_arrays.push(cast);
+        }
+        Ok(Keys {
+            idx,
+            converter,
+            rows,
+            before_arrays,
+            before_rows,
+        })
+    }
+
+    fn order(&self, schema: &SchemaRef, order_columns: &[String]) -> Result<Order> {
+        let columns: Vec<ArrayRef> = order_columns
+            .iter()
+            .map(|c| {
+                let i = schema.index_of(c).map_err(|_| {
+                    Error::Other(format!("ordering column `{c}` is not in the file"))
+                })?;
+                self.column(schema, i)
+            })
+            .collect::<Result<_>>()?;
+        for (c, a) in order_columns.iter().zip(&columns) {
+            if let Some(r) =
+                (0..a.len()).find(|&r| a.is_null(r) && self.metas[r].kind == FileKind::Cdc)
+            {
+                return Err(self.error_at(
+                    r,
+                    c,
+                    "a change row has no value in an ordering column: its place among the \
+                     changes of its key is unknown (set `bad_rows = \"quarantine\"` to set such \
+                     rows aside)",
+                ));
+            }
+        }
+        let rows = if columns.is_empty() {
+            None
+        } else {
+            let conv = RowConverter::new(
+                columns
+                    .iter()
+                    .map(|c| SortField::new(c.data_type().clone()))
+                    .collect(),
+            )?;
+            Some(conv.convert_columns(&columns)?)
+        };
+        Ok(Order { columns, rows })
+    }
+
+    /// Every change as (key, row, is delete): the rows themselves, plus a delete of the old key
+    /// for each update whose before-image key differs.
+    fn events(&self, keys: &Keys) -> Result<Vec<Event>> {
+        let mut events: Vec<Event> = (0..self.metas.len())
+            .map(|r| Event {
+                key: KeyRef::Row(r as u32),
+                row: r as u32,
+                delete: self.metas[r].op == Op::Delete,
+            })
+            .collect();
+        for (b, (start, before)) in self.befores.iter().enumerate() {
+            let (old, cast) = (&keys.before_rows[b], &keys.before_arrays[b]);
+            for i in 0..before.num_rows() {
+                let r = start + i;
+                // A before-image that is NULL (or not a key value) tells nothing: no move.
+                if self.metas[r].op != Op::Update || cast.iter().any(|a| a.is_null(i)) {
+                    continue;
+                }
+                if old.row(i) != keys.rows.row(r) {
+                    events.push(Event {
+                        key: KeyRef::Before(b as u32, i as u32),
+                        row: r as u32,
+                        delete: true,
+                    });
+                }
+            }
+        }
+        Ok(events)
+    }
+
+    /// Is row `a` later than row `b` in source order?
+    fn later(&self, order: Option<&Rows>, a: usize, b: usize) -> bool {
+        let (ma, mb) = (&self.metas[a], &self.metas[b]);
         if ma.kind != mb.kind {
             return ma.kind > mb.kind;
         }
-        if let Some(o) = &order_rows {
+        if let Some(o) = order {
             let (oa, ob) = (o.row(a), o.row(b));
             if oa != ob {
                 return oa > ob;
             }
         }
         (ma.file, ma.pos) > (mb.file, mb.pos)
-    };
+    }
 
-    // Every change as (key, row, is delete): the rows themselves, plus a delete of the old key
-    // for each update whose before-image key differs.
-    let mut before_rows: Vec<Rows> = Vec::with_capacity(befores.len());
-    let mut events: Vec<Event> = (0..metas.len())
-        .map(|r| Event {
-            key: KeyRef::Row(r as u32),
-            row: r as u32,
-            delete: metas[r].op == Op::Delete,
-        })
-        .collect();
-    for (start, before) in &befores {
-        let arrays: Vec<ArrayRef> = before
-            .columns()
-            .iter()
-            .zip(&key_arrays)
-            .map(|(b, k)| arrow_cast::cast(b, k.data_type()))
-            .collect::<std::result::Result<_, _>>()?;
-        let old = converter.convert_columns(&arrays)?;
-        for i in 0..before.num_rows() {
-            let r = start + i;
-            if metas[r].op != Op::Update || arrays.iter().any(|a| a.is_null(i)) {
+    /// The last event of each key (restricted to keys `only_keys_of` touch), in key order.
+    fn winners<'e>(
+        &self,
+        events: &'e [Event],
+        keys: &Keys,
+        order: Option<&Rows>,
+        only_keys_of: Option<&[usize]>,
+    ) -> Vec<&'e Event> {
+        // Sort by key, then source order. Sorting (rather than hashing) keeps memory to one
+        // small entry per change.
+        let mut sorted: Vec<&Event> = events.iter().collect();
+        sorted.sort_unstable_by(|a, b| {
+            keys.of(a).cmp(&keys.of(b)).then_with(|| {
+                if a.row == b.row {
+                    std::cmp::Ordering::Equal
+                } else if self.later(order, a.row as usize, b.row as usize) {
+                    std::cmp::Ordering::Greater
+                } else {
+                    std::cmp::Ordering::Less
+                }
+            })
+        });
+        let mut winners = Vec::new();
+        let mut group_start = 0;
+        for (i, e) in sorted.iter().enumerate() {
+            if sorted.get(i + 1).is_some_and(|n| keys.of(n) == keys.of(e)) {
                 continue;
             }
-            if old.row(i) != key_rows.row(r) {
-                events.push(Event {
-                    key: KeyRef::Before(before_rows.len() as u32, i as u32),
-                    row: r as u32,
-                    delete: true,
-                });
+            let group = &sorted[group_start..=i];
+            group_start = i + 1;
+            let wanted = only_keys_of.is_none_or(|files| {
+                group
+                    .iter()
+                    .any(|g| files.contains(&(self.metas[g.row as usize].file as usize)))
+            });
+            if wanted {
+                winners.push(*e);
             }
         }
-        before_rows.push(old);
+        winners
     }
-    let key_of = |e: &Event| match e.key {
-        KeyRef::Row(r) => key_rows.row(r as usize),
-        KeyRef::Before(b, i) => before_rows[b as usize].row(i as usize),
-    };
-    // Sort by key, then source order: the last event of each key is its final state. Sorting
-    // (rather than hashing) keeps memory to one small entry per change.
-    events.sort_unstable_by(|a, b| {
-        key_of(a).cmp(&key_of(b)).then_with(|| {
-            if a.row == b.row {
-                std::cmp::Ordering::Equal
-            } else if later(a.row as usize, b.row as usize) {
-                std::cmp::Ordering::Greater
-            } else {
-                std::cmp::Ordering::Less
-            }
-        })
-    });
-    let mut winners: Vec<&Event> = Vec::new();
-    let mut group_start = 0;
-    for (i, e) in events.iter().enumerate() {
-        if events.get(i + 1).is_some_and(|n| key_of(n) == key_of(e)) {
-            continue;
-        }
-        let group = &events[group_start..=i];
-        group_start = i + 1;
-        let wanted = only_keys_of.is_none_or(|files| {
-            group
-                .iter()
-                .any(|g| files.contains(&(metas[g.row as usize].file as usize)))
-        });
-        if wanted {
-            winners.push(e);
-        }
-    }
-    // (batch, row) of each winning upsert, in key order.
-    let upsert_at: Vec<(usize, usize)> = winners
-        .iter()
-        .filter(|e| !e.delete)
-        .map(|e| {
-            let r = e.row as usize;
-            let b = starts.partition_point(|s| *s <= r) - 1;
-            (b, r - starts[b])
-        })
-        .collect();
-    let upserts = if batches.is_empty() {
-        RecordBatch::new_empty(schema.clone())
-    } else {
-        let refs: Vec<&RecordBatch> = batches.iter().collect();
-        arrow_select::interleave::interleave_record_batch(&refs, &upsert_at)?
-    };
-    let upsert_sources: Vec<(u32, u64)> = winners
-        .iter()
-        .filter(|e| !e.delete)
-        .map(|e| (metas[e.row as usize].file, metas[e.row as usize].pos))
-        .collect();
-    let parsed = converter.convert_rows(winners.iter().map(|e| key_of(e)))?;
-    let key_schema = Arc::new(arrow_schema::Schema::new(
-        key_idx
+
+    fn assemble(
+        &self,
+        schema: &SchemaRef,
+        keys: &Keys,
+        order_columns: &[ArrayRef],
+        winners: &[&Event],
+    ) -> Result<Deduped> {
+        // (batch, row) of each winning upsert, in key order.
+        let upsert_at: Vec<(usize, usize)> = winners
             .iter()
-            .map(|&i| schema.field(i).clone())
-            .collect::<Vec<_>>(),
-    ));
-    let keys = RecordBatch::try_new(key_schema, parsed)?;
-    let upserted = BooleanArray::from(winners.iter().map(|e| !e.delete).collect::<Vec<_>>());
-    let winner_rows = UInt32Array::from_iter_values(winners.iter().map(|e| e.row));
-    let order_values = order_cols
-        .iter()
-        .map(|c| arrow_select::take::take(c, &winner_rows, None))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    let from_load = winners
-        .iter()
-        .map(|e| metas[e.row as usize].kind == FileKind::Load)
-        .collect();
-    Ok(Deduped {
-        upserts,
-        upsert_sources,
-        keys,
-        upserted,
-        order_values,
-        from_load,
-        rows_read,
-    })
+            .filter(|e| !e.delete)
+            .map(|e| {
+                let r = e.row as usize;
+                let b = self.starts.partition_point(|s| *s <= r) - 1;
+                (b, r - self.starts[b])
+            })
+            .collect();
+        let upserts = if self.batches.is_empty() {
+            RecordBatch::new_empty(schema.clone())
+        } else {
+            let refs: Vec<&RecordBatch> = self.batches.iter().collect();
+            arrow_select::interleave::interleave_record_batch(&refs, &upsert_at)?
+        };
+        let upsert_sources: Vec<(u32, u64)> = winners
+            .iter()
+            .filter(|e| !e.delete)
+            .map(|e| {
+                (
+                    self.metas[e.row as usize].file,
+                    self.metas[e.row as usize].pos,
+                )
+            })
+            .collect();
+        let parsed = keys
+            .converter
+            .convert_rows(winners.iter().map(|e| keys.of(e)))?;
+        let key_schema = Arc::new(arrow_schema::Schema::new(
+            keys.idx
+                .iter()
+                .map(|&i| schema.field(i).clone())
+                .collect::<Vec<_>>(),
+        ));
+        let winner_rows = UInt32Array::from_iter_values(winners.iter().map(|e| e.row));
+        Ok(Deduped {
+            upserts,
+            upsert_sources,
+            keys: RecordBatch::try_new(key_schema, parsed)?,
+            upserted: BooleanArray::from(winners.iter().map(|e| !e.delete).collect::<Vec<_>>()),
+            order_values: order_columns
+                .iter()
+                .map(|c| arrow_select::take::take(c, &winner_rows, None))
+                .collect::<std::result::Result<Vec<_>, _>>()?,
+            from_load: winners
+                .iter()
+                .map(|e| self.metas[e.row as usize].kind == FileKind::Load)
+                .collect(),
+            rows_read: self.metas.len(),
+        })
+    }
 }
 
 impl Deduped {

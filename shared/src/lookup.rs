@@ -440,85 +440,9 @@ pub async fn locate_rows(
         return Ok(out);
     }
     let k = Keys::new(keys, key_field_ids)?;
-    let mut candidates = Vec::new();
-    let mut delete_files = Vec::new();
-    for mf in crate::table::manifest_list(file_io, metadata, snapshot).await? {
-        let manifest = cache.manifest(file_io, &mf).await?;
-        for e in manifest.entries() {
-            if !e.is_alive() {
-                continue;
-            }
-            let f = e.data_file();
-            match (mf.content, f.content_type()) {
-                (ManifestContentType::Data, _) => {
-                    out.stats.live_data_files += 1;
-                    if k.may_contain(f.lower_bounds(), f.upper_bounds())? {
-                        candidates.push(Candidate {
-                            path: f.file_path().to_string(),
-                            size: f.file_size_in_bytes(),
-                            spec_id: mf.partition_spec_id,
-                            partition: f.partition().clone(),
-                        });
-                    } else {
-                        out.stats.files_pruned_by_bounds += 1;
-                    }
-                }
-                (_, DataContentType::PositionDeletes) => {
-                    let bound = |m: &HashMap<i32, Datum>| match m
-                        .get(&crate::write::DELETE_FILE_PATH_ID)
-                        .map(|d| d.literal())
-                    {
-                        Some(PrimitiveLiteral::String(s)) => Some(s.clone()),
-                        _ => None,
-                    };
-                    delete_files.push(DeleteFile {
-                        path: f.file_path().to_string(),
-                        size: f.file_size_in_bytes(),
-                        spec_id: mf.partition_spec_id,
-                        partition: f.partition().clone(),
-                        referenced: f.referenced_data_file(),
-                        bounds: bound(f.lower_bounds()).zip(bound(f.upper_bounds())),
-                    });
-                }
-                (_, DataContentType::EqualityDeletes) => {
-                    return Err(Error::Other(format!(
-                        "table has equality delete files ({}); dms2iceberg writes position deletes only: \
-                         rewrite the table's data files with an engine that applies them (e.g. Spark \
-                         rewrite_data_files) before ingesting",
-                        f.file_path()
-                    )));
-                }
-                (_, DataContentType::Data) => {}
-            }
-        }
-    }
-
-    // Rows already deleted in each candidate file.
-    let mut dead: HashMap<String, HashSet<i64>> = HashMap::new();
-    for c in &candidates {
-        for d in &delete_files {
-            let applies = d.spec_id == c.spec_id
-                && d.partition == c.partition
-                && match (&d.referenced, &d.bounds) {
-                    (Some(r), _) => *r == c.path,
-                    (None, Some((lo, hi))) => {
-                        lo.as_str() <= c.path.as_str() && c.path.as_str() <= hi.as_str()
-                    }
-                    (None, None) => true,
-                };
-            if !applies {
-                continue;
-            }
-            let (content, read) = cache.delete_file(file_io, &d.path, d.size).await?;
-            out.stats.delete_files_read += read as usize;
-            if let Some(p) = content.get(&c.path) {
-                dead.entry(c.path.clone())
-                    .or_default()
-                    .extend(p.iter().copied());
-            }
-        }
-    }
-
+    let (candidates, delete_files) =
+        candidates(file_io, metadata, snapshot, &k, cache, &mut out.stats).await?;
+    let dead = dead_rows(file_io, &candidates, &delete_files, cache, &mut out.stats).await?;
     let k = &k;
     // By index: a closure over `(usize, &Candidate)` items trips rustc's higher-ranked Send
     // check when this future is boxed as `Send` (the commit loop's planners are).
@@ -576,6 +500,107 @@ pub async fn locate_rows(
         }
     }
     Ok(out)
+}
+
+/// Live data files whose key bounds may hold one of `k`, and every live position-delete file.
+async fn candidates(
+    file_io: &FileIO,
+    metadata: &TableMetadata,
+    snapshot: &iceberg::spec::Snapshot,
+    k: &Keys,
+    cache: &LookupCache,
+    stats: &mut LookupStats,
+) -> Result<(Vec<Candidate>, Vec<DeleteFile>)> {
+    let mut candidates = Vec::new();
+    let mut delete_files = Vec::new();
+    for mf in crate::table::manifest_list(file_io, metadata, snapshot).await? {
+        let manifest = cache.manifest(file_io, &mf).await?;
+        for e in manifest.entries() {
+            if !e.is_alive() {
+                continue;
+            }
+            let f = e.data_file();
+            match (mf.content, f.content_type()) {
+                (ManifestContentType::Data, _) => {
+                    stats.live_data_files += 1;
+                    if k.may_contain(f.lower_bounds(), f.upper_bounds())? {
+                        candidates.push(Candidate {
+                            path: f.file_path().to_string(),
+                            size: f.file_size_in_bytes(),
+                            spec_id: mf.partition_spec_id,
+                            partition: f.partition().clone(),
+                        });
+                    } else {
+                        stats.files_pruned_by_bounds += 1;
+                    }
+                }
+                (_, DataContentType::PositionDeletes) => {
+                    let bound = |m: &HashMap<i32, Datum>| match m
+                        .get(&crate::write::DELETE_FILE_PATH_ID)
+                        .map(|d| d.literal())
+                    {
+                        Some(PrimitiveLiteral::String(s)) => Some(s.clone()),
+                        _ => None,
+                    };
+                    delete_files.push(DeleteFile {
+                        path: f.file_path().to_string(),
+                        size: f.file_size_in_bytes(),
+                        spec_id: mf.partition_spec_id,
+                        partition: f.partition().clone(),
+                        referenced: f.referenced_data_file(),
+                        bounds: bound(f.lower_bounds()).zip(bound(f.upper_bounds())),
+                    });
+                }
+                (_, DataContentType::EqualityDeletes) => {
+                    return Err(Error::Other(format!(
+                        "table has equality delete files ({}); dms2iceberg writes position deletes only: \
+                         rewrite the table's data files with an engine that applies them (e.g. Spark \
+                         rewrite_data_files) before ingesting",
+                        f.file_path()
+                    )));
+                }
+                (_, DataContentType::Data) => {}
+            }
+        }
+    }
+
+    Ok((candidates, delete_files))
+}
+
+/// Positions already deleted in each candidate file.
+async fn dead_rows(
+    file_io: &FileIO,
+    candidates: &[Candidate],
+    delete_files: &[DeleteFile],
+    cache: &LookupCache,
+    stats: &mut LookupStats,
+) -> Result<HashMap<String, HashSet<i64>>> {
+    let mut dead: HashMap<String, HashSet<i64>> = HashMap::new();
+    for c in candidates {
+        for d in delete_files {
+            let applies = d.spec_id == c.spec_id
+                && d.partition == c.partition
+                && match (&d.referenced, &d.bounds) {
+                    (Some(r), _) => *r == c.path,
+                    (None, Some((lo, hi))) => {
+                        lo.as_str() <= c.path.as_str() && c.path.as_str() <= hi.as_str()
+                    }
+                    (None, None) => true,
+                };
+            if !applies {
+                continue;
+            }
+            let (content, read) = cache.delete_file(file_io, &d.path, d.size).await?;
+            stats.delete_files_read += read as usize;
+            if let Some(p) = content.get(&c.path) {
+                dead.entry(c.path.clone())
+                    .or_default()
+                    .extend(p.iter().copied());
+            }
+        }
+    }
+
+    Ok(dead)
 }
 
 /// Marks the keys whose live row is newer than their change. Only rows of change files are

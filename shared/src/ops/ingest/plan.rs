@@ -386,7 +386,10 @@ impl IngestPlanner<'_> {
         failpoint("after-lookup").await?;
         timings.lookup_us = micros(lookup_started);
         let write_started = Instant::now();
-        let written = self.write(&planned, &key, &read, &located).await?;
+        let outcomes = KeyOutcome::of(&read.deduped, &located);
+        let written = self
+            .write(&planned, &key, &read, &located, &outcomes)
+            .await?;
         timings.write_us = micros(write_started);
 
         let mut report = CommitReport::passed_over(&self.planned, Status::Applied, self.started);
@@ -394,7 +397,7 @@ impl IngestPlanner<'_> {
         report.reload = mode == Mode::Reload;
         report.rows_read = read.deduped.rows_read;
         report.read_twice = read.second_pass.is_some();
-        count_rows(&mut report, &read, &located);
+        count_rows(&mut report, &outcomes);
         report.data_files = written.data.len();
         report.delete_files = written.deletes.len();
         report.columns_added = read.change.added.clone();
@@ -536,12 +539,13 @@ impl IngestPlanner<'_> {
         key: &[String],
         read: &ReadResult,
         located: &Located,
+        outcomes: &[KeyOutcome],
     ) -> Result<Written> {
         let file_io = self.ingest.catalog.file_io();
         let mut prepared: Vec<String> = Vec::new();
         let result = async {
             let data = self
-                .write_data(planned, key, read, located, &mut prepared)
+                .write_data(planned, key, read, outcomes, &mut prepared)
                 .await?;
             failpoint("after-data-files").await?;
             let deletes = write_position_deletes(file_io, planned, &located.deletes).await?;
@@ -578,7 +582,7 @@ impl IngestPlanner<'_> {
         planned: &Arc<TableMetadata>,
         key: &[String],
         read: &ReadResult,
-        located: &Located,
+        outcomes: &[KeyOutcome],
         prepared: &mut Vec<String>,
     ) -> Result<Vec<(i32, DataFile)>> {
         let file_io = self.ingest.catalog.file_io();
@@ -587,16 +591,11 @@ impl IngestPlanner<'_> {
         // Every row of this commit comes from a full load (commits never mix the two): its
         // files are named so, and later changes are never judged stale against them.
         let full_load = self.planned.iter().all(|f| f.object.kind == FileKind::Load);
+        // Upserts of stale keys are dropped (their live row stays as it is).
+        let write = KeyOutcome::upserts_to_write(outcomes, deduped);
         let Some(pass) = &read.second_pass else {
-            // Upserts of stale keys are dropped (their live row stays as it is).
-            let upserts = if located.stale.iter().any(|s| *s) {
-                let keep: arrow_array::BooleanArray = deduped
-                    .upserted
-                    .iter()
-                    .zip(&located.stale)
-                    .filter(|(up, _)| up.unwrap_or(false))
-                    .map(|(_, stale)| Some(!stale))
-                    .collect();
+            let upserts = if write.iter().any(|w| !w) {
+                let keep = arrow_array::BooleanArray::from(write);
                 arrow_select::filter::filter_record_batch(&deduped.upserts, &keep)?
             } else {
                 deduped.upserts.clone()
@@ -608,12 +607,8 @@ impl IngestPlanner<'_> {
         };
         // The winning rows of a large input, read again in sorted chunks.
         let mut keep: HashMap<u32, HashSet<u64>> = HashMap::new();
-        let mut sources = deduped.upsert_sources.iter();
-        for (up, stale) in deduped.upserted.iter().zip(&located.stale) {
-            if up.unwrap_or(false)
-                && let Some((file, pos)) = sources.next()
-                && !stale
-            {
+        for ((file, pos), w) in deduped.upsert_sources.iter().zip(&write) {
+            if *w {
                 keep.entry(*file).or_default().insert(*pos);
             }
         }
@@ -677,19 +672,55 @@ fn primary_key(cfg: &TableConfig, table: Option<&LoadedTable>) -> Result<Vec<Str
     }
 }
 
-/// Inserted / updated / deleted / stale counts from the deduplicated keys and what the table
-/// held for them.
-fn count_rows(report: &mut CommitReport, read: &ReadResult, located: &Located) {
-    for (i, up) in read.deduped.upserted.iter().enumerate() {
-        if located.stale[i] {
-            report.stale_changes += 1;
-            continue;
-        }
-        match (up.unwrap_or(false), located.found[i]) {
-            (true, true) => report.updated += 1,
-            (true, false) => report.inserted += 1,
-            (false, true) => report.deleted += 1,
-            (false, false) => report.deletes_of_absent_keys += 1,
+/// What a commit does to one key: its last change (upsert or delete, from dedupe) against
+/// what the table held for it (from the lookup).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyOutcome {
+    Insert,
+    Update,
+    Delete,
+    /// A delete of a key the table did not hold.
+    DeleteAbsent,
+    /// The table's row is newer than the change (ordering columns): left as it is.
+    Stale,
+}
+
+impl KeyOutcome {
+    /// One per row of `deduped.keys`.
+    fn of(deduped: &crate::dedupe::Deduped, located: &Located) -> Vec<KeyOutcome> {
+        (0..deduped.keys.num_rows())
+            .map(|i| {
+                let upsert = deduped.upserted.value(i);
+                match (located.stale[i], upsert, located.found[i]) {
+                    (true, _, _) => KeyOutcome::Stale,
+                    (false, true, true) => KeyOutcome::Update,
+                    (false, true, false) => KeyOutcome::Insert,
+                    (false, false, true) => KeyOutcome::Delete,
+                    (false, false, false) => KeyOutcome::DeleteAbsent,
+                }
+            })
+            .collect()
+    }
+
+    /// Per upserted key (the rows of `deduped.upserts`, in key order): whether to write it.
+    fn upserts_to_write(outcomes: &[KeyOutcome], deduped: &crate::dedupe::Deduped) -> Vec<bool> {
+        outcomes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| deduped.upserted.value(*i))
+            .map(|(_, o)| *o != KeyOutcome::Stale)
+            .collect()
+    }
+}
+
+fn count_rows(report: &mut CommitReport, outcomes: &[KeyOutcome]) {
+    for o in outcomes {
+        match o {
+            KeyOutcome::Insert => report.inserted += 1,
+            KeyOutcome::Update => report.updated += 1,
+            KeyOutcome::Delete => report.deleted += 1,
+            KeyOutcome::DeleteAbsent => report.deletes_of_absent_keys += 1,
+            KeyOutcome::Stale => report.stale_changes += 1,
         }
     }
 }

@@ -1,0 +1,189 @@
+//! Table maintenance: `compact`, `expire`, `orphans`, `mark-applied`.
+
+use anyhow::Result;
+use dms2iceberg::ops::compact::{Compact, CompactOptions};
+use dms2iceberg::ops::maintain::{ExpireSnapshots, Orphans};
+use dms2iceberg::ops::mark_applied::MarkApplied;
+use dms2iceberg::ops::parse_ident;
+
+use super::{CatalogArgs, open_catalog};
+use crate::output;
+
+/// Rewrite small files and files with many deleted rows into target-size files sorted by
+/// key (deletes applied); drop delete files nothing live needs.
+#[derive(clap::Args)]
+pub struct CompactArgs {
+    pub table: String,
+    #[arg(long, default_value = "warehouse")]
+    pub warehouse: String,
+    /// Output file size in bytes (default: the table's write.target-file-size-bytes).
+    #[arg(long)]
+    pub target_file_size: Option<u64>,
+    /// Input bytes to rewrite in this run (the next run continues).
+    #[arg(long, default_value_t = 1 << 30)]
+    pub max_bytes: u64,
+    /// `text` (a summary) or `json` (machine-readable).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: output::TextOrJson,
+    /// Same as `--format json` (older spelling).
+    #[arg(long, hide = true)]
+    pub json: bool,
+}
+
+pub async fn compact(catalog: &CatalogArgs, a: CompactArgs) -> Result<bool> {
+    let CompactArgs {
+        table,
+        warehouse,
+        target_file_size,
+        max_bytes,
+        format,
+        json,
+    } = a;
+    let catalog = open_catalog(catalog, &warehouse, true).await?;
+    let options = CompactOptions {
+        target_file_size,
+        max_bytes,
+        ..Default::default()
+    };
+    let r = Compact::new(catalog.as_ref(), parse_ident(&table)?)
+        .options(options)
+        .execute()
+        .await?;
+    output::report(&r, output::json_or(format, json), output::compact)?;
+    Ok(true)
+}
+
+/// Expire snapshots older than a retention (and delete the files only they referenced).
+#[derive(clap::Args)]
+pub struct ExpireArgs {
+    pub table: String,
+    #[arg(long, default_value = "warehouse")]
+    pub warehouse: String,
+    /// Expire snapshots older than this many hours.
+    #[arg(long, default_value_t = 168.0)]
+    pub older_than_hours: f64,
+    /// Always keep this many of the newest snapshots.
+    #[arg(long, default_value_t = 1)]
+    pub retain_last: usize,
+    /// List what would be expired and deleted, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// `text` (a summary) or `json` (machine-readable).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: output::TextOrJson,
+    /// Same as `--format json` (older spelling).
+    #[arg(long, hide = true)]
+    pub json: bool,
+}
+
+pub async fn expire(catalog: &CatalogArgs, a: ExpireArgs) -> Result<bool> {
+    let ExpireArgs {
+        table,
+        warehouse,
+        older_than_hours,
+        retain_last,
+        dry_run,
+        format,
+        json,
+    } = a;
+    let catalog = open_catalog(catalog, &warehouse, true).await?;
+    let cutoff = chrono::Utc::now().timestamp_millis() - (older_than_hours * 3_600_000.0) as i64;
+    let r = ExpireSnapshots::new(catalog.as_ref(), parse_ident(&table)?, cutoff, retain_last)
+        .dry_run(dry_run)
+        .execute()
+        .await?;
+    output::report(&r, output::json_or(format, json), |out, r| {
+        output::expire(out, r, dry_run)
+    })?;
+    Ok(true)
+}
+
+/// List files in the table's folder that no snapshot or metadata references (`--delete`
+/// removes them). Files younger than --min-age-hours are never touched.
+#[derive(clap::Args)]
+pub struct OrphansArgs {
+    pub table: String,
+    #[arg(long, default_value = "warehouse")]
+    pub warehouse: String,
+    #[arg(long, default_value_t = 72.0)]
+    pub min_age_hours: f64,
+    #[arg(long)]
+    pub delete: bool,
+    /// `text` (a summary) or `json` (machine-readable).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: output::TextOrJson,
+    /// Same as `--format json` (older spelling).
+    #[arg(long, hide = true)]
+    pub json: bool,
+}
+
+pub async fn orphans(catalog: &CatalogArgs, a: OrphansArgs) -> Result<bool> {
+    let OrphansArgs {
+        table,
+        warehouse,
+        min_age_hours,
+        delete,
+        format,
+        json,
+    } = a;
+    let catalog = open_catalog(catalog, &warehouse, true).await?;
+    let r = Orphans::new(
+        catalog.as_ref(),
+        parse_ident(&table)?,
+        (min_age_hours * 3_600_000.0) as i64,
+    )
+    .delete(delete)
+    .execute()
+    .await?;
+    output::report(&r, output::json_or(format, json), |out, r| {
+        output::orphans(out, r, min_age_hours, delete)
+    })?;
+    if let Some(why) = &r.refused {
+        if delete {
+            eprintln!("error: {}: refusing to delete orphan files: {why}", r.table);
+            return Ok(false);
+        }
+        eprintln!("warning: {}: these files may be in use: {why}", r.table);
+    }
+    Ok(true)
+}
+
+/// Declare which DMS files a table holds, for a table with data but no record of them
+/// (created or rewritten by another engine): every file up to `--through` counts as applied.
+#[derive(clap::Args)]
+pub struct MarkAppliedArgs {
+    pub table: String,
+    /// The last DMS file the table holds (file name, path or S3 key).
+    #[arg(long)]
+    pub through: String,
+    #[arg(long, default_value = "warehouse")]
+    pub warehouse: String,
+    /// Replace the record the table already has.
+    #[arg(long)]
+    pub force: bool,
+}
+
+pub async fn mark_applied(catalog: &CatalogArgs, a: MarkAppliedArgs) -> Result<bool> {
+    let MarkAppliedArgs {
+        table,
+        through,
+        warehouse,
+        force,
+    } = a;
+    let catalog = open_catalog(catalog, &warehouse, true).await?;
+    let r = MarkApplied::new(catalog.as_ref(), parse_ident(&table)?, through)
+        .force(force)
+        .execute()
+        .await?;
+    println!(
+        "{}: every DMS file up to {} now counts as applied{}",
+        r.table,
+        r.through,
+        if r.replaced.is_some() {
+            " (the previous record was replaced)"
+        } else {
+            ""
+        }
+    );
+    Ok(true)
+}

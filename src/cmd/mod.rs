@@ -1,0 +1,119 @@
+//! The CLI's commands: `run` dispatches to one module per group of commands; each parses
+//! nothing itself (clap does), calls the library, and renders through `crate::output`.
+
+pub mod ingest;
+pub mod maintain;
+pub mod read;
+
+use anyhow::{Context, Result, bail};
+use dms2iceberg::catalog::{Catalog, SqliteCatalog};
+
+/// The subcommands, one module each (argument structs and what they run).
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Apply DMS files (files or folders) to their tables, in DMS order, exactly once.
+    Ingest(ingest::IngestArgs),
+    /// Print a table's rows, sorted by primary key.
+    Scan(read::ScanArgs),
+    /// List a table's snapshots, oldest first, with the DMS files each applied.
+    History(read::HistoryArgs),
+    /// Rewrite small files and files with many deleted rows into target-size files sorted by
+    /// key (deletes applied); drop delete files nothing live needs.
+    Compact(maintain::CompactArgs),
+    /// Expire snapshots older than a retention (and delete the files only they referenced).
+    Expire(maintain::ExpireArgs),
+    /// List files in the table's folder that no snapshot or metadata references (`--delete`
+    /// removes them). Files younger than --min-age-hours are never touched.
+    Orphans(maintain::OrphansArgs),
+    /// Declare which DMS files a table holds, for a table with data but no record of them
+    /// (created or rewritten by another engine): every file up to `--through` counts as applied.
+    MarkApplied(maintain::MarkAppliedArgs),
+    /// List the tables in the warehouse.
+    Tables(read::TablesArgs),
+}
+
+/// Ok(false): ran, but some table failed.
+pub async fn run(catalog: &CatalogArgs, command: Command) -> Result<bool> {
+    match command {
+        Command::Ingest(a) => ingest::run(catalog, a).await,
+        Command::Scan(a) => read::scan(catalog, a).await,
+        Command::History(a) => read::history(catalog, a).await,
+        Command::Compact(a) => maintain::compact(catalog, a).await,
+        Command::Expire(a) => maintain::expire(catalog, a).await,
+        Command::Orphans(a) => maintain::orphans(catalog, a).await,
+        Command::MarkApplied(a) => maintain::mark_applied(catalog, a).await,
+        Command::Tables(a) => read::tables(catalog, a).await,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CatalogKind {
+    Sqlite,
+    Glue,
+}
+
+/// Which catalog, from the global flags.
+pub struct CatalogArgs {
+    pub kind: CatalogKind,
+    pub name: String,
+}
+
+/// The catalog a command works on.
+pub async fn open_catalog(
+    args: &CatalogArgs,
+    warehouse: &str,
+    must_exist: bool,
+) -> Result<Box<dyn Catalog>> {
+    match args.kind {
+        CatalogKind::Sqlite => {
+            let path = std::path::Path::new(warehouse);
+            if must_exist && !path.join("catalog.db").exists() {
+                bail!(
+                    "no warehouse at {warehouse} (run `dms2iceberg ingest` first, or pass --warehouse)"
+                );
+            }
+            let catalog = SqliteCatalog::open(path)
+                .and_then(|c| c.with_name(&args.name))
+                .with_context(|| format!("opening warehouse {warehouse}"))?;
+            Ok(Box::new(catalog))
+        }
+        CatalogKind::Glue => {
+            if args.name != dms2iceberg::catalog::SQLITE_CATALOG_NAME {
+                bail!(
+                    "--catalog-name is for the SQLite catalog; Glue's catalog is the account's (DMS2ICEBERG_GLUE_CATALOG_ID)"
+                );
+            }
+            let aws = dms2iceberg::aws::Aws::from_env().await;
+            Ok(Box::new(aws.glue_catalog(warehouse)?))
+        }
+    }
+}
+
+/// RFC 3339, `YYYY-MM-DD HH:MM:SS[.fff]` (UTC), or epoch milliseconds.
+pub fn parse_time(s: &str) -> Result<i64> {
+    if let Ok(ms) = s.parse::<i64>() {
+        return Ok(ms);
+    }
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Ok(t.timestamp_millis());
+    }
+    for f in [
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%d",
+    ] {
+        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, f) {
+            return Ok(t.and_utc().timestamp_millis());
+        }
+        if let Ok(d) = chrono::NaiveDate::parse_from_str(s, f) {
+            return Ok(d
+                .and_hms_opt(0, 0, 0)
+                .map(|t| t.and_utc().timestamp_millis())
+                .unwrap_or_default());
+        }
+    }
+    bail!(
+        "cannot read `{s}` as a time: use RFC 3339, \"YYYY-MM-DD HH:MM:SS\" (UTC) or epoch milliseconds"
+    )
+}

@@ -1,0 +1,111 @@
+//! Reading tables: `scan` (time travel included), `history`, `tables`.
+
+use std::io::Write;
+
+use anyhow::Result;
+use dms2iceberg::ops::{history as ops_history, parse_ident, scan::Scan};
+
+use super::{CatalogArgs, open_catalog, parse_time};
+use crate::output;
+
+/// Print a table's rows, sorted by primary key.
+#[derive(clap::Args)]
+pub struct ScanArgs {
+    pub table: String,
+    #[arg(long, default_value = "warehouse")]
+    pub warehouse: String,
+    /// The table as it was at this time: RFC 3339, "YYYY-MM-DD HH:MM:SS[.fff]" (UTC) or epoch milliseconds.
+    #[arg(long, conflicts_with = "snapshot")]
+    pub as_of: Option<String>,
+    #[arg(long)]
+    pub snapshot: Option<i64>,
+    #[arg(long)]
+    pub limit: Option<usize>,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: output::Format,
+}
+
+pub async fn scan(catalog: &CatalogArgs, a: ScanArgs) -> Result<bool> {
+    let ScanArgs {
+        table,
+        warehouse,
+        as_of,
+        snapshot,
+        limit,
+        format,
+    } = a;
+    let catalog = open_catalog(catalog, &warehouse, true).await?;
+    let as_of_ms = as_of.as_deref().map(parse_time).transpose()?;
+    let r = Scan::new(catalog.as_ref(), parse_ident(&table)?)
+        .snapshot_id(snapshot)
+        .as_of_ms(as_of_ms)
+        .limit(limit)
+        .execute()
+        .await?;
+    output::write(&mut std::io::stdout().lock(), &r.batch, format)?;
+    Ok(true)
+}
+
+/// List a table's snapshots, oldest first, with the DMS files each applied.
+#[derive(clap::Args)]
+pub struct HistoryArgs {
+    pub table: String,
+    #[arg(long, default_value = "warehouse")]
+    pub warehouse: String,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: output::TableOrJson,
+    /// Same as `--format json` (older spelling).
+    #[arg(long, hide = true)]
+    pub json: bool,
+}
+
+pub async fn history(catalog: &CatalogArgs, a: HistoryArgs) -> Result<bool> {
+    let HistoryArgs {
+        table,
+        warehouse,
+        format,
+        json,
+    } = a;
+    let catalog = open_catalog(catalog, &warehouse, true).await?;
+    let snapshots = ops_history::history(catalog.as_ref(), &parse_ident(&table)?).await?;
+    let format = if json {
+        output::TableOrJson::Json
+    } else {
+        format
+    };
+    output::history(&mut std::io::stdout().lock(), &snapshots, format)?;
+    Ok(true)
+}
+
+/// List the tables in the warehouse.
+#[derive(clap::Args)]
+pub struct TablesArgs {
+    #[arg(long, default_value = "warehouse")]
+    pub warehouse: String,
+    /// `text` (a summary) or `json` (machine-readable).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: output::TextOrJson,
+    /// Same as `--format json` (older spelling).
+    #[arg(long, hide = true)]
+    pub json: bool,
+}
+
+pub async fn tables(catalog: &CatalogArgs, a: TablesArgs) -> Result<bool> {
+    let TablesArgs {
+        warehouse,
+        format,
+        json,
+    } = a;
+    let catalog = open_catalog(catalog, &warehouse, true).await?;
+    let tables = catalog.list_tables().await?;
+    let json = output::json_or(format, json);
+    let mut out = std::io::stdout().lock();
+    for t in tables {
+        if json {
+            writeln!(out, "{}", serde_json::json!({ "table": t.to_string() }))?;
+        } else {
+            writeln!(out, "{t}")?;
+        }
+    }
+    Ok(true)
+}
