@@ -207,13 +207,14 @@ def glue_catalog(endpoint: str):
 
 
 GLUE_ENDPOINT: str | None = None
+GLUE_TABLE = f"{NS}.{TABLE}"
 
 
 def read_with_own_reader(tool: str, table_dir: Path) -> pa.Table:
     """The table through an engine other than DuckDB: PyIceberg for Iceberg tables (ours and
     PyIceberg's own), deltalake for Delta."""
     if GLUE_ENDPOINT:
-        return glue_catalog(GLUE_ENDPOINT).load_table(f"{NS}.{TABLE}").scan().to_arrow()
+        return glue_catalog(GLUE_ENDPOINT).load_table(GLUE_TABLE).scan().to_arrow()
     if tool == "delta":
         from deltalake import DeltaTable
         return DeltaTable(str(table_dir)).to_pyarrow_table()
@@ -339,9 +340,11 @@ def main() -> None:
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--glue-endpoint", help="verify: read the table through Glue + S3 there")
+    ap.add_argument("--glue-table", default=f"{NS}.{TABLE}",
+                    help="verify through Glue: the table (database.table)")
     a = ap.parse_args()
-    global GLUE_ENDPOINT
-    GLUE_ENDPOINT = a.glue_endpoint
+    global GLUE_ENDPOINT, GLUE_TABLE
+    GLUE_ENDPOINT, GLUE_TABLE = a.glue_endpoint, a.glue_table
     table_dir = a.table.resolve()
     meta = json.loads(a.meta.read_text()) if a.meta else {}
     if a.cmd == "load":

@@ -4,14 +4,16 @@
 //! The catalog and the functions' handlers know none of this: they take the traits
 //! ([`crate::catalog::ListFiles`], [`crate::lambda::store::ObjectStore`]) implemented here.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use aws_config::{BehaviorVersion, SdkConfig};
 use iceberg::io::{FileIO, FileIOBuilder};
 use iceberg_storage_opendal::OpenDalStorageFactory;
 use tokio::io::AsyncWriteExt;
+use tokio::task::JoinHandle;
 
 use crate::catalog::{GlueCatalog, ListFiles, ListedFile};
 use crate::error::{Error, Result};
@@ -132,11 +134,60 @@ pub struct S3Objects {
     client: aws_sdk_s3::Client,
     /// Downloads land here (Lambda: /tmp); memory stays bounded whatever the object size.
     spool: PathBuf,
+    /// Downloads started before they were known to be needed ([`S3Objects::prefetch`]), by
+    /// `s3://` URI: a fetch takes its download from here.
+    ahead: Mutex<HashMap<String, JoinHandle<Result<SourceData>>>>,
 }
 
 impl S3Objects {
     pub fn new(client: aws_sdk_s3::Client, spool: PathBuf) -> Self {
-        S3Objects { client, spool }
+        S3Objects {
+            client,
+            spool,
+            ahead: Mutex::default(),
+        }
+    }
+
+    /// Starts downloading `uri` in the background, so that the read overlaps other requests
+    /// (the table's catalog entry and metadata) instead of following them.
+    pub fn prefetch(&self, uri: &str) {
+        let Ok((bucket, key)) = split_s3_uri(uri) else {
+            return;
+        };
+        let Ok(mut ahead) = self.ahead.lock() else {
+            return;
+        };
+        if ahead.contains_key(uri) {
+            return;
+        }
+        let this = S3Objects::new(self.client.clone(), self.spool.clone());
+        let (bucket, key) = (bucket.to_string(), key.to_string());
+        ahead.insert(
+            uri.to_string(),
+            tokio::spawn(async move { this.download(&bucket, &key).await }),
+        );
+    }
+
+    /// The background download of `uri`, if one was started and not taken yet.
+    async fn take_prefetched(&self, uri: &str) -> Option<Result<SourceData>> {
+        let handle = self.ahead.lock().ok()?.remove(uri)?;
+        Some(match handle.await {
+            Ok(r) => r,
+            Err(e) => Err(Error::Other(format!("download of {uri} failed: {e}"))),
+        })
+    }
+
+    /// Deletes the downloads started ahead that no fetch took (their files were not pending).
+    pub async fn drop_prefetched(&self) {
+        let handles: Vec<_> = match self.ahead.lock() {
+            Ok(mut a) => a.drain().map(|(_, h)| h).collect(),
+            Err(_) => return,
+        };
+        for h in handles {
+            if let Ok(Ok(data)) = h.await {
+                crate::ops::ingest::ObjectSource::release(self, &data).await;
+            }
+        }
     }
 
     /// Every object under `prefix`, in key order.
@@ -222,6 +273,10 @@ impl ObjectStore for S3Objects {
         S3Objects::list(self, bucket, prefix).await
     }
 
+    fn prefetch(&self, uri: &str) {
+        S3Objects::prefetch(self, uri)
+    }
+
     async fn get(&self, bucket: &str, key: &str) -> Result<Vec<u8>> {
         let obj = self
             .client
@@ -266,11 +321,19 @@ impl ListFiles for S3Objects {
 #[async_trait]
 impl crate::ops::ingest::ObjectSource for S3Objects {
     async fn fetch(&self, key: &str) -> Result<SourceData> {
+        // A failed download ahead is tried again (its error may have been transient).
+        if let Some(Ok(data)) = self.take_prefetched(key).await {
+            return Ok(data);
+        }
         let (bucket, key) = split_s3_uri(key)?;
         self.download(bucket, key).await
     }
 
     async fn fetch_if_present(&self, uri: &str) -> Result<Option<SourceData>> {
+        // A failed download ahead may be a missing object: asked again below.
+        if let Some(Ok(data)) = self.take_prefetched(uri).await {
+            return Ok(Some(data));
+        }
         let (bucket, key) = split_s3_uri(uri)?;
         match self
             .client

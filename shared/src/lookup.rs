@@ -74,13 +74,32 @@ impl Default for LookupCache {
     }
 }
 
-/// Key columns of data files, in file order, row-encoded for the key types they were read as.
+/// Key columns of data files, in file order, row-encoded for the key types they were read as;
+/// and the ordering-column values of the same files (with an ordering column, a warm lookup
+/// compares every live hit's ordering values with the change's: from memory, not storage).
+/// One byte budget for both.
 #[derive(Default)]
 struct KeyCache {
-    map: HashMap<(String, String), Arc<FileKeys>>,
+    map: HashMap<(String, String), Cached>,
     order: std::collections::VecDeque<(String, String)>,
     bytes: usize,
     budget: usize,
+}
+
+#[derive(Clone)]
+enum Cached {
+    Keys(Arc<FileKeys>),
+    /// A whole column of the file, cast to the type it is compared as.
+    Values(ArrayRef),
+}
+
+impl Cached {
+    fn size(&self) -> usize {
+        match self {
+            Cached::Keys(k) => k.size(),
+            Cached::Values(v) => v.get_array_memory_size(),
+        }
+    }
 }
 
 struct FileKeys {
@@ -110,6 +129,10 @@ impl FileKeys {
 /// Content of a position-delete file: deleted positions per data file path.
 pub type DeletedPositions = HashMap<String, Vec<i64>>;
 
+/// Reads in flight at once per lookup step (manifests, delete files, key columns, ordering
+/// values): enough to cover object-storage round trips, few enough for Lambda's memory.
+pub const READ_CONCURRENCY: usize = 16;
+
 /// Bound on cached entries; past it the cache starts over (entries are cheap to reload).
 const CACHE_ENTRIES: usize = 20_000;
 
@@ -132,10 +155,75 @@ impl LookupCache {
 
     fn cached_keys(&self, path: &str, sig: &str) -> Option<Arc<FileKeys>> {
         let k = self.keys.lock().ok()?;
-        k.map.get(&(path.to_string(), sig.to_string())).cloned()
+        match k.map.get(&(path.to_string(), sig.to_string())) {
+            Some(Cached::Keys(fk)) => Some(fk.clone()),
+            _ => None,
+        }
     }
 
     fn cache_keys(&self, path: &str, sig: &str, keys: Arc<FileKeys>) {
+        self.cache_entry(path, sig, Cached::Keys(keys));
+    }
+
+    /// `sig` names the column and the type it was cast to.
+    fn cached_values(&self, path: &str, sig: &str) -> Option<ArrayRef> {
+        let k = self.keys.lock().ok()?;
+        match k.map.get(&(path.to_string(), sig.to_string())) {
+            Some(Cached::Values(v)) => Some(v.clone()),
+            _ => None,
+        }
+    }
+
+    fn cache_values(&self, path: &str, sig: &str, values: ArrayRef) {
+        self.cache_entry(path, sig, Cached::Values(values));
+    }
+
+    /// Keeps the key columns of a data file this process just wrote (all its rows, in file
+    /// order): the next lookup of a warm process finds them here instead of reading the file
+    /// back. Cached under the name a lookup with keys of the same types looks for.
+    pub fn remember_keys(&self, path: &str, field_ids: &[i32], columns: &[ArrayRef]) {
+        if self.key_budget() == 0 || columns.is_empty() {
+            return;
+        }
+        let types: Vec<DataType> = columns.iter().map(|a| a.data_type().clone()).collect();
+        let ints = match columns {
+            [a] if a.null_count() == 0 => int_values(a),
+            _ => None,
+        };
+        let form = if ints.is_some() { "i64" } else { "rows" };
+        let values = match ints {
+            Some(v) => KeyValues::Ints(v),
+            None => {
+                let Ok(conv) =
+                    RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())
+                else {
+                    return;
+                };
+                let Ok(rows) = conv.convert_columns(columns) else {
+                    return;
+                };
+                KeyValues::Rows(rows)
+            }
+        };
+        let sorted = match &values {
+            KeyValues::Rows(rows) => (1..rows.num_rows()).all(|i| rows.row(i - 1) <= rows.row(i)),
+            KeyValues::Ints(v) => v.windows(2).all(|w| w[0] <= w[1]),
+        };
+        let sig = format!("{field_ids:?}{types:?}{form}");
+        self.cache_keys(path, &sig, Arc::new(FileKeys { values, sorted }));
+    }
+
+    /// Keeps the content of a position-delete file this process just wrote.
+    pub fn remember_deletes(&self, path: &str, content: DeletedPositions) {
+        if let Ok(mut c) = lock(&self.deletes) {
+            if c.len() >= CACHE_ENTRIES {
+                c.clear();
+            }
+            c.insert(path.to_string(), Arc::new(content));
+        }
+    }
+
+    fn cache_entry(&self, path: &str, sig: &str, keys: Cached) {
         let Ok(mut c) = self.keys.lock() else { return };
         let size = keys.size();
         if size > c.budget {
@@ -453,7 +541,7 @@ pub async fn locate_rows(
                 .await
                 .map(|r| (i, r))
         })
-        .buffer_unordered(8)
+        .buffer_unordered(READ_CONCURRENCY)
         .try_collect()
         .await?;
     let mut live_hits: Vec<(usize, Vec<(i64, usize)>)> = Vec::new();
@@ -479,7 +567,15 @@ pub async fn locate_rows(
     }
     // Rows newer than the change (by the ordering columns) stay.
     if let Some(check) = order.filter(|c| !c.values.is_empty()) {
-        mark_stale(file_io, check, &candidates, &live_hits, &mut out.stale).await?;
+        mark_stale(
+            file_io,
+            check,
+            &candidates,
+            &live_hits,
+            &mut out.stale,
+            cache,
+        )
+        .await?;
     }
     for (i, hits) in live_hits {
         let c = &candidates[i];
@@ -513,8 +609,16 @@ async fn candidates(
 ) -> Result<(Vec<Candidate>, Vec<DeleteFile>)> {
     let mut candidates = Vec::new();
     let mut delete_files = Vec::new();
-    for mf in crate::table::manifest_list(file_io, metadata, snapshot).await? {
-        let manifest = cache.manifest(file_io, &mf).await?;
+    let list = crate::table::manifest_list(file_io, metadata, snapshot).await?;
+    // All manifests in flight at once (bounded): on object storage each read is a round trip,
+    // and a fresh process reads every manifest of the snapshot.
+    let list_ref = &list;
+    let manifests: Vec<Arc<Manifest>> = futures::stream::iter(0..list.len())
+        .map(|i| async move { cache.manifest(file_io, &list_ref[i]).await })
+        .buffered(READ_CONCURRENCY)
+        .try_collect()
+        .await?;
+    for (mf, manifest) in list.iter().zip(manifests) {
         for e in manifest.entries() {
             if !e.is_alive() {
                 continue;
@@ -575,23 +679,46 @@ async fn dead_rows(
     cache: &LookupCache,
     stats: &mut LookupStats,
 ) -> Result<HashMap<String, HashSet<i64>>> {
+    let applies = |d: &DeleteFile, c: &Candidate| {
+        d.spec_id == c.spec_id
+            && d.partition == c.partition
+            && match (&d.referenced, &d.bounds) {
+                (Some(r), _) => *r == c.path,
+                (None, Some((lo, hi))) => {
+                    lo.as_str() <= c.path.as_str() && c.path.as_str() <= hi.as_str()
+                }
+                (None, None) => true,
+            }
+    };
+    // Every delete file that applies to a candidate, read concurrently (bounded) first: one
+    // after another they cost a round trip each (hundreds with many partitions).
+    let needed: Vec<usize> = (0..delete_files.len())
+        .filter(|&i| candidates.iter().any(|c| applies(&delete_files[i], c)))
+        .collect();
+    let loaded: HashMap<usize, Arc<DeletedPositions>> = futures::stream::iter(needed)
+        .map(|i| async move {
+            let d = &delete_files[i];
+            cache
+                .delete_file(file_io, &d.path, d.size)
+                .await
+                .map(|(content, read)| (i, content, read))
+        })
+        .buffer_unordered(READ_CONCURRENCY)
+        .map_ok(|(i, content, read)| {
+            stats.delete_files_read += read as usize;
+            (i, content)
+        })
+        .try_collect()
+        .await?;
     let mut dead: HashMap<String, HashSet<i64>> = HashMap::new();
     for c in candidates {
-        for d in delete_files {
-            let applies = d.spec_id == c.spec_id
-                && d.partition == c.partition
-                && match (&d.referenced, &d.bounds) {
-                    (Some(r), _) => *r == c.path,
-                    (None, Some((lo, hi))) => {
-                        lo.as_str() <= c.path.as_str() && c.path.as_str() <= hi.as_str()
-                    }
-                    (None, None) => true,
-                };
-            if !applies {
+        for (i, d) in delete_files.iter().enumerate() {
+            if !applies(d, c) {
                 continue;
             }
-            let (content, read) = cache.delete_file(file_io, &d.path, d.size).await?;
-            stats.delete_files_read += read as usize;
+            let Some(content) = loaded.get(&i) else {
+                continue;
+            };
             if let Some(p) = content.get(&c.path) {
                 dead.entry(c.path.clone())
                     .or_default()
@@ -611,6 +738,7 @@ async fn mark_stale(
     candidates: &[Candidate],
     live_hits: &[(usize, Vec<(i64, usize)>)],
     stale: &mut [bool],
+    cache: &LookupCache,
 ) -> Result<()> {
     let conv = RowConverter::new(
         check
@@ -620,6 +748,7 @@ async fn mark_stale(
             .collect(),
     )?;
     let incoming = conv.convert_columns(&check.values)?;
+    let mut work: Vec<(&Candidate, Vec<(i64, usize)>)> = Vec::new();
     for (i, hits) in live_hits {
         let c = &candidates[*i];
         if crate::write::is_full_load_file(&c.path) {
@@ -630,20 +759,38 @@ async fn mark_stale(
             .filter(|(_, key)| !check.from_load.get(*key).copied().unwrap_or(false))
             .copied()
             .collect();
-        if hits.is_empty() {
-            continue;
+        if !hits.is_empty() {
+            work.push((c, hits));
         }
-        let positions: Vec<i64> = hits.iter().map(|(p, _)| *p).collect();
-        let mut columns = Vec::with_capacity(check.values.len());
-        for (fid, v) in check.field_ids.iter().zip(&check.values) {
-            columns.push(match fid {
-                Some(fid) => {
-                    read_values_at(file_io, &c.path, c.size, *fid, v.data_type(), &positions)
-                        .await?
-                }
-                None => arrow_array::new_null_array(v.data_type(), positions.len()),
-            });
-        }
+    }
+    // The files' ordering values, read concurrently (bounded), from the cache when warm.
+    let work_ref = &work;
+    let read: Vec<(usize, Vec<ArrayRef>)> = futures::stream::iter(0..work.len())
+        .map(|w| async move {
+            let (c, hits) = &work_ref[w];
+            let positions: Vec<i64> = hits.iter().map(|(p, _)| *p).collect();
+            let mut columns = Vec::with_capacity(check.values.len());
+            for (fid, v) in check.field_ids.iter().zip(&check.values) {
+                columns.push(match fid {
+                    Some(fid) => {
+                        let at = ValuesAt {
+                            path: &c.path,
+                            size: c.size,
+                            field_id: *fid,
+                            data_type: v.data_type(),
+                        };
+                        read_values_at(file_io, at, &positions, cache).await?
+                    }
+                    None => arrow_array::new_null_array(v.data_type(), positions.len()),
+                });
+            }
+            Ok::<_, Error>((w, columns))
+        })
+        .buffer_unordered(READ_CONCURRENCY)
+        .try_collect()
+        .await?;
+    for (w, columns) in read {
+        let hits = &work[w].1;
         let table_rows = conv.convert_columns(&columns)?;
         for (j, (_, key)) in hits.iter().enumerate() {
             if table_rows.row(j) > incoming.row(*key) {
@@ -1008,16 +1155,43 @@ pub async fn read_position_deletes(
     Ok(map)
 }
 
-/// Values of column `field_id` at `positions` of a data file, cast to `data_type` (NULL where
-/// the file predates the column). Reads only the row groups that hold those positions.
-async fn read_values_at(
-    file_io: &FileIO,
-    path: &str,
+/// One column of one data file, compared as `data_type`.
+struct ValuesAt<'a> {
+    path: &'a str,
     size: u64,
     field_id: i32,
-    data_type: &DataType,
+    data_type: &'a DataType,
+}
+
+/// Values of column `field_id` at `positions` of a data file, cast to `data_type` (NULL where
+/// the file predates the column). Reads only the row groups that hold those positions, or the
+/// whole column (kept in `cache`) when most of them are needed.
+async fn read_values_at(
+    file_io: &FileIO,
+    at: ValuesAt<'_>,
     positions: &[i64],
+    cache: &LookupCache,
 ) -> Result<ArrayRef> {
+    let ValuesAt {
+        path,
+        size,
+        field_id,
+        data_type,
+    } = at;
+    let sig = format!("values {field_id} {data_type}");
+    let take_at = |all: &ArrayRef, idx: arrow_array::UInt64Array| -> Result<ArrayRef> {
+        if let Some(p) = idx.values().iter().find(|p| **p as usize >= all.len()) {
+            return Err(Error::Other(format!(
+                "{path}: row {p} beyond the file's {} rows",
+                all.len()
+            )));
+        }
+        Ok(arrow_select::take::take(all, &idx, None)?)
+    };
+    if let Some(all) = cache.cached_values(path, &sig) {
+        let idx = arrow_array::UInt64Array::from_iter_values(positions.iter().map(|p| *p as u64));
+        return take_at(&all, idx);
+    }
     let input = file_io.new_input(path)?;
     let reader = ArrowFileReader::new(FileMetadata { size }, input.reader().await?);
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
@@ -1040,6 +1214,12 @@ async fn read_values_at(
     let mut groups: Vec<usize> = positions.iter().map(|p| rg_of(*p)).collect();
     groups.sort_unstable();
     groups.dedup();
+    // Same rule as the key columns: when most of the file is needed anyway, read the whole
+    // column once and keep it, so later lookups of a warm process compare from memory.
+    let fill = cache.key_budget() > 0 && groups.len() * 2 >= md.num_row_groups();
+    if fill {
+        groups = (0..md.num_row_groups()).collect();
+    }
     let stream = builder
         .with_projection(ProjectionMask::leaves(&descr, [leaf]))
         .with_row_groups(groups.clone())
@@ -1055,6 +1235,9 @@ async fn read_values_at(
     } else {
         arrow_select::concat::concat(&refs)?
     };
+    if fill {
+        cache.cache_values(path, &sig, all.clone());
+    }
     // Offset of each selected row group within `all`.
     let mut offset = std::collections::HashMap::new();
     let mut at = 0i64;
@@ -1066,7 +1249,7 @@ async fn read_values_at(
         let g = rg_of(*p);
         (offset[&g] + (p - starts[g])) as u64
     }));
-    Ok(arrow_select::take::take(&all, &idx, None)?)
+    take_at(&all, idx)
 }
 
 /// Reads whole columns of a (small) Parquet file; `None` = all columns.
@@ -1155,6 +1338,74 @@ mod tests {
                     uniq.len()
                 );
             }
+        }
+    }
+
+    /// What a writer remembers is found by a lookup with keys of the same types (one integer
+    /// key, a string key, a composite key) and answers as a read of the file would: the cache
+    /// entry names must agree, or every warm lookup reads its own files back.
+    #[test]
+    fn remembered_keys_answer_lookups() {
+        use arrow_array::StringArray;
+        let ids: ArrayRef = Arc::new(Int64Array::from(vec![3, 5, 5, 9, 12]));
+        let names: ArrayRef = Arc::new(StringArray::from(vec!["a", "b", "c", "d", "e"]));
+        let cases: Vec<(Vec<i32>, Vec<ArrayRef>, Vec<usize>)> = vec![
+            (vec![1], vec![ids.clone()], vec![1, 2, 4]),
+            (vec![2], vec![names.clone()], vec![1, 4]),
+            (vec![1, 2], vec![ids.clone(), names.clone()], vec![2, 3]),
+        ];
+        for (fids, cols, look_at) in cases {
+            let cache = LookupCache::default();
+            cache.remember_keys("s3://w/t/data/f.parquet", &fids, &cols);
+            // The keys looked up: some rows of the file, and one absent key.
+            let idx = arrow_array::UInt32Array::from(
+                look_at.iter().map(|i| *i as u32).collect::<Vec<_>>(),
+            );
+            let mut key_cols: Vec<ArrayRef> = cols
+                .iter()
+                .map(|c| arrow_select::take::take(c, &idx, None).expect("take"))
+                .collect();
+            let absent: Vec<ArrayRef> = cols
+                .iter()
+                .map(|c| match c.data_type() {
+                    DataType::Int64 => Arc::new(Int64Array::from(vec![100])) as ArrayRef,
+                    _ => Arc::new(StringArray::from(vec!["zz"])) as ArrayRef,
+                })
+                .collect();
+            for (k, a) in key_cols.iter_mut().zip(absent) {
+                *k = arrow_select::concat::concat(&[k.as_ref(), a.as_ref()]).expect("concat");
+            }
+            let fields: Vec<(String, ArrayRef)> = key_cols
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| (format!("k{i}"), c))
+                .collect();
+            let keys = RecordBatch::try_from_iter(fields).expect("keys");
+            let k = Keys::new(&keys, fids.clone()).expect("keys");
+            let fk = cache
+                .cached_keys("s3://w/t/data/f.parquet", &k.sig)
+                .unwrap_or_else(|| panic!("{fids:?}: remembered keys not found by a lookup"));
+            let mut got = search(&fk, &k);
+            got.sort_unstable();
+            // Row 1 and 2 share id 5: an id-only lookup of 5 finds both rows.
+            let mut want: Vec<(i64, usize)> = Vec::new();
+            for (ki, row) in look_at.iter().enumerate() {
+                let same = |r: usize| match fids.as_slice() {
+                    [1] => [3, 5, 5, 9, 12][r] == [3, 5, 5, 9, 12][*row],
+                    _ => r == *row,
+                };
+                for r in 0..5 {
+                    if same(r) && !want.iter().any(|(p, _)| *p == r as i64) {
+                        want.push((r as i64, ki));
+                    }
+                }
+            }
+            want.sort_unstable();
+            if fids == vec![1] {
+                // Duplicate lookup keys collapse to one index per value.
+                got.dedup_by_key(|h| h.0);
+            }
+            assert_eq!(got, want, "{fids:?}");
         }
     }
 }

@@ -66,6 +66,39 @@ async fn read_metadata(file_io: &FileIO, location: &str) -> Result<Arc<TableMeta
     Ok(metadata)
 }
 
+/// Remembers the metadata this process just wrote at `location` (after the catalog swap made
+/// it current), so that the next load of an unchanged table reads nothing but the catalog
+/// pointer: a warm function does not GET back its own metadata.json.
+pub(crate) fn remember_metadata(location: &str, metadata: TableMetadata) {
+    if let Ok(mut m) = METADATA.lock()
+        && !m.iter().any(|(l, _)| l == location)
+    {
+        if m.len() >= METADATA_CACHED {
+            m.remove(0);
+        }
+        m.push((location.to_string(), Arc::new(metadata)));
+    }
+}
+
+/// Parsed manifest lists by path, newest last: immutable like metadata files, and read by both
+/// the plan and every commit attempt of one commit (and by the next commit of a warm process).
+type ManifestLists = Vec<(String, Arc<Vec<iceberg::spec::ManifestFile>>)>;
+static MANIFEST_LISTS: Mutex<ManifestLists> = Mutex::new(Vec::new());
+const MANIFEST_LISTS_CACHED: usize = 8;
+
+/// Remembers a manifest list this process wrote at `path` (its entries as a read would return
+/// them): the next commit of a warm process does not GET it back.
+pub(crate) fn remember_manifest_list(path: &str, entries: Vec<iceberg::spec::ManifestFile>) {
+    if let Ok(mut m) = MANIFEST_LISTS.lock()
+        && !m.iter().any(|(p, _)| p == path)
+    {
+        if m.len() >= MANIFEST_LISTS_CACHED {
+            m.remove(0);
+        }
+        m.push((path.to_string(), Arc::new(entries)));
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct LoadedTable {
     pub ident: TableIdent,
@@ -128,7 +161,23 @@ pub async fn manifest_list(
     metadata: &TableMetadata,
     snapshot: &Snapshot,
 ) -> Result<Vec<iceberg::spec::ManifestFile>> {
-    let bytes = file_io.new_input(snapshot.manifest_list())?.read().await?;
+    let path = snapshot.manifest_list();
+    let cached = |m: &ManifestLists| m.iter().find(|(p, _)| p == path).map(|(_, l)| l.clone());
+    if let Ok(m) = MANIFEST_LISTS.lock()
+        && let Some(l) = cached(&m)
+    {
+        return Ok(l.as_ref().clone());
+    }
+    let bytes = file_io.new_input(path)?.read().await?;
     let list = iceberg::spec::ManifestList::parse_with_version(&bytes, metadata.format_version())?;
-    Ok(list.consume_entries().into_iter().collect())
+    let entries: Vec<iceberg::spec::ManifestFile> = list.consume_entries().into_iter().collect();
+    if let Ok(mut m) = MANIFEST_LISTS.lock()
+        && cached(&m).is_none()
+    {
+        if m.len() >= MANIFEST_LISTS_CACHED {
+            m.remove(0);
+        }
+        m.push((path.to_string(), Arc::new(entries.clone())));
+    }
+    Ok(entries)
 }

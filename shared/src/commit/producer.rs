@@ -9,7 +9,7 @@ use iceberg::MetadataLocation;
 use iceberg::io::FileIO;
 use iceberg::spec::{
     DataContentType, DataFile, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestListWriter,
-    ManifestWriterBuilder, Snapshot, Summary, TableMetadata,
+    ManifestWriterBuilder, Snapshot, Summary, TableMetadata, UNASSIGNED_SEQUENCE_NUMBER,
 };
 
 use super::record::{AppliedRecord, PROPERTY};
@@ -90,8 +90,26 @@ pub(super) async fn build_attempt(
             parent.as_ref().map(|p| p.snapshot_id()),
             sequence_number,
         );
-        writer.add_manifests(staged.manifests.iter().cloned().chain(carried))?;
+        // What a read of the list returns: our manifests get this attempt's sequence number,
+        // as the writer assigns it.
+        let entries: Vec<ManifestFile> = staged
+            .manifests
+            .iter()
+            .cloned()
+            .map(|mut m| {
+                if m.sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
+                    m.sequence_number = sequence_number;
+                }
+                if m.min_sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
+                    m.min_sequence_number = sequence_number;
+                }
+                m
+            })
+            .chain(carried)
+            .collect();
+        writer.add_manifests(entries.iter().cloned())?;
         writer.close().await?;
+        crate::table::remember_manifest_list(&list_path, entries);
         failpoint("after-manifest-list").await
     }
     .await;

@@ -50,6 +50,8 @@ pub enum IngestResponse {
 
 /// Why a table or record failed: the kind (`errorType`) and the message.
 type Failure = (&'static str, String);
+/// Objects of one table read ahead per invocation, at most: each is a spool file in /tmp.
+const PREFETCH_MAX: usize = 4;
 
 /// What happened to one table in an invocation.
 struct TableOutcome {
@@ -134,9 +136,23 @@ impl IngestHandler {
         }
         let mut outcomes: BTreeMap<(String, String), TableOutcome> = BTreeMap::new();
         for ((bucket, prefix), (schema, table)) in &tables {
+            // The objects the event names in this table's folder: read ahead, while the
+            // table loads (they are usually what is pending).
+            let named: Vec<&str> = record_keys
+                .iter()
+                .flatten()
+                .filter(|(_, t)| t.as_ref().is_some_and(|(b, p)| b == bucket && p == prefix))
+                .map(|(uri, _)| uri.as_str())
+                .collect();
             let outcome = self
-                .process_table(config, bucket, prefix, schema, table)
+                .process_table(
+                    config,
+                    (bucket.as_str(), prefix.as_str()),
+                    (schema.as_str(), table.as_str()),
+                    &named,
+                )
                 .await;
+            self.objects.drop_prefetched().await;
             outcomes.insert((bucket.clone(), prefix.clone()), outcome);
         }
         // A record succeeds when every DMS file it names is applied.
@@ -194,10 +210,9 @@ impl IngestHandler {
     async fn process_table(
         &self,
         config: &Config,
-        bucket: &str,
-        prefix: &str,
-        schema: &str,
-        table: &str,
+        (bucket, prefix): (&str, &str),
+        (schema, table): (&str, &str),
+        named: &[&str],
     ) -> TableOutcome {
         let started = Instant::now();
         let mut outcome = TableOutcome {
@@ -207,7 +222,27 @@ impl IngestHandler {
         };
         type Listed = Vec<(DmsObject, ObjectInfo)>;
         let result: Result<(TableReport, Listed, AppliedRecord)> = async {
-            let listing = self.objects.list(bucket, prefix).await?;
+            let cfg = config.table(schema, table)?;
+            let ident = iceberg::TableIdent::from_strs([&cfg.namespace, &cfg.table])?;
+            // The folder listing and the table load are independent round trips; the named
+            // objects are downloaded as soon as the listing shows them.
+            let list = async {
+                let listing = self.objects.list(bucket, prefix).await?;
+                let listed: BTreeSet<String> = listing
+                    .iter()
+                    .map(|o| format!("s3://{bucket}/{}", o.key))
+                    .collect();
+                for uri in named
+                    .iter()
+                    .filter(|u| listed.contains(**u))
+                    .take(self.env.files_per_invocation.min(PREFETCH_MAX))
+                {
+                    self.objects.prefetch(uri);
+                }
+                Ok::<_, Error>(listing)
+            };
+            let (listing, loaded) =
+                futures::try_join!(list, LoadedTable::load(self.catalog.as_ref(), &ident))?;
             let mut files: Listed = Vec::new();
             for o in listing {
                 let uri = format!("s3://{bucket}/{}", o.key);
@@ -218,9 +253,6 @@ impl IngestHandler {
                 }
             }
             files.sort_by(|a, b| a.0.order.cmp(&b.0.order));
-            let cfg = config.table(schema, table)?;
-            let ident = iceberg::TableIdent::from_strs([&cfg.namespace, &cfg.table])?;
-            let loaded = LoadedTable::load(self.catalog.as_ref(), &ident).await?;
             if let Some(t) = &loaded {
                 crate::ops::ingest::check_source(&cfg, t)?;
             }
@@ -390,6 +422,19 @@ impl IngestHandler {
                 ("LookupMilliseconds", "Milliseconds", ms(|t| t.lookup_us)),
                 ("WriteMilliseconds", "Milliseconds", ms(|t| t.write_us)),
                 ("CommitMilliseconds", "Milliseconds", ms(|t| t.commit_us)),
+                ("DataFilesWritten", "Count", sum(|c| c.data_files) as f64),
+                (
+                    "DeleteFilesWritten",
+                    "Count",
+                    sum(|c| c.delete_files) as f64,
+                ),
+                // High-cardinality partition specs show here: every partition a commit
+                // touches is a file (two with deletes) and a request each.
+                (
+                    "PartitionsWritten",
+                    "Count",
+                    applied.iter().map(|c| c.partitions).max().unwrap_or(0) as f64,
+                ),
             ]);
         }
         println!("{}", emf_line("ingest", &report.table, &metrics));

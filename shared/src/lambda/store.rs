@@ -41,6 +41,10 @@ pub trait ObjectStore: ObjectSource {
 
     /// A small object's bytes (the config file).
     async fn get(&self, bucket: &str, key: &str) -> Result<Vec<u8>>;
+
+    /// Starts reading `uri` ahead, so that its download overlaps other requests (stores where
+    /// a read is cheap ignore it).
+    fn prefetch(&self, _uri: &str) {}
 }
 
 /// `s3://bucket/key` → (bucket, key).

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
 use iceberg::io::FileIO;
 use iceberg::spec::{
@@ -26,6 +27,10 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
 use crate::error::{Error, Result};
+
+/// Files uploaded at once by one commit: enough to hide object-storage latency with many
+/// partitions, few enough to bound memory (each holds one partition's encoded file).
+pub const WRITE_CONCURRENCY: usize = 16;
 
 /// Rows per Parquet row group: the unit that statistics and bloom filters let a lookup skip.
 pub const ROW_GROUP_ROWS: usize = 128 * 1024;
@@ -76,6 +81,33 @@ pub async fn write_data_files_of(
     target_file_size: u64,
     full_load: bool,
 ) -> Result<Vec<(i32, DataFile)>> {
+    write_data_files_seen(
+        file_io,
+        metadata,
+        rows,
+        key,
+        target_file_size,
+        full_load,
+        &|_, _| {},
+    )
+    .await
+}
+
+/// What a writer hands back about a file it wrote: its path and all its rows, in file order.
+pub type SeenFile<'a> = &'a (dyn Fn(&str, &RecordBatch) + Sync);
+
+/// [`write_data_files_of`]; `seen` is called with each file that holds one partition's rows
+/// whole (a partition split over several files by size is not reported), so a caller can keep
+/// what it wrote instead of reading it back.
+pub async fn write_data_files_seen(
+    file_io: &FileIO,
+    metadata: &TableMetadata,
+    rows: &RecordBatch,
+    key: &[String],
+    target_file_size: u64,
+    full_load: bool,
+    seen: SeenFile<'_>,
+) -> Result<Vec<(i32, DataFile)>> {
     if rows.num_rows() == 0 {
         return Ok(Vec::new());
     }
@@ -113,27 +145,46 @@ pub async fn write_data_files_of(
             DataFileFormat::Parquet,
         ),
     );
-    let mut out = Vec::new();
-    for (pk, part) in parts {
-        let mut w = writer_builder.build();
-        w.write(&pk, &part).await?;
-        for mut b in w.close().await? {
-            b.content(DataContentType::Data)
-                .partition(
-                    pk.as_ref()
-                        .map(|k| k.data().clone())
-                        .unwrap_or_else(Struct::empty),
-                )
-                .partition_spec_id(spec.spec_id())
-                .sort_order_id(sort_order_id as i32);
-            out.push((
-                spec.spec_id(),
-                b.build()
-                    .map_err(|e| Error::Other(format!("data file: {e}")))?,
-            ));
-        }
-    }
-    Ok(out)
+    // One file (or more) per partition, uploaded concurrently (bounded): with many partitions,
+    // one PUT after another is most of a commit's time on object storage.
+    let spec_id = spec.spec_id();
+    // By index: a closure over borrowed items trips rustc's higher-ranked Send check when the
+    // caller's future is boxed as `Send` (the commit loop's planners are).
+    let parts_ref = &parts;
+    let written: Vec<Vec<(i32, DataFile)>> = futures::stream::iter(0..parts.len())
+        .map(|i| {
+            let mut w = writer_builder.build();
+            async move {
+                let (pk, part) = &parts_ref[i];
+                w.write(pk, part).await?;
+                let mut out = Vec::new();
+                for mut b in w.close().await? {
+                    b.content(DataContentType::Data)
+                        .partition(
+                            pk.as_ref()
+                                .map(|k| k.data().clone())
+                                .unwrap_or_else(Struct::empty),
+                        )
+                        .partition_spec_id(spec_id)
+                        .sort_order_id(sort_order_id as i32);
+                    out.push((
+                        spec_id,
+                        b.build()
+                            .map_err(|e| Error::Other(format!("data file: {e}")))?,
+                    ));
+                }
+                if let [(_, f)] = out.as_slice()
+                    && f.record_count() == part.num_rows() as u64
+                {
+                    seen(f.file_path(), &part);
+                }
+                Ok::<_, Error>(out)
+            }
+        })
+        .buffered(WRITE_CONCURRENCY)
+        .try_collect()
+        .await?;
+    Ok(written.into_iter().flatten().collect())
 }
 
 /// The rows of one data file to delete, and where that file lives.
@@ -182,62 +233,100 @@ pub async fn write_position_deletes(
     let props = base_properties()
         .set_statistics_truncate_length(None)
         .build();
-    let mut out = Vec::new();
-    for ((spec_id, partition), files) in groups {
-        let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
-            Error::Other(format!("partition spec {spec_id} not in table metadata"))
-        })?;
-        let pk = (!spec.is_unpartitioned()).then(|| {
-            PartitionKey::new(
-                spec.as_ref().clone(),
-                metadata.current_schema().clone(),
-                partition.clone(),
-            )
-        });
-        let mut paths: Vec<&str> = Vec::new();
-        let mut positions: Vec<i64> = Vec::new();
-        for (path, d) in &files {
-            let mut p = d.positions.clone();
-            p.sort_unstable();
-            p.dedup();
-            paths.extend(std::iter::repeat_n(path.as_str(), p.len()));
-            positions.extend(p);
-        }
-        let count = positions.len() as u64;
-        let batch = RecordBatch::try_new(
-            arrow_schema.clone(),
-            vec![
-                Arc::new(StringArray::from(paths)) as ArrayRef,
-                Arc::new(Int64Array::from(positions)) as ArrayRef,
-            ],
-        )?;
-        let mut w = RollingFileWriterBuilder::new(
-            ParquetWriterBuilder::new(props.clone(), delete_schema.clone()),
-            usize::MAX,
-            file_io.clone(),
-            DefaultLocationGenerator::new(metadata)?,
-            DefaultFileNameGenerator::new(
-                format!("{}-deletes", uuid::Uuid::new_v4()),
-                None,
-                DataFileFormat::Parquet,
-            ),
-        )
-        .build();
-        w.write(&pk, &batch).await?;
-        for mut b in w.close().await? {
-            b.content(DataContentType::PositionDeletes)
-                .partition(partition.clone())
-                .partition_spec_id(spec_id)
-                .record_count(count);
-            if files.len() == 1 {
-                b.referenced_data_file(Some(files[0].0.clone()));
+    // Concurrent uploads (bounded), as for data files.
+    let groups_ref = &groups;
+    let written: Vec<Vec<(i32, DataFile)>> = futures::stream::iter(0..groups.len())
+        .map(|i| {
+            let ds = DeleteSchema {
+                props: props.clone(),
+                schema: delete_schema.clone(),
+                arrow: arrow_schema.clone(),
+            };
+            async move {
+                let ((spec_id, partition), files) = &groups_ref[i];
+                write_delete_file(file_io, metadata, ds, (*spec_id, partition), files).await
             }
-            out.push((
-                spec_id,
-                b.build()
-                    .map_err(|e| Error::Other(format!("delete file: {e}")))?,
-            ));
+        })
+        .buffered(WRITE_CONCURRENCY)
+        .try_collect()
+        .await?;
+    Ok(written.into_iter().flatten().collect())
+}
+
+/// The delete-file schema, in Iceberg and Arrow form, and the writer properties.
+struct DeleteSchema {
+    props: WriterProperties,
+    schema: Arc<Schema>,
+    arrow: Arc<arrow_schema::Schema>,
+}
+
+/// One partition's position-delete file.
+async fn write_delete_file(
+    file_io: &FileIO,
+    metadata: &TableMetadata,
+    ds: DeleteSchema,
+    (spec_id, partition): (i32, &Struct),
+    files: &[(&String, &FileDeletes)],
+) -> Result<Vec<(i32, DataFile)>> {
+    let DeleteSchema {
+        props,
+        schema: delete_schema,
+        arrow: arrow_schema,
+    } = ds;
+    let mut out = Vec::new();
+    let spec = metadata
+        .partition_spec_by_id(spec_id)
+        .ok_or_else(|| Error::Other(format!("partition spec {spec_id} not in table metadata")))?;
+    let pk = (!spec.is_unpartitioned()).then(|| {
+        PartitionKey::new(
+            spec.as_ref().clone(),
+            metadata.current_schema().clone(),
+            partition.clone(),
+        )
+    });
+    let mut paths: Vec<&str> = Vec::new();
+    let mut positions: Vec<i64> = Vec::new();
+    for (path, d) in files {
+        let mut p = d.positions.clone();
+        p.sort_unstable();
+        p.dedup();
+        paths.extend(std::iter::repeat_n(path.as_str(), p.len()));
+        positions.extend(p);
+    }
+    let count = positions.len() as u64;
+    let batch = RecordBatch::try_new(
+        arrow_schema.clone(),
+        vec![
+            Arc::new(StringArray::from(paths)) as ArrayRef,
+            Arc::new(Int64Array::from(positions)) as ArrayRef,
+        ],
+    )?;
+    let mut w = RollingFileWriterBuilder::new(
+        ParquetWriterBuilder::new(props.clone(), delete_schema.clone()),
+        usize::MAX,
+        file_io.clone(),
+        DefaultLocationGenerator::new(metadata)?,
+        DefaultFileNameGenerator::new(
+            format!("{}-deletes", uuid::Uuid::new_v4()),
+            None,
+            DataFileFormat::Parquet,
+        ),
+    )
+    .build();
+    w.write(&pk, &batch).await?;
+    for mut b in w.close().await? {
+        b.content(DataContentType::PositionDeletes)
+            .partition(partition.clone())
+            .partition_spec_id(spec_id)
+            .record_count(count);
+        if files.len() == 1 {
+            b.referenced_data_file(Some(files[0].0.clone()));
         }
+        out.push((
+            spec_id,
+            b.build()
+                .map_err(|e| Error::Other(format!("delete file: {e}")))?,
+        ));
     }
     Ok(out)
 }

@@ -24,7 +24,7 @@ use crate::evolve;
 use crate::locate::FileKind;
 use crate::lookup::{Located, locate_rows};
 use crate::table::{LoadedTable, keys};
-use crate::write::{write_data_files_of, write_position_deletes};
+use crate::write::{write_data_files_seen, write_position_deletes};
 
 /// How the selected inputs apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -400,6 +400,13 @@ impl IngestPlanner<'_> {
         count_rows(&mut report, &outcomes);
         report.data_files = written.data.len();
         report.delete_files = written.deletes.len();
+        report.partitions = written
+            .data
+            .iter()
+            .chain(&written.deletes)
+            .map(|(spec, f)| (*spec, f.partition()))
+            .collect::<HashSet<_>>()
+            .len();
         report.columns_added = read.change.added.clone();
         report.columns_promoted = read
             .change
@@ -544,12 +551,18 @@ impl IngestPlanner<'_> {
         let file_io = self.ingest.catalog.file_io();
         let mut prepared: Vec<String> = Vec::new();
         let result = async {
-            let data = self
-                .write_data(planned, key, read, outcomes, &mut prepared)
-                .await?;
+            // Data and delete files are independent: uploaded at the same time. Whatever
+            // either wrote is in `prepared` before an error of the other is returned.
+            let (data, deletes) = futures::join!(
+                self.write_data(planned, key, read, outcomes, &mut prepared),
+                write_position_deletes(file_io, planned, &located.deletes),
+            );
+            if let Ok(d) = &deletes {
+                prepared.extend(d.iter().map(|(_, f)| f.file_path().to_string()));
+                self.remember_deletes(d, &located.deletes);
+            }
+            let (data, deletes) = (data?, deletes?);
             failpoint("after-data-files").await?;
-            let deletes = write_position_deletes(file_io, planned, &located.deletes).await?;
-            prepared.extend(deletes.iter().map(|(_, f)| f.file_path().to_string()));
             failpoint("after-delete-files").await?;
             let snapshot_id = commit::new_snapshot_id(Some(planned));
             let manifests =
@@ -577,6 +590,32 @@ impl IngestPlanner<'_> {
         }
     }
 
+    /// Keeps the content of the delete files just written (one per partition) in the lookup
+    /// cache, as a later read of them would load it.
+    fn remember_deletes(
+        &self,
+        written: &[(i32, DataFile)],
+        deletes: &BTreeMap<String, crate::write::FileDeletes>,
+    ) {
+        for (spec_id, f) in written {
+            let content: crate::lookup::DeletedPositions = deletes
+                .iter()
+                .filter(|(_, d)| d.spec_id == *spec_id && &d.partition == f.partition())
+                .map(|(path, d)| {
+                    let mut p = d.positions.clone();
+                    p.sort_unstable();
+                    p.dedup();
+                    (path.clone(), p)
+                })
+                .collect();
+            let count: usize = content.values().map(Vec::len).sum();
+            // One file per partition is what the writer makes; anything else is read back.
+            if count as u64 == f.record_count() {
+                self.ingest.cache.remember_deletes(f.file_path(), content);
+            }
+        }
+    }
+
     async fn write_data(
         &self,
         planned: &Arc<TableMetadata>,
@@ -593,6 +632,21 @@ impl IngestPlanner<'_> {
         let full_load = self.planned.iter().all(|f| f.object.kind == FileKind::Load);
         // Upserts of stale keys are dropped (their live row stays as it is).
         let write = KeyOutcome::upserts_to_write(outcomes, deduped);
+        // The key columns of what we write stay in the lookup cache: the next commit of a warm
+        // process does not read its own files back.
+        let schema = planned.current_schema();
+        let key_ids: Option<Vec<i32>> = key.iter().map(|k| schema.field_id_by_name(k)).collect();
+        let cache = &self.ingest.cache;
+        let seen = |path: &str, rows: &arrow_array::RecordBatch| {
+            let Some(ids) = &key_ids else { return };
+            let cols: Option<Vec<arrow_array::ArrayRef>> = key
+                .iter()
+                .map(|k| rows.column_by_name(k).cloned())
+                .collect();
+            if let Some(cols) = cols {
+                cache.remember_keys(path, ids, &cols);
+            }
+        };
         let Some(pass) = &read.second_pass else {
             let upserts = if write.iter().any(|w| !w) {
                 let keep = arrow_array::BooleanArray::from(write);
@@ -601,7 +655,8 @@ impl IngestPlanner<'_> {
                 deduped.upserts.clone()
             };
             let data =
-                write_data_files_of(file_io, planned, &upserts, key, target, full_load).await?;
+                write_data_files_seen(file_io, planned, &upserts, key, target, full_load, &seen)
+                    .await?;
             prepared.extend(data.iter().map(|(_, f)| f.file_path().to_string()));
             return Ok(data);
         };
@@ -618,7 +673,8 @@ impl IngestPlanner<'_> {
         let mut data = Vec::new();
         while let Some(chunk) = rx.recv().await {
             let written =
-                write_data_files_of(file_io, planned, &chunk?, key, target, full_load).await?;
+                write_data_files_seen(file_io, planned, &chunk?, key, target, full_load, &seen)
+                    .await?;
             prepared.extend(written.iter().map(|(_, f)| f.file_path().to_string()));
             data.extend(written);
         }

@@ -55,6 +55,8 @@ pub struct CommitReport {
     pub conflicts: Vec<&'static str>,
     pub data_files: usize,
     pub delete_files: usize,
+    /// Partitions the commit wrote files to (each costs at least one PUT, two with deletes).
+    pub partitions: usize,
     pub columns_added: Vec<String>,
     pub columns_promoted: Vec<String>,
     pub lookup: LookupStats,
@@ -105,6 +107,7 @@ impl CommitReport {
             replans: 0,
             conflicts: vec![],
             data_files: 0,
+            partitions: 0,
             delete_files: 0,
             columns_added: vec![],
             columns_promoted: vec![],
