@@ -277,6 +277,10 @@ impl ObjectStore for S3Objects {
         S3Objects::prefetch(self, uri)
     }
 
+    async fn drop_prefetched(&self) {
+        S3Objects::drop_prefetched(self).await
+    }
+
     async fn get(&self, bucket: &str, key: &str) -> Result<Vec<u8>> {
         let obj = self
             .client

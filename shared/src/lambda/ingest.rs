@@ -23,7 +23,7 @@ use super::{FunctionEnv, FunctionError};
 use crate::catalog::Catalog;
 use crate::commit::{AppliedRecord, Standing};
 use crate::config::Config;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::locate::{DmsObject, locate, table_prefix};
 use crate::lookup::LookupCache;
 use crate::ops::ingest::{FileInput, Ingest, Status, TableReport};

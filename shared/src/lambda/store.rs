@@ -45,6 +45,9 @@ pub trait ObjectStore: ObjectSource {
     /// Starts reading `uri` ahead, so that its download overlaps other requests (stores where
     /// a read is cheap ignore it).
     fn prefetch(&self, _uri: &str) {}
+
+    /// Drops what was read ahead and not used (its spool files).
+    async fn drop_prefetched(&self) {}
 }
 
 /// `s3://bucket/key` → (bucket, key).
