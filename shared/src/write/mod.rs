@@ -176,7 +176,7 @@ pub async fn write_data_files_seen(
                 if let [(_, f)] = out.as_slice()
                     && f.record_count() == part.num_rows() as u64
                 {
-                    seen(f.file_path(), &part);
+                    seen(f.file_path(), part);
                 }
                 Ok::<_, Error>(out)
             }
