@@ -3,29 +3,36 @@
 //!
 //! Safe alongside ingest: each partition group is one `replace` snapshot through the same commit
 //! protocol. Rewritten files keep the data sequence number of the snapshot they were read from.
-//! If ingest committed deletes against a file being replaced, the group is planned again from the
-//! new snapshot rather than committed (a delete is never dropped, a row never resurrected);
-//! ingest likewise re-locates its rows when compaction replaced a file its deletes pointed into.
+//! The rewrite records where each row went (a [`RowMap`]): if ingest commits deletes against a
+//! file being replaced, the commit carries them over to the new files in its own snapshot
+//! ([`crate::commit::carry`]) instead of planning the group again, so a delete is never dropped,
+//! a row never resurrected, and compaction never loses to ingest. Ingest re-locates its rows
+//! when compaction replaced a file its deletes pointed into.
 //! Work per run is bounded by bytes and time; the next run continues.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow_array::RecordBatch;
+use arrow_array::{BooleanArray, RecordBatch};
 use arrow_ord::sort::{SortColumn, lexsort_to_indices};
 use futures::{StreamExt, TryStreamExt};
 use iceberg::TableIdent;
-use iceberg::spec::{DataContentType, ManifestFile, ManifestStatus, Struct, TableMetadata};
+use iceberg::scan::FileScanTask;
+use iceberg::spec::{
+    DataContentType, DataFile, ManifestFile, ManifestStatus, Struct, TableMetadata,
+};
 use serde::Serialize;
 use tracing::info;
 
 use crate::catalog::Catalog;
 use crate::commit::{
-    self, Added, Base, Change, MetadataChanges, Outcome, Plan, Planner, Staged, remove_files,
+    self, Added, Base, Change, MetadataChanges, Outcome, Plan, Planner, RowMap, Staged,
+    remove_files,
 };
 use crate::error::{Error, Result};
 use crate::evolve::key_columns;
-use crate::lookup::read_position_deletes;
+use crate::lookup::{DeletedPositions, read_position_deletes};
 use crate::table::{LoadedTable, manifest_list};
 use crate::write::{is_full_load_file, write_data_files_of};
 
@@ -258,13 +265,24 @@ impl<'a> Compact<'a> {
             .ok_or_else(|| Error::Other("no snapshot".into()))?;
         let base_seq = snapshot.sequence_number();
         let paths: BTreeSet<String> = group.files.iter().map(|f| f.path.clone()).collect();
-        let sorted = self
+        let read = self
             .read_group(table, snapshot.snapshot_id(), &paths)
             .await?;
         let key = key_columns(md.current_schema());
         let full_load = group.files.iter().all(|f| is_full_load_file(&f.path));
         let written =
-            write_data_files_of(file_io, &md, &sorted, &key, self.target(&md), full_load).await?;
+            write_data_files_of(file_io, &md, &read.rows, &key, self.target(&md), full_load)
+                .await?;
+        let map = match row_map(&read, &written) {
+            Ok(m) => m.map(Arc::new),
+            Err(e) => {
+                for (_, f) in &written {
+                    let _ = file_io.delete(f.file_path()).await;
+                }
+                return Err(e);
+            }
+        };
+        drop(read);
 
         // Delete files that only target removed (or long gone) files go too.
         let removed_deletes: BTreeSet<String> = deletes
@@ -335,6 +353,7 @@ impl<'a> Compact<'a> {
             change: Change::Rewrite {
                 replaced_manifests: replaced,
                 removed_data_files: paths,
+                row_map: map,
             },
             manifests,
             files: prepared,
@@ -346,18 +365,18 @@ impl<'a> Compact<'a> {
     }
 
     /// The rows of `paths` as of `snapshot_id`, deletes applied, in the current schema, sorted
-    /// by key.
+    /// by key, with where each row was read from.
     async fn read_group(
         &self,
         table: &LoadedTable,
         snapshot_id: i64,
         paths: &BTreeSet<String>,
-    ) -> Result<RecordBatch> {
+    ) -> Result<GroupRows> {
         let file_io = self.catalog.file_io();
         let t = table.table(file_io)?;
         let scan = t.scan().snapshot_id(snapshot_id).select_all().build()?;
         let wanted = paths.clone();
-        let tasks: Vec<_> = scan
+        let tasks: Vec<FileScanTask> = scan
             .plan_files()
             .await?
             .try_filter(move |task| futures::future::ready(wanted.contains(&task.data_file_path)))
@@ -365,14 +384,53 @@ impl<'a> Compact<'a> {
             .await?;
         let schema = table.metadata.current_schema().clone();
         let arrow_schema = std::sync::Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
-        // Through scan's reader: it reads columns added after a file was written whatever
-        // their type (iceberg-rust alone fails on binary ones).
-        let batches: Vec<RecordBatch> =
-            crate::ops::scan::read_tasks(&t, file_io, tasks, &arrow_schema).await?;
+        let mut deletes: HashMap<String, DeletedPositions> = HashMap::new();
+        let mut batches = Vec::new();
+        let mut origin: Vec<(u32, u64)> = Vec::new();
+        let mut files = Vec::new();
+        for mut task in tasks {
+            // Deletes are applied here rather than by the reader, so that each row's position
+            // in its file is known (the row map carries later deletes over by position).
+            let deleted = deleted_positions(file_io, &mut deletes, &task).await?;
+            task.deletes.clear();
+            let path = task.data_file_path.clone();
+            let expected = task.record_count;
+            // Through scan's reader: it reads columns added after a file was written whatever
+            // their type (iceberg-rust alone fails on binary ones). One file at a time, so its
+            // rows arrive in file order.
+            let read = crate::ops::scan::read_tasks(&t, file_io, vec![task], &arrow_schema).await?;
+            let batch = arrow_select::concat::concat_batches(&arrow_schema, &read)?;
+            let n = batch.num_rows();
+            if expected.is_some_and(|e| e != n as u64) {
+                return Err(Error::Other(format!(
+                    "data file {path}: read {n} rows, its manifest entry says {expected:?}"
+                )));
+            }
+            let file_idx = files.len() as u32;
+            let keep: Vec<bool> = (0..n)
+                .map(|i| deleted.binary_search(&(i as i64)).is_err())
+                .collect();
+            origin.extend(
+                keep.iter()
+                    .enumerate()
+                    .filter(|(_, k)| **k)
+                    .map(|(i, _)| (file_idx, i as u64)),
+            );
+            batches.push(arrow_select::filter::filter_record_batch(
+                &batch,
+                &BooleanArray::from(keep),
+            )?);
+            files.push((path, n));
+        }
         let all = arrow_select::concat::concat_batches(&arrow_schema, &batches)?;
+        drop(batches);
         let key = key_columns(&schema);
         if key.is_empty() || all.num_rows() == 0 {
-            return Ok(all);
+            return Ok(GroupRows {
+                rows: all,
+                origin,
+                files,
+            });
         }
         let cols: Vec<SortColumn> = key
             .iter()
@@ -383,8 +441,88 @@ impl<'a> Compact<'a> {
             })
             .collect();
         let idx = lexsort_to_indices(&cols, None)?;
-        Ok(arrow_select::take::take_record_batch(&all, &idx)?)
+        let origin = idx.values().iter().map(|i| origin[*i as usize]).collect();
+        Ok(GroupRows {
+            rows: arrow_select::take::take_record_batch(&all, &idx)?,
+            origin,
+            files,
+        })
     }
+}
+
+/// A group's rows as read for a rewrite.
+struct GroupRows {
+    /// Live rows, sorted by key.
+    rows: RecordBatch,
+    /// For each row: the index of its file in `files`, and its position there.
+    origin: Vec<(u32, u64)>,
+    /// The files read, with their row counts (deleted rows included).
+    files: Vec<(String, usize)>,
+}
+
+/// Positions of `task`'s file deleted as of the scan, sorted (delete files read once per group).
+async fn deleted_positions(
+    file_io: &iceberg::io::FileIO,
+    cache: &mut HashMap<String, DeletedPositions>,
+    task: &FileScanTask,
+) -> Result<Vec<i64>> {
+    let mut out = Vec::new();
+    for d in &task.deletes {
+        if d.file_type != DataContentType::PositionDeletes {
+            return Err(Error::Other(format!(
+                "table has equality delete files ({}); compaction of such tables is not supported",
+                d.file_path
+            )));
+        }
+        if !cache.contains_key(&d.file_path) {
+            let content =
+                read_position_deletes(file_io, &d.file_path, d.file_size_in_bytes).await?;
+            cache.insert(d.file_path.clone(), content);
+        }
+        if let Some(p) = cache
+            .get(&d.file_path)
+            .and_then(|c| c.get(&task.data_file_path))
+        {
+            out.extend_from_slice(p);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// Where each row read went among the files written (rows were written in order). `None` when
+/// the rows were spread over several partitions (the spec changed since the files were
+/// written): the writer reorders those, so concurrent deletes mean planning again instead.
+fn row_map(read: &GroupRows, written: &[(i32, DataFile)]) -> Result<Option<RowMap>> {
+    let partitions: BTreeSet<String> = written
+        .iter()
+        .map(|(spec, f)| format!("{spec}/{:?}", f.partition()))
+        .collect();
+    let total: u64 = written.iter().map(|(_, f)| f.record_count()).sum();
+    if partitions.len() > 1 || total != read.origin.len() as u64 {
+        return Ok(None);
+    }
+    let mut map = RowMap::new(
+        written
+            .iter()
+            .map(|(spec, f)| (f.file_path().to_string(), *spec, f.partition().clone()))
+            .collect(),
+    )?;
+    for (path, n) in &read.files {
+        map.add_file(path, *n);
+    }
+    let mut rows = read.origin.iter();
+    for (k, (_, f)) in written.iter().enumerate() {
+        for new_pos in 0..f.record_count() {
+            let Some((file, pos)) = rows.next() else {
+                return Ok(None);
+            };
+            let old = &read.files[*file as usize].0;
+            map.set(old, *pos as usize, k, new_pos)?;
+        }
+    }
+    Ok(Some(map))
 }
 
 /// Plans one rewrite group per commit against the table as it is now.
