@@ -78,7 +78,12 @@ pub struct CompactReport {
     pub bytes_rewritten: u64,
     pub records_written: u64,
     pub commits: usize,
+    /// Plans thrown away because the table changed (never because of ingest's deletes: those
+    /// are carried over).
     pub replans: usize,
+    /// Rows that commits landed meanwhile deleted from files being rewritten, deleted in the
+    /// new files by the rewrite's own snapshot.
+    pub deletes_carried: u64,
     /// Groups left for the next run (budget reached).
     pub groups_left: usize,
     pub elapsed_ms: u64,
@@ -156,7 +161,9 @@ impl<'a> Compact<'a> {
                 break;
             };
             if let Some(Outcome::Committed { snapshot_id, .. }) = finished.outcome {
-                info!(table = %self.ident, snapshot_id, files = group.files.len(), bytes = group.bytes, "compacted a group");
+                let carried = self.carried(snapshot_id).await?;
+                info!(table = %self.ident, snapshot_id, files = group.files.len(), bytes = group.bytes, deletes_carried = carried, "compacted a group");
+                report.deletes_carried += carried;
                 report.commits += 1;
                 report.data_files_rewritten += group.files.len();
                 report.data_files_written += stats.data_files as usize;
@@ -175,6 +182,22 @@ impl<'a> Compact<'a> {
         }
         report.elapsed_ms = started.elapsed().as_millis() as u64;
         Ok(report)
+    }
+
+    /// Position deletes snapshot `snapshot_id` (ours) carried over from concurrent commits.
+    async fn carried(&self, snapshot_id: i64) -> Result<u64> {
+        let Some(t) = LoadedTable::load(self.catalog, &self.ident).await? else {
+            return Ok(0);
+        };
+        Ok(t.metadata
+            .snapshot_by_id(snapshot_id)
+            .and_then(|s| {
+                s.summary()
+                    .additional_properties
+                    .get("added-position-deletes")
+                    .and_then(|v| v.parse().ok())
+            })
+            .unwrap_or(0))
     }
 
     fn target(&self, md: &TableMetadata) -> u64 {
@@ -573,6 +596,11 @@ impl Planner for GroupPlanner<'_> {
         };
         self.groups_left -= 1;
         let (staged, added) = c.rewrite(&table, group, &deletes).await?;
+        // New files written, nothing committed yet: commits landing here get carried over.
+        if let Err(e) = commit::failpoint("after-rewrite").await {
+            staged.discard(c.catalog.file_io()).await;
+            return Err(e);
+        }
         Ok(Plan::Commit(Box::new(staged), Some((group.clone(), added))))
     }
 }
