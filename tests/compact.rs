@@ -497,7 +497,7 @@ fn compaction_never_loses_to_continuous_ingest() {
         .filter(|f| !f.contains(":sleep"))
         .collect();
     assert!(
-        commits >= 5 && carried > 0 && crashes == points,
+        commits >= 2 && carried > 0 && crashes == points,
         "the test did not test: {runs} runs, {commits} commits, {carried} deletes carried, \
          crashed at {crashes:?} of {points:?}"
     );
