@@ -407,42 +407,40 @@ impl<'a> Compact<'a> {
             .await?;
         let schema = table.metadata.current_schema().clone();
         let arrow_schema = std::sync::Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
-        let mut deletes: HashMap<String, DeletedPositions> = HashMap::new();
-        let mut batches = Vec::new();
-        let mut origin: Vec<(u32, u64)> = Vec::new();
-        let mut files = Vec::new();
-        for mut task in tasks {
-            // Deletes are applied here rather than by the reader, so that each row's position
-            // in its file is known (the row map carries later deletes over by position).
-            let deleted = deleted_positions(file_io, &mut deletes, &task).await?;
-            task.deletes.clear();
-            let path = task.data_file_path.clone();
-            let expected = task.record_count;
-            // Through scan's reader: it reads columns added after a file was written whatever
-            // their type (iceberg-rust alone fails on binary ones). One file at a time, so its
-            // rows arrive in file order.
-            let read = crate::ops::scan::read_tasks(&t, file_io, vec![task], &arrow_schema).await?;
-            let batch = arrow_select::concat::concat_batches(&arrow_schema, &read)?;
-            let n = batch.num_rows();
-            if expected.is_some_and(|e| e != n as u64) {
+        // Deletes are applied here rather than by the reader, so that each row's position in
+        // its file is known (the row map carries later deletes over by position). Each delete
+        // file is read once; data files several at a time, each on its own so that its rows
+        // arrive in file order.
+        let mut delete_files: BTreeMap<String, u64> = BTreeMap::new();
+        for d in tasks.iter().flat_map(|t| t.deletes.iter()) {
+            if d.file_type != DataContentType::PositionDeletes {
                 return Err(Error::Other(format!(
-                    "data file {path}: read {n} rows, its manifest entry says {expected:?}"
+                    "table has equality delete files ({}); compaction of such tables is not supported",
+                    d.file_path
                 )));
             }
-            let file_idx = files.len() as u32;
-            let keep: Vec<bool> = (0..n)
-                .map(|i| deleted.binary_search(&(i as i64)).is_err())
-                .collect();
-            origin.extend(
-                keep.iter()
-                    .enumerate()
-                    .filter(|(_, k)| **k)
-                    .map(|(i, _)| (file_idx, i as u64)),
-            );
-            batches.push(arrow_select::filter::filter_record_batch(
-                &batch,
-                &BooleanArray::from(keep),
-            )?);
+            delete_files.insert(d.file_path.clone(), d.file_size_in_bytes);
+        }
+        let deletes: HashMap<String, DeletedPositions> = futures::stream::iter(delete_files)
+            .map(|(path, size)| async move {
+                let content = read_position_deletes(file_io, &path, size).await?;
+                Ok::<_, Error>((path, content))
+            })
+            .buffer_unordered(8)
+            .try_collect()
+            .await?;
+        let (t, deletes, arrow_schema) = (&t, &deletes, &arrow_schema);
+        let read: Vec<(String, usize, RecordBatch, Vec<u64>)> = futures::stream::iter(tasks)
+            .map(|task| read_file(t, file_io, task, deletes, arrow_schema))
+            .buffered(4)
+            .try_collect()
+            .await?;
+        let mut batches = Vec::with_capacity(read.len());
+        let mut origin: Vec<(u32, u64)> = Vec::new();
+        let mut files = Vec::with_capacity(read.len());
+        for (file_idx, (path, n, batch, kept)) in read.into_iter().enumerate() {
+            origin.extend(kept.into_iter().map(|p| (file_idx as u32, p)));
+            batches.push(batch);
             files.push((path, n));
         }
         let all = arrow_select::concat::concat_batches(&arrow_schema, &batches)?;
@@ -483,35 +481,43 @@ struct GroupRows {
     files: Vec<(String, usize)>,
 }
 
-/// Positions of `task`'s file deleted as of the scan, sorted (delete files read once per group).
-async fn deleted_positions(
+/// One data file of a group with its deletes applied: its path, its row count (deleted rows
+/// included), the live rows and their positions in the file.
+async fn read_file(
+    t: &iceberg::table::Table,
     file_io: &iceberg::io::FileIO,
-    cache: &mut HashMap<String, DeletedPositions>,
-    task: &FileScanTask,
-) -> Result<Vec<i64>> {
-    let mut out = Vec::new();
-    for d in &task.deletes {
-        if d.file_type != DataContentType::PositionDeletes {
-            return Err(Error::Other(format!(
-                "table has equality delete files ({}); compaction of such tables is not supported",
-                d.file_path
-            )));
-        }
-        if !cache.contains_key(&d.file_path) {
-            let content =
-                read_position_deletes(file_io, &d.file_path, d.file_size_in_bytes).await?;
-            cache.insert(d.file_path.clone(), content);
-        }
-        if let Some(p) = cache
-            .get(&d.file_path)
-            .and_then(|c| c.get(&task.data_file_path))
-        {
-            out.extend_from_slice(p);
-        }
+    mut task: FileScanTask,
+    deletes: &HashMap<String, DeletedPositions>,
+    arrow_schema: &arrow_schema::SchemaRef,
+) -> Result<(String, usize, RecordBatch, Vec<u64>)> {
+    let mut deleted: Vec<i64> = task
+        .deletes
+        .iter()
+        .filter_map(|d| deletes.get(&d.file_path)?.get(&task.data_file_path))
+        .flatten()
+        .copied()
+        .collect();
+    deleted.sort_unstable();
+    deleted.dedup();
+    task.deletes.clear();
+    let path = task.data_file_path.clone();
+    let expected = task.record_count;
+    // Through scan's reader: it reads columns added after a file was written whatever their
+    // type (iceberg-rust alone fails on binary ones).
+    let read = crate::ops::scan::read_tasks(t, file_io, vec![task], arrow_schema).await?;
+    let batch = arrow_select::concat::concat_batches(arrow_schema, &read)?;
+    let n = batch.num_rows();
+    if expected.is_some_and(|e| e != n as u64) {
+        return Err(Error::Other(format!(
+            "data file {path}: read {n} rows, its manifest entry says {expected:?}"
+        )));
     }
-    out.sort_unstable();
-    out.dedup();
-    Ok(out)
+    let keep: Vec<bool> = (0..n)
+        .map(|i| deleted.binary_search(&(i as i64)).is_err())
+        .collect();
+    let kept: Vec<u64> = (0..n as u64).filter(|i| keep[*i as usize]).collect();
+    let batch = arrow_select::filter::filter_record_batch(&batch, &BooleanArray::from(keep))?;
+    Ok((path, n, batch, kept))
 }
 
 /// Where each row read went among the files written (rows were written in order). `None` when
