@@ -443,7 +443,7 @@ impl<'a> Compact<'a> {
             batches.push(batch);
             files.push((path, n));
         }
-        let all = arrow_select::concat::concat_batches(&arrow_schema, &batches)?;
+        let all = arrow_select::concat::concat_batches(arrow_schema, &batches)?;
         drop(batches);
         let key = key_columns(&schema);
         if key.is_empty() || all.num_rows() == 0 {
