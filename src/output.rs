@@ -299,7 +299,15 @@ pub fn compact(out: &mut dyn Write, r: &CompactReport) -> std::io::Result<()> {
         r.commits,
         r.groups_left,
         r.elapsed_ms as f64 / 1000.0
-    )
+    )?;
+    if r.deletes_carried > 0 {
+        writeln!(
+            out,
+            "  {} rows deleted by concurrent commits were carried over to the rewritten files",
+            r.deletes_carried
+        )?;
+    }
+    Ok(())
 }
 
 pub fn expire(out: &mut dyn Write, r: &ExpireReport, dry_run: bool) -> std::io::Result<()> {

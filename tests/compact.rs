@@ -331,12 +331,27 @@ fn expire_then_orphans_delete_only_what_nothing_needs() {
     );
 }
 
+/// What each compaction run of the continuous-ingest test does: nothing special, hold its plan
+/// open so ingest commits land before it commits, or crash at a step of its commit.
+const COMPACTION_RUNS: [Option<&str>; 9] = [
+    None,
+    Some("after-rewrite:sleep=400"),
+    Some("after-rewrite:kill"),
+    Some("after-rewrite:sleep=400"),
+    Some("after-manifest-list:kill"),
+    Some("after-rewrite:sleep=400"),
+    Some("after-metadata:kill"),
+    Some("after-metadata"),
+    Some("after-swap"),
+];
+
 #[test]
-fn ingest_and_compaction_at_the_same_time() {
-    // Ingest applies change files one process per file while compaction runs in a loop; every
-    // other compaction pauses after writing its manifest list so ingest commits land in between
-    // and force it to re-validate (position deletes against files it is replacing), and ingest
-    // plans against files a compaction replaces before it commits.
+fn compaction_never_loses_to_continuous_ingest() {
+    // Change files arrive in a feed one every 120 ms; three writers ingest the feed in loops
+    // (as several Lambdas would); compaction runs over and over meanwhile, some runs holding
+    // their plan open so ingest deletes rows of the files they replace before they commit,
+    // some crashing at a step of their commit. Every run that does not crash commits without
+    // planning again (ingest's deletes are carried over), and the table ends exact.
     let w = Work::new("compact_concurrent");
     w.generate(
         "synthetic",
@@ -344,9 +359,9 @@ fn ingest_and_compaction_at_the_same_time() {
             "--rows",
             "3000",
             "--cdc-files",
-            "16",
+            "24",
             "--cdc-rows",
-            "300",
+            "120",
             "--update-ratio",
             "0.7",
             "--seed",
@@ -354,52 +369,117 @@ fn ingest_and_compaction_at_the_same_time() {
         ],
     );
     let meta = w.meta(TABLE);
-    w.ingest_paths(&[w.dms().join(&meta.files[0])]).ok();
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let ingester = {
-        let files: Vec<_> = meta.files[1..].iter().map(|f| w.dms().join(f)).collect();
-        let (wh, cfg) = (w.wh(), w.config());
-        let done = done.clone();
+    let feed = w.dir.join("feed");
+    make_feed(&w, &feed, &meta.files[..1]);
+    w.ingest_paths(std::slice::from_ref(&feed)).ok();
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let fed = Arc::new(AtomicBool::new(false));
+    let runs_done = Arc::new(AtomicUsize::new(0));
+    let feeder = {
+        let (fed, runs_done, files, dms, feed) = (
+            fed.clone(),
+            runs_done.clone(),
+            meta.files[1..].to_vec(),
+            w.dms(),
+            feed.clone(),
+        );
         std::thread::spawn(move || {
-            for f in files {
-                let a: Vec<OsString> = vec![
-                    "ingest".into(),
-                    f.into_os_string(),
-                    "--warehouse".into(),
-                    wh.clone().into_os_string(),
-                    "--config".into(),
-                    cfg.clone().into_os_string(),
-                ];
-                run_env(&bin(), &a, &[]).ok();
-                // Gaps in which a compaction can finish.
-                std::thread::sleep(Duration::from_millis(300));
+            let m = files.len();
+            let started = Instant::now();
+            for (k, f) in files.into_iter().enumerate() {
+                // Paced so that compaction goes through all its kinds of runs while files
+                // still arrive (bounded, should compaction stall).
+                while runs_done.load(SeqCst) * m < k * COMPACTION_RUNS.len()
+                    && started.elapsed() < Duration::from_secs(120)
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let to = feed.join(&f);
+                std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                // Complete files only: the copy is renamed into place.
+                let tmp = feed.with_extension("incoming");
+                std::fs::copy(dms.join(&f), &tmp).unwrap();
+                std::fs::rename(&tmp, &to).unwrap();
+                std::thread::sleep(Duration::from_millis(120));
             }
-            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            fed.store(true, SeqCst);
         })
     };
-    let (mut runs, mut gave_up, mut commits, mut replans, mut rewritten) = (0, 0, 0, 0, 0);
-    while !done.load(std::sync::atomic::Ordering::SeqCst) {
-        // Every other run holds its commit open, so ingest commits land in between.
-        let hold: &[(&str, &str)] = if runs % 2 == 1 {
-            &[("DMS2ICEBERG_FAILPOINT", "after-manifest-list:sleep=150")]
-        } else {
-            &[]
-        };
-        let (r, rep) = maintain(&w, "compact", &[], hold);
+    let writers: Vec<_> = (0..3)
+        .map(|_| {
+            let (fed, feed, wh, cfg) = (fed.clone(), feed.clone(), w.wh(), w.config());
+            std::thread::spawn(move || {
+                let mut errors = Vec::new();
+                loop {
+                    let last = fed.load(SeqCst);
+                    let a: Vec<OsString> = vec![
+                        "ingest".into(),
+                        feed.clone().into_os_string(),
+                        "--warehouse".into(),
+                        wh.clone().into_os_string(),
+                        "--config".into(),
+                        cfg.clone().into_os_string(),
+                    ];
+                    let r = run_env(&bin(), &a, &[]);
+                    // Writers contend with each other: a documented give-up is retried.
+                    if !r.status.success() && !is_give_up(&r.stderr) {
+                        errors.push(r.describe());
+                    }
+                    if last && r.status.success() {
+                        return errors;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        })
+        .collect();
+    let (mut runs, mut commits, mut carried) = (0usize, 0, 0);
+    let mut crashes: BTreeSet<&str> = BTreeSet::new();
+    while !writers.iter().all(|h| h.is_finished()) {
+        let fault = COMPACTION_RUNS[runs % COMPACTION_RUNS.len()];
         runs += 1;
-        // Compaction yields to ingest: after its retries it gives up, to continue next run.
-        if !r.status.success() && r.stderr.contains("ingest kept changing the files") {
-            gave_up += 1;
+        let env: Vec<(&str, &str)> = fault
+            .map(|f| ("DMS2ICEBERG_FAILPOINT", f))
+            .into_iter()
+            .collect();
+        // One group per run (the first group is always taken), so runs are short and many.
+        let (r, rep) = maintain(&w, "compact", &["--max-bytes", "1"], &env);
+        if let Some(f) = fault.filter(|f| !f.contains(":sleep")) {
+            // A crash: it fired (a run with nothing to compact never reaches it).
+            let point = f.split(':').next().unwrap();
+            if !r.status.success() {
+                assert!(
+                    r.stderr.contains(&format!("failpoint {point}")),
+                    "compaction failed elsewhere than at {f}:\n{}",
+                    r.describe()
+                );
+                crashes.insert(f);
+            }
+            runs_done.store(runs, SeqCst);
             continue;
         }
         let r = r.ok();
         let rep = rep.unwrap_or_else(|| panic!("no report:\n{}", r.describe()));
+        assert_eq!(
+            num(&rep, "replans"),
+            0,
+            "compaction planned again under ingest: {rep}"
+        );
         commits += num(&rep, "commits");
-        replans += num(&rep, "replans");
-        rewritten += num(&rep, "data_files_rewritten");
+        carried += num(&rep, "deletes_carried");
+        runs_done.store(runs, SeqCst);
     }
-    ingester.join().unwrap();
-    compact(&w, &[]);
+    feeder.join().unwrap();
+    for h in writers {
+        let errors = h.join().unwrap();
+        assert!(errors.is_empty(), "ingest failed: {errors:?}");
+    }
+    // The rerun after the last crash, then everything must read exact.
+    w.ingest_paths(std::slice::from_ref(&feed)).ok();
+    let rep = compact(&w, &[]);
+    assert_eq!(num(&rep, "replans"), 0, "{rep}");
     w.assert_table(TABLE);
     check_files_once(&w, &meta);
     let hist = w.history(TABLE);
@@ -410,15 +490,23 @@ fn ingest_and_compaction_at_the_same_time() {
         "referenced files missing: {:?}",
         i.missing
     );
+    let points: BTreeSet<&str> = COMPACTION_RUNS
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|f| !f.contains(":sleep"))
+        .collect();
     assert!(
-        commits >= 2,
-        "compaction never committed while ingest ran ({runs} runs): the test did not test"
+        commits >= 2 && carried > 0 && crashes == points,
+        "the test did not test: {runs} runs, {commits} commits, {carried} deletes carried, \
+         crashed at {crashes:?} of {points:?}"
     );
     eprintln!(
-        "compact-measure: concurrent: {} change files ingested while {runs} compactions ran: \
-         {commits} compaction commits, {replans} replans, {gave_up} gave up to retry later, \
-         {rewritten} files rewritten; table exact",
-        meta.files.len() - 1
+        "compact-measure: continuous ingest: {} change files by 3 writers while {runs} \
+         compactions ran: {commits} commits, 0 replans, 0 gave up, {carried} concurrent deletes \
+         carried over, {} crashed at a commit step and were rerun; table exact",
+        meta.files.len() - 1,
+        crashes.len()
     );
 }
 

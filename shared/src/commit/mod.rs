@@ -35,6 +35,7 @@
 //! 7. **One retry budget** ([`retry::RetryPolicy`], from the table's `commit.retry.*`
 //!    properties) covers lost swaps and replans alike, with jittered backoff between them.
 
+pub mod carry;
 mod failpoint;
 pub(crate) mod producer;
 pub mod record;
@@ -59,6 +60,7 @@ use iceberg::spec::{
 };
 use tracing::{debug, info, warn};
 
+pub use carry::RowMap;
 pub use failpoint::failpoint;
 pub(crate) use producer::remove_files;
 pub use record::{AppliedInput, AppliedRecord, ObjectMeta, Standing};
@@ -136,10 +138,13 @@ pub enum Change {
         referenced_data_files: BTreeSet<String>,
     },
     /// Compaction: files replaced by files holding the same rows. The replaced manifests must
-    /// still be current, and no commit since the base may have deleted rows of removed files.
+    /// still be current. Rows of removed files that commits since the base deleted are deleted
+    /// in the new files by the rewrite's own snapshot, through `row_map` (without one, such a
+    /// commit means planning again).
     Rewrite {
         replaced_manifests: BTreeSet<String>,
         removed_data_files: BTreeSet<String>,
+        row_map: Option<Arc<RowMap>>,
     },
     /// Rows appended (the rejected-rows table).
     Append,
@@ -358,7 +363,8 @@ async fn attempt_until_decided(
             (1, Base::Create(_)) => None,
             _ => LoadedTable::load(catalog, &staged.ident).await?,
         };
-        match validate::check(staged, current.as_ref(), file_io).await? {
+        let (verdict, carry) = validate::check_carrying(staged, current.as_ref(), file_io).await?;
+        match verdict {
             validate::Verdict::Proceed => {}
             validate::Verdict::AlreadyCommitted => {
                 let t = current
@@ -370,7 +376,8 @@ async fn attempt_until_decided(
                 return Ok(Outcome::AlreadyApplied { attempts: attempt });
             }
         }
-        let built = producer::build_attempt(staged, current.as_ref(), file_io, attempt).await?;
+        let built =
+            producer::build_attempt(staged, current.as_ref(), file_io, attempt, &carry).await?;
         if let Err(e) = failpoint("after-metadata").await {
             built.delete(file_io).await;
             return Err(e.into());

@@ -40,6 +40,7 @@ pub(super) async fn build_attempt(
     current: Option<&LoadedTable>,
     file_io: &FileIO,
     attempt: u32,
+    carry: &super::validate::CarriedDeletes,
 ) -> Result<Built> {
     let (base_md, base_location) = match (current, &staged.base) {
         (Some(t), _) => (
@@ -62,11 +63,27 @@ pub(super) async fn build_attempt(
     let carried: Vec<ManifestFile> = match &staged.change {
         Change::RowDelta { .. } | Change::Append => parent_manifests,
         Change::Rewrite {
-            replaced_manifests, ..
-        } => parent_manifests
-            .into_iter()
-            .filter(|m| !replaced_manifests.contains(&m.manifest_path))
-            .collect(),
+            replaced_manifests,
+            row_map,
+            ..
+        } => {
+            let mut kept: Vec<ManifestFile> = parent_manifests
+                .into_iter()
+                .filter(|m| !replaced_manifests.contains(&m.manifest_path))
+                .collect();
+            if let (Some(map), false) = (row_map, carry.is_empty()) {
+                let c =
+                    super::carry::write(file_io, &base_md, staged.snapshot_id, map, carry).await?;
+                written.extend(c.written);
+                for f in &c.files {
+                    added.delete_files += 1;
+                    added.position_deletes += f.record_count();
+                    added.delete_files_size += f.file_size_in_bytes();
+                }
+                kept.extend(c.manifests);
+            }
+            kept
+        }
         Change::Reload => {
             let removal = remove_files(file_io, &base_md, staged.snapshot_id, |_| true).await?;
             written.extend(removal.manifests.iter().map(|m| m.manifest_path.clone()));

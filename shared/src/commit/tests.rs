@@ -214,6 +214,7 @@ async fn validate_after_replace(
                 .iter()
                 .map(|(_, f)| f.file_path().to_string())
                 .collect(),
+            row_map: None,
         },
         manifests: removal.manifests,
         files: vec![],
@@ -447,30 +448,83 @@ async fn equality_deletes_from_another_engine_are_refused() {
 }
 
 #[tokio::test]
-async fn compaction_replans_when_ingest_deletes_rows_of_its_files() {
+async fn compaction_carries_over_deletes_ingest_commits_meanwhile() {
     let lab = loaded("compact").await;
-    lab.ingest(vec![lab.file("20220302-1135010000.csv", "I,4,d\n")])
+    lab.ingest(vec![lab.file("20220302-1135010000.csv", "I,4,d\nI,5,e\n")])
         .await;
     // Plan a compaction group on the current table.
     let compact = Compact::new(&lab.catalog, lab.ident.clone()).options(CompactOptions {
         target_file_size: Some(1 << 20),
         ..Default::default()
     });
-    let staged = crate::ops::compact::plan_for_tests(&compact, lab.table().await)
+    let mut staged = crate::ops::compact::plan_for_tests(&compact, lab.table().await)
         .await
         .expect("a group to compact");
-    // Ingest deletes a row of a file the group replaces (the group holds the change files:
-    // full-load files are compacted apart).
+    let base_seq = lab.table().await.metadata.last_sequence_number();
+    // Ingest deletes and updates rows of files the group replaces (the group holds the change
+    // files: full-load files are compacted apart), in two commits.
     lab.ingest(vec![lab.file("20220302-1136010000.csv", "D,2,\n")])
         .await;
+    lab.ingest(vec![lab.file("20220302-1137010000.csv", "U,4,d2\nI,6,f\n")])
+        .await;
+    // Without a row map, that means planning again.
+    let Change::Rewrite { row_map, .. } = &mut staged.change else {
+        panic!("a rewrite expected")
+    };
+    let map = row_map.take().expect("compaction records where rows went");
     assert!(matches!(
         conflict_of(lab.check(&staged).await),
-        Conflict::DeletesAgainstRewrittenFile { .. } | Conflict::ManifestRewritten { .. }
+        Conflict::DeletesAgainstRewrittenFile { .. }
     ));
-    staged.discard(lab.catalog.file_io()).await;
-    // The run plans again and ends exact.
+    let Change::Rewrite { row_map, .. } = &mut staged.change else {
+        unreachable!()
+    };
+    *row_map = Some(map);
+    // With it, the deletes (keys 2 and 4) are carried over and the rewrite commits as planned.
+    let now = lab.table().await;
+    let (verdict, carry) = validate::check_carrying(&staged, Some(&now), lab.catalog.file_io())
+        .await
+        .unwrap();
+    assert_eq!(verdict, Verdict::Proceed);
+    assert_eq!(carry.values().map(Vec::len).sum::<usize>(), 2, "{carry:?}");
+    let mut budget = retry::Budget::new(RetryPolicy::default());
+    let outcome = attempt_until_decided(&lab.catalog, &staged, &mut budget)
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, Outcome::Committed { attempts: 1, .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(lab.rows().await, ["1=a", "3=c", "4=d2", "5=e", "6=f"]);
+    // Sequence numbers: the new data files keep the base's, the carried deletes get the
+    // rewrite snapshot's (later), so they apply to the new files.
+    let t = lab.table().await;
+    let snap = t.metadata.current_snapshot().unwrap();
+    assert_eq!(snap.snapshot_id(), staged.snapshot_id);
+    let (mut data_seqs, mut delete_seqs) = (Vec::new(), Vec::new());
+    for m in crate::table::manifest_list(lab.catalog.file_io(), &t.metadata, snap)
+        .await
+        .unwrap()
+    {
+        if m.added_snapshot_id != staged.snapshot_id {
+            continue;
+        }
+        let manifest = m.load_manifest(lab.catalog.file_io()).await.unwrap();
+        for e in manifest.entries().iter().filter(|e| e.is_alive()) {
+            match e.content_type() {
+                iceberg::spec::DataContentType::Data => data_seqs.push(e.sequence_number()),
+                _ => delete_seqs.push(e.sequence_number()),
+            }
+        }
+    }
+    assert_eq!(data_seqs, [Some(base_seq)]);
+    assert_eq!(delete_seqs, [Some(snap.sequence_number())]);
+    assert!(snap.sequence_number() > base_seq);
+    // Every later ingest and compaction reads the same rows.
+    lab.ingest(vec![lab.file("20220302-1138010000.csv", "U,5,e2\n")])
+        .await;
     compact.execute().await.unwrap();
-    assert_eq!(lab.rows().await, ["1=a", "3=c", "4=d"]);
+    assert_eq!(lab.rows().await, ["1=a", "3=c", "4=d2", "5=e2", "6=f"]);
 }
 
 #[tokio::test]

@@ -9,13 +9,14 @@
 //!   added rows of those keys, so the input is planned again; a `replace` (compaction, Spark's
 //!   `rewrite_data_files`, `rewrite_position_delete_files`) keeps every row, so it only matters
 //!   if it removed a file our position deletes point into;
-//! - a rewrite (compaction) must still find the manifests it replaces, and no commit since its
-//!   base may have deleted rows of the files it replaces;
+//! - a rewrite (compaction) must still find the manifests it replaces; position deletes
+//!   committed since its base against files it replaces are carried over to its new files
+//!   ([`super::carry`]) when it has a row map, and otherwise mean planning again;
 //! - a reload replaces whatever is live when it commits: only schema and spec matter;
 //! - equality deletes, which Flink and some Spark jobs write, are refused: our lookups and
 //!   compaction read position deletes only, and would resurrect rows.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -25,7 +26,7 @@ use iceberg::spec::{
 };
 
 use super::record::{AppliedRecord, Standing};
-use super::{Base, Change, CommitError, Staged};
+use super::{Base, Change, CommitError, RowMap, Staged};
 use crate::error::Error;
 use crate::table::{LoadedTable, ancestry, manifest_list};
 
@@ -144,15 +145,29 @@ fn conflict(c: Conflict) -> CommitError {
     CommitError::Conflict(c)
 }
 
+/// Positions per replaced data file that commits since a rewrite's base deleted: the rewrite
+/// carries them over to the files replacing them.
+pub type CarriedDeletes = BTreeMap<String, Vec<i64>>;
+
 /// Runs every rule in order; the first that decides wins.
 pub async fn check(
     staged: &Staged,
     current: Option<&LoadedTable>,
     file_io: &FileIO,
 ) -> std::result::Result<Verdict, CommitError> {
+    Ok(check_carrying(staged, current, file_io).await?.0)
+}
+
+/// [`check`], and the deletes a rewrite must carry over to its new files.
+pub async fn check_carrying(
+    staged: &Staged,
+    current: Option<&LoadedTable>,
+    file_io: &FileIO,
+) -> std::result::Result<(Verdict, CarriedDeletes), CommitError> {
+    let mut carry = CarriedDeletes::new();
     let Some(current) = current else {
         return match &staged.base {
-            Base::Create(_) => Ok(Verdict::Proceed),
+            Base::Create(_) => Ok((Verdict::Proceed, carry)),
             Base::Existing(_) => Err(conflict(Conflict::TableDropped)),
         };
     };
@@ -164,7 +179,7 @@ pub async fn check(
         schema_and_spec_unchanged(staged, now),
     ] {
         if let Some(v) = rule? {
-            return Ok(v);
+            return Ok((v, carry));
         }
     }
     let intervening = intervening_snapshots(staged, now)?;
@@ -176,20 +191,22 @@ pub async fn check(
         Change::Rewrite {
             replaced_manifests,
             removed_data_files,
+            row_map,
         } => {
-            rewrite_still_valid(
+            carry = rewrite_still_valid(
                 replaced_manifests,
                 removed_data_files,
+                row_map.as_deref(),
                 now,
                 &intervening,
                 file_io,
             )
-            .await?
+            .await?;
         }
         // A reload replaces whatever is live when it commits; appended rows touch nothing.
         Change::Reload | Change::Append => {}
     }
-    Ok(Verdict::Proceed)
+    Ok((Verdict::Proceed, carry))
 }
 
 /// Our snapshot id in the current ancestry means a previous attempt (whose outcome we did not
@@ -327,15 +344,20 @@ async fn row_delta_still_valid(
     Ok(())
 }
 
+/// The replaced manifests must still be current; position deletes committed since the base
+/// against removed files are returned to be carried over (each must be covered by `row_map`,
+/// else the rewrite is planned again).
 async fn rewrite_still_valid(
     replaced_manifests: &BTreeSet<String>,
     removed_data_files: &BTreeSet<String>,
+    row_map: Option<&RowMap>,
     now: &TableMetadata,
     intervening: &[Arc<Snapshot>],
     file_io: &FileIO,
-) -> std::result::Result<(), CommitError> {
+) -> std::result::Result<CarriedDeletes, CommitError> {
+    let mut carry = CarriedDeletes::new();
     if intervening.is_empty() {
-        return Ok(());
+        return Ok(carry);
     }
     if let Some(current) = now.current_snapshot() {
         let listed: BTreeSet<String> = manifest_list(file_io, now, current)
@@ -360,27 +382,33 @@ async fn rewrite_still_valid(
                     continue;
                 }
                 let f = e.data_file();
-                let targets: Vec<String> = match f.referenced_data_file() {
-                    Some(r) => vec![r],
-                    None => crate::lookup::read_position_deletes(
-                        file_io,
-                        f.file_path(),
-                        f.file_size_in_bytes(),
-                    )
-                    .await?
-                    .into_keys()
-                    .collect(),
-                };
-                if let Some(t) = targets.iter().find(|t| removed_data_files.contains(*t)) {
-                    return Err(conflict(Conflict::DeletesAgainstRewrittenFile {
-                        file: t.clone(),
-                        snapshot: s.snapshot_id(),
-                    }));
+                if f.referenced_data_file()
+                    .is_some_and(|r| !removed_data_files.contains(&r))
+                {
+                    continue;
+                }
+                let content = crate::lookup::read_position_deletes(
+                    file_io,
+                    f.file_path(),
+                    f.file_size_in_bytes(),
+                )
+                .await?;
+                for (target, positions) in content {
+                    if !removed_data_files.contains(&target) {
+                        continue;
+                    }
+                    if !row_map.is_some_and(|r| r.covers(&target)) {
+                        return Err(conflict(Conflict::DeletesAgainstRewrittenFile {
+                            file: target,
+                            snapshot: s.snapshot_id(),
+                        }));
+                    }
+                    carry.entry(target).or_default().extend(positions);
                 }
             }
         }
     }
-    Ok(())
+    Ok(carry)
 }
 
 /// Paths of the data files in the current snapshot.

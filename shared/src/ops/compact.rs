@@ -3,29 +3,36 @@
 //!
 //! Safe alongside ingest: each partition group is one `replace` snapshot through the same commit
 //! protocol. Rewritten files keep the data sequence number of the snapshot they were read from.
-//! If ingest committed deletes against a file being replaced, the group is planned again from the
-//! new snapshot rather than committed (a delete is never dropped, a row never resurrected);
-//! ingest likewise re-locates its rows when compaction replaced a file its deletes pointed into.
+//! The rewrite records where each row went (a [`RowMap`]): if ingest commits deletes against a
+//! file being replaced, the commit carries them over to the new files in its own snapshot
+//! ([`crate::commit::carry`]) instead of planning the group again, so a delete is never dropped,
+//! a row never resurrected, and compaction never loses to ingest. Ingest re-locates its rows
+//! when compaction replaced a file its deletes pointed into.
 //! Work per run is bounded by bytes and time; the next run continues.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow_array::RecordBatch;
+use arrow_array::{BooleanArray, RecordBatch};
 use arrow_ord::sort::{SortColumn, lexsort_to_indices};
 use futures::{StreamExt, TryStreamExt};
 use iceberg::TableIdent;
-use iceberg::spec::{DataContentType, ManifestFile, ManifestStatus, Struct, TableMetadata};
+use iceberg::scan::FileScanTask;
+use iceberg::spec::{
+    DataContentType, DataFile, ManifestFile, ManifestStatus, Struct, TableMetadata,
+};
 use serde::Serialize;
 use tracing::info;
 
 use crate::catalog::Catalog;
 use crate::commit::{
-    self, Added, Base, Change, MetadataChanges, Outcome, Plan, Planner, Staged, remove_files,
+    self, Added, Base, Change, MetadataChanges, Outcome, Plan, Planner, RowMap, Staged,
+    remove_files,
 };
 use crate::error::{Error, Result};
 use crate::evolve::key_columns;
-use crate::lookup::read_position_deletes;
+use crate::lookup::{DeletedPositions, read_position_deletes};
 use crate::table::{LoadedTable, manifest_list};
 use crate::write::{is_full_load_file, write_data_files_of};
 
@@ -71,7 +78,12 @@ pub struct CompactReport {
     pub bytes_rewritten: u64,
     pub records_written: u64,
     pub commits: usize,
+    /// Plans thrown away because the table changed (never because of ingest's deletes: those
+    /// are carried over).
     pub replans: usize,
+    /// Rows that commits landed meanwhile deleted from files being rewritten, deleted in the
+    /// new files by the rewrite's own snapshot.
+    pub deletes_carried: u64,
     /// Groups left for the next run (budget reached).
     pub groups_left: usize,
     pub elapsed_ms: u64,
@@ -149,7 +161,9 @@ impl<'a> Compact<'a> {
                 break;
             };
             if let Some(Outcome::Committed { snapshot_id, .. }) = finished.outcome {
-                info!(table = %self.ident, snapshot_id, files = group.files.len(), bytes = group.bytes, "compacted a group");
+                let carried = self.carried(snapshot_id).await?;
+                info!(table = %self.ident, snapshot_id, files = group.files.len(), bytes = group.bytes, deletes_carried = carried, "compacted a group");
+                report.deletes_carried += carried;
                 report.commits += 1;
                 report.data_files_rewritten += group.files.len();
                 report.data_files_written += stats.data_files as usize;
@@ -168,6 +182,22 @@ impl<'a> Compact<'a> {
         }
         report.elapsed_ms = started.elapsed().as_millis() as u64;
         Ok(report)
+    }
+
+    /// Position deletes snapshot `snapshot_id` (ours) carried over from concurrent commits.
+    async fn carried(&self, snapshot_id: i64) -> Result<u64> {
+        let Some(t) = LoadedTable::load(self.catalog, &self.ident).await? else {
+            return Ok(0);
+        };
+        Ok(t.metadata
+            .snapshot_by_id(snapshot_id)
+            .and_then(|s| {
+                s.summary()
+                    .additional_properties
+                    .get("added-position-deletes")
+                    .and_then(|v| v.parse().ok())
+            })
+            .unwrap_or(0))
     }
 
     fn target(&self, md: &TableMetadata) -> u64 {
@@ -258,13 +288,24 @@ impl<'a> Compact<'a> {
             .ok_or_else(|| Error::Other("no snapshot".into()))?;
         let base_seq = snapshot.sequence_number();
         let paths: BTreeSet<String> = group.files.iter().map(|f| f.path.clone()).collect();
-        let sorted = self
+        let read = self
             .read_group(table, snapshot.snapshot_id(), &paths)
             .await?;
         let key = key_columns(md.current_schema());
         let full_load = group.files.iter().all(|f| is_full_load_file(&f.path));
         let written =
-            write_data_files_of(file_io, &md, &sorted, &key, self.target(&md), full_load).await?;
+            write_data_files_of(file_io, &md, &read.rows, &key, self.target(&md), full_load)
+                .await?;
+        let map = match row_map(&read, &written) {
+            Ok(m) => m.map(Arc::new),
+            Err(e) => {
+                for (_, f) in &written {
+                    let _ = file_io.delete(f.file_path()).await;
+                }
+                return Err(e);
+            }
+        };
+        drop(read);
 
         // Delete files that only target removed (or long gone) files go too.
         let removed_deletes: BTreeSet<String> = deletes
@@ -335,6 +376,7 @@ impl<'a> Compact<'a> {
             change: Change::Rewrite {
                 replaced_manifests: replaced,
                 removed_data_files: paths,
+                row_map: map,
             },
             manifests,
             files: prepared,
@@ -346,18 +388,18 @@ impl<'a> Compact<'a> {
     }
 
     /// The rows of `paths` as of `snapshot_id`, deletes applied, in the current schema, sorted
-    /// by key.
+    /// by key, with where each row was read from.
     async fn read_group(
         &self,
         table: &LoadedTable,
         snapshot_id: i64,
         paths: &BTreeSet<String>,
-    ) -> Result<RecordBatch> {
+    ) -> Result<GroupRows> {
         let file_io = self.catalog.file_io();
         let t = table.table(file_io)?;
         let scan = t.scan().snapshot_id(snapshot_id).select_all().build()?;
         let wanted = paths.clone();
-        let tasks: Vec<_> = scan
+        let tasks: Vec<FileScanTask> = scan
             .plan_files()
             .await?
             .try_filter(move |task| futures::future::ready(wanted.contains(&task.data_file_path)))
@@ -365,14 +407,51 @@ impl<'a> Compact<'a> {
             .await?;
         let schema = table.metadata.current_schema().clone();
         let arrow_schema = std::sync::Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
-        // Through scan's reader: it reads columns added after a file was written whatever
-        // their type (iceberg-rust alone fails on binary ones).
-        let batches: Vec<RecordBatch> =
-            crate::ops::scan::read_tasks(&t, file_io, tasks, &arrow_schema).await?;
-        let all = arrow_select::concat::concat_batches(&arrow_schema, &batches)?;
+        // Deletes are applied here rather than by the reader, so that each row's position in
+        // its file is known (the row map carries later deletes over by position). Each delete
+        // file is read once; data files several at a time, each on its own so that its rows
+        // arrive in file order.
+        let mut delete_files: BTreeMap<String, u64> = BTreeMap::new();
+        for d in tasks.iter().flat_map(|t| t.deletes.iter()) {
+            if d.file_type != DataContentType::PositionDeletes {
+                return Err(Error::Other(format!(
+                    "table has equality delete files ({}); compaction of such tables is not supported",
+                    d.file_path
+                )));
+            }
+            delete_files.insert(d.file_path.clone(), d.file_size_in_bytes);
+        }
+        let deletes: HashMap<String, DeletedPositions> = futures::stream::iter(delete_files)
+            .map(|(path, size)| async move {
+                let content = read_position_deletes(file_io, &path, size).await?;
+                Ok::<_, Error>((path, content))
+            })
+            .buffer_unordered(8)
+            .try_collect()
+            .await?;
+        let (t, deletes, arrow_schema) = (&t, &deletes, &arrow_schema);
+        let read: Vec<(String, usize, RecordBatch, Vec<u64>)> = futures::stream::iter(tasks)
+            .map(|task| read_file(t, file_io, task, deletes, arrow_schema))
+            .buffered(4)
+            .try_collect()
+            .await?;
+        let mut batches = Vec::with_capacity(read.len());
+        let mut origin: Vec<(u32, u64)> = Vec::new();
+        let mut files = Vec::with_capacity(read.len());
+        for (file_idx, (path, n, batch, kept)) in read.into_iter().enumerate() {
+            origin.extend(kept.into_iter().map(|p| (file_idx as u32, p)));
+            batches.push(batch);
+            files.push((path, n));
+        }
+        let all = arrow_select::concat::concat_batches(arrow_schema, &batches)?;
+        drop(batches);
         let key = key_columns(&schema);
         if key.is_empty() || all.num_rows() == 0 {
-            return Ok(all);
+            return Ok(GroupRows {
+                rows: all,
+                origin,
+                files,
+            });
         }
         let cols: Vec<SortColumn> = key
             .iter()
@@ -383,8 +462,96 @@ impl<'a> Compact<'a> {
             })
             .collect();
         let idx = lexsort_to_indices(&cols, None)?;
-        Ok(arrow_select::take::take_record_batch(&all, &idx)?)
+        let origin = idx.values().iter().map(|i| origin[*i as usize]).collect();
+        Ok(GroupRows {
+            rows: arrow_select::take::take_record_batch(&all, &idx)?,
+            origin,
+            files,
+        })
     }
+}
+
+/// A group's rows as read for a rewrite.
+struct GroupRows {
+    /// Live rows, sorted by key.
+    rows: RecordBatch,
+    /// For each row: the index of its file in `files`, and its position there.
+    origin: Vec<(u32, u64)>,
+    /// The files read, with their row counts (deleted rows included).
+    files: Vec<(String, usize)>,
+}
+
+/// One data file of a group with its deletes applied: its path, its row count (deleted rows
+/// included), the live rows and their positions in the file.
+async fn read_file(
+    t: &iceberg::table::Table,
+    file_io: &iceberg::io::FileIO,
+    mut task: FileScanTask,
+    deletes: &HashMap<String, DeletedPositions>,
+    arrow_schema: &arrow_schema::SchemaRef,
+) -> Result<(String, usize, RecordBatch, Vec<u64>)> {
+    let mut deleted: Vec<i64> = task
+        .deletes
+        .iter()
+        .filter_map(|d| deletes.get(&d.file_path)?.get(&task.data_file_path))
+        .flatten()
+        .copied()
+        .collect();
+    deleted.sort_unstable();
+    deleted.dedup();
+    task.deletes.clear();
+    let path = task.data_file_path.clone();
+    let expected = task.record_count;
+    // Through scan's reader: it reads columns added after a file was written whatever their
+    // type (iceberg-rust alone fails on binary ones).
+    let read = crate::ops::scan::read_tasks(t, file_io, vec![task], arrow_schema).await?;
+    let batch = arrow_select::concat::concat_batches(arrow_schema, &read)?;
+    let n = batch.num_rows();
+    if expected.is_some_and(|e| e != n as u64) {
+        return Err(Error::Other(format!(
+            "data file {path}: read {n} rows, its manifest entry says {expected:?}"
+        )));
+    }
+    let keep: Vec<bool> = (0..n)
+        .map(|i| deleted.binary_search(&(i as i64)).is_err())
+        .collect();
+    let kept: Vec<u64> = (0..n as u64).filter(|i| keep[*i as usize]).collect();
+    let batch = arrow_select::filter::filter_record_batch(&batch, &BooleanArray::from(keep))?;
+    Ok((path, n, batch, kept))
+}
+
+/// Where each row read went among the files written (rows were written in order). `None` when
+/// the rows were spread over several partitions (the spec changed since the files were
+/// written): the writer reorders those, so concurrent deletes mean planning again instead.
+fn row_map(read: &GroupRows, written: &[(i32, DataFile)]) -> Result<Option<RowMap>> {
+    let partitions: BTreeSet<String> = written
+        .iter()
+        .map(|(spec, f)| format!("{spec}/{:?}", f.partition()))
+        .collect();
+    let total: u64 = written.iter().map(|(_, f)| f.record_count()).sum();
+    if partitions.len() > 1 || total != read.origin.len() as u64 {
+        return Ok(None);
+    }
+    let mut map = RowMap::new(
+        written
+            .iter()
+            .map(|(spec, f)| (f.file_path().to_string(), *spec, f.partition().clone()))
+            .collect(),
+    )?;
+    for (path, n) in &read.files {
+        map.add_file(path, *n);
+    }
+    let mut rows = read.origin.iter();
+    for (k, (_, f)) in written.iter().enumerate() {
+        for new_pos in 0..f.record_count() {
+            let Some((file, pos)) = rows.next() else {
+                return Ok(None);
+            };
+            let old = &read.files[*file as usize].0;
+            map.set(old, *pos as usize, k, new_pos)?;
+        }
+    }
+    Ok(Some(map))
 }
 
 /// Plans one rewrite group per commit against the table as it is now.
@@ -435,6 +602,11 @@ impl Planner for GroupPlanner<'_> {
         };
         self.groups_left -= 1;
         let (staged, added) = c.rewrite(&table, group, &deletes).await?;
+        // New files written, nothing committed yet: commits landing here get carried over.
+        if let Err(e) = commit::failpoint("after-rewrite").await {
+            staged.discard(c.catalog.file_io()).await;
+            return Err(e);
+        }
         Ok(Plan::Commit(Box::new(staged), Some((group.clone(), added))))
     }
 }

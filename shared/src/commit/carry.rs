@@ -1,0 +1,164 @@
+//! Carrying deletes over a rewrite: position deletes that other commits (ingest) landed against
+//! files a compaction is replacing are translated, through the compaction's row map, into
+//! position deletes against the files that replace them, written into the compaction's own
+//! snapshot. Compaction then never has to plan again because ingest deleted rows meanwhile.
+//!
+//! Sequence numbers (Iceberg spec, "Scan Planning"): a position delete applies to a data file
+//! whose data sequence number is <= the delete's. The rewritten files keep the data sequence
+//! number of the snapshot they were read from (`base`); the carried deletes are added by the
+//! rewrite snapshot itself (sequence number `N > base`), so they apply to the new files. They
+//! name the new files by path, so they touch nothing else. The original delete files stay
+//! (they now point only at removed files, which no reader reads); a later compaction drops them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use iceberg::io::FileIO;
+use iceberg::spec::{DataFile, ManifestFile, Struct, TableMetadata};
+
+use crate::error::{Error, Result};
+use crate::write::{FileDeletes, write_position_deletes};
+
+/// No new position: the row was already deleted when the rewrite read it.
+const GONE: u64 = u64::MAX;
+/// Bits of a packed location that hold the position within the new file.
+const POS_BITS: u32 = 40;
+
+/// Where every row of the files a rewrite replaces went: 8 bytes per row read.
+#[derive(Default)]
+pub struct RowMap {
+    /// The files written, in the order their rows were numbered.
+    new_files: Vec<(String, i32, Struct)>,
+    /// Per replaced file, indexed by old position: the new file (index) and position, packed.
+    moved: HashMap<String, Vec<u64>>,
+}
+
+impl fmt::Debug for RowMap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "RowMap({} files -> {} files)",
+            self.moved.len(),
+            self.new_files.len()
+        )
+    }
+}
+
+impl RowMap {
+    /// A map onto `new_files` (path, spec id, partition), in the order rows were written.
+    pub fn new(new_files: Vec<(String, i32, Struct)>) -> Result<RowMap> {
+        if new_files.len() >= 1 << (64 - POS_BITS) {
+            return Err(Error::Other("too many files in one rewrite".into()));
+        }
+        Ok(RowMap {
+            new_files,
+            moved: HashMap::new(),
+        })
+    }
+
+    /// Declares a replaced file of `rows` rows (all deleted until [`RowMap::set`]).
+    pub fn add_file(&mut self, old: &str, rows: usize) {
+        self.moved.insert(old.to_string(), vec![GONE; rows]);
+    }
+
+    /// Row `pos` of `old` is now row `new_pos` of new file `new_file`.
+    pub fn set(&mut self, old: &str, pos: usize, new_file: usize, new_pos: u64) -> Result<()> {
+        if new_pos >= 1 << POS_BITS {
+            return Err(Error::Other("file too large for a row map".into()));
+        }
+        let slot = self
+            .moved
+            .get_mut(old)
+            .and_then(|v| v.get_mut(pos))
+            .ok_or_else(|| Error::Other(format!("row map: no row {pos} of {old}")))?;
+        *slot = ((new_file as u64) << POS_BITS) | new_pos;
+        Ok(())
+    }
+
+    /// Whether the map covers `old`.
+    pub fn covers(&self, old: &str) -> bool {
+        self.moved.contains_key(old)
+    }
+
+    /// `deletes` (positions per replaced file) as positions per new file. Rows already deleted
+    /// when the rewrite read them, or past the end of a file, need nothing.
+    pub fn translate(
+        &self,
+        deletes: &BTreeMap<String, Vec<i64>>,
+    ) -> Result<BTreeMap<String, FileDeletes>> {
+        let mut out: BTreeMap<String, FileDeletes> = BTreeMap::new();
+        for (old, positions) in deletes {
+            let moved = self.moved.get(old).ok_or_else(|| {
+                Error::Other(format!("rewrite has no row map for replaced file {old}"))
+            })?;
+            for p in positions {
+                let Some(&packed) = usize::try_from(*p).ok().and_then(|p| moved.get(p)) else {
+                    continue;
+                };
+                if packed == GONE {
+                    continue;
+                }
+                let file = (packed >> POS_BITS) as usize;
+                let pos = (packed & ((1 << POS_BITS) - 1)) as i64;
+                let (path, spec_id, partition) = self.new_files.get(file).ok_or_else(|| {
+                    Error::Other(format!("row map names new file {file}, which it lacks"))
+                })?;
+                out.entry(path.clone())
+                    .or_insert_with(|| FileDeletes {
+                        spec_id: *spec_id,
+                        partition: partition.clone(),
+                        positions: Vec::new(),
+                    })
+                    .positions
+                    .push(pos);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The delete files and manifests one attempt adds to carry `deletes` over.
+pub(super) struct Carried {
+    pub manifests: Vec<ManifestFile>,
+    pub files: Vec<DataFile>,
+    /// Every path written (deleted if the attempt loses).
+    pub written: Vec<String>,
+}
+
+/// Writes the translated deletes and their manifest (sequence number unassigned: the attempt's
+/// snapshot gives its own, so they apply to the rewritten files).
+pub(super) async fn write(
+    file_io: &FileIO,
+    md: &TableMetadata,
+    snapshot_id: i64,
+    map: &RowMap,
+    deletes: &BTreeMap<String, Vec<i64>>,
+) -> Result<Carried> {
+    let translated = map.translate(deletes)?;
+    let mut out = Carried {
+        manifests: Vec::new(),
+        files: Vec::new(),
+        written: Vec::new(),
+    };
+    if translated.is_empty() {
+        return Ok(out);
+    }
+    let files = write_position_deletes(file_io, md, &translated).await?;
+    out.written
+        .extend(files.iter().map(|(_, f)| f.file_path().to_string()));
+    match super::write_manifests(file_io, md, snapshot_id, &[], &files, None).await {
+        Ok(m) => {
+            out.written
+                .extend(m.iter().map(|m| m.manifest_path.clone()));
+            out.manifests = m;
+        }
+        Err(e) => {
+            for p in &out.written {
+                let _ = file_io.delete(p).await;
+            }
+            return Err(e);
+        }
+    }
+    out.files = files.into_iter().map(|(_, f)| f).collect();
+    Ok(out)
+}
