@@ -149,7 +149,8 @@ fn conflict(c: Conflict) -> CommitError {
 /// carries them over to the files replacing them.
 pub type CarriedDeletes = BTreeMap<String, Vec<i64>>;
 
-/// Runs every rule in order; the first that decides wins.
+/// [`check_carrying`] without the carried deletes (the rule tests).
+#[cfg(test)]
 pub async fn check(
     staged: &Staged,
     current: Option<&LoadedTable>,
@@ -158,7 +159,8 @@ pub async fn check(
     Ok(check_carrying(staged, current, file_io).await?.0)
 }
 
-/// [`check`], and the deletes a rewrite must carry over to its new files.
+/// Runs every rule in order (the first that decides wins), and returns the deletes a rewrite
+/// must carry over to its new files.
 pub async fn check_carrying(
     staged: &Staged,
     current: Option<&LoadedTable>,
