@@ -107,12 +107,15 @@ pub(super) async fn build_attempt(
             parent.as_ref().map(|p| p.snapshot_id()),
             sequence_number,
         );
-        // What a read of the list returns: our manifests get this attempt's sequence number,
-        // as the writer assigns it.
+        // What a read of the list returns: every manifest this attempt wrote (ours, and those
+        // a reload or rewrite wrote to remove files) gets this attempt's sequence number, as
+        // the writer assigns it. A cached entry left unassigned would make the next commit's
+        // writer refuse the list.
         let entries: Vec<ManifestFile> = staged
             .manifests
             .iter()
             .cloned()
+            .chain(carried)
             .map(|mut m| {
                 if m.sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
                     m.sequence_number = sequence_number;
@@ -122,7 +125,6 @@ pub(super) async fn build_attempt(
                 }
                 m
             })
-            .chain(carried)
             .collect();
         writer.add_manifests(entries.iter().cloned())?;
         writer.close().await?;

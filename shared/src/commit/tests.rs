@@ -548,7 +548,11 @@ async fn a_reload_replaces_whatever_is_live_when_it_commits() {
     staged.discard(lab.catalog.file_io()).await;
     lab.ingest(vec![lab.file("LOAD00000001.csv", "I,1,x\nI,5,e\n")])
         .await;
-    assert_eq!(lab.rows().await, ["1=x", "5=e"]);
+    assert_eq!(lab.rows().await, ["1=x", "5=e"]); // The next commit builds on the reload's manifest list as this process remembers it (the
+    // removal manifests the reload wrote included): it must read as the writer wrote it.
+    lab.ingest(vec![lab.file("20220302-1140000000.csv", "U,5,f\n")])
+        .await;
+    assert_eq!(lab.rows().await, ["1=x", "5=f"]);
 }
 
 /// A catalog whose swap reports an unknown outcome once: after doing it (`lands`), or not.
