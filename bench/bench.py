@@ -763,7 +763,7 @@ def main() -> None:
         if t not in ("dms2iceberg", *PEER_TOOLS):
             raise SystemExit(f"unknown tool {t}")
     if "dms2iceberg" in tools and not CLI.exists():
-        raise SystemExit(f"{CLI} missing: cargo build --release -p dms2iceberg")
+        raise SystemExit(f"{CLI} missing: cargo build --release -p dms2iceberg-cli")
     a.work.mkdir(parents=True, exist_ok=True)
     a.results.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now()

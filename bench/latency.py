@@ -899,7 +899,7 @@ def main() -> None:
     a = ap.parse_args()
     for p in (B.CLI, B.LAMBDA):
         if not p.exists():
-            raise SystemExit(f"{p} missing: cargo build --release -p dms2iceberg -p dms2iceberg-ingest")
+            raise SystemExit(f"{p} missing: cargo build --release -p dms2iceberg-cli -p dms2iceberg-ingest")
     cases = plan(a)
     lw = a.work / "latency"
     shutil.rmtree(lw, ignore_errors=True)

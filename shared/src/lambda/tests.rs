@@ -1,6 +1,6 @@
 //! The handlers in-process: the sample events of `infra/events/` against a SQLite catalog and
 //! a folder of buckets ([`LocalObjects`]), the same code the functions run on Glue and S3. No
-//! Python, no emulator, seconds: `cargo test -p dms2iceberg-shared --features aws --lib lambda`.
+//! Python, no emulator, seconds: `cargo test -p dms2iceberg --features aws --lib lambda`.
 //! (tests/lambda.rs runs the binaries on an S3 + Glue emulator; tests/sam_local.rs runs them in
 //! `sam local invoke`.)
 
