@@ -35,6 +35,50 @@ impl Built {
     }
 }
 
+/// The parent's manifests this attempt's snapshot keeps, plus the manifests its change writes
+/// besides ours: a rewrite's carried deletes, a reload's removals (their files recorded in
+/// `written`, their counts in `added`).
+async fn carried_manifests(
+    staged: &Staged,
+    base_md: &TableMetadata,
+    file_io: &FileIO,
+    parent_manifests: Vec<ManifestFile>,
+    carry: &super::validate::CarriedDeletes,
+    (written, added): (&mut Vec<String>, &mut super::Added),
+) -> Result<Vec<ManifestFile>> {
+    Ok(match &staged.change {
+        Change::RowDelta { .. } | Change::Append => parent_manifests,
+        Change::Rewrite {
+            replaced_manifests,
+            row_map,
+            ..
+        } => {
+            let mut kept: Vec<ManifestFile> = parent_manifests
+                .into_iter()
+                .filter(|m| !replaced_manifests.contains(&m.manifest_path))
+                .collect();
+            if let (Some(map), false) = (row_map, carry.is_empty()) {
+                let c =
+                    super::carry::write(file_io, base_md, staged.snapshot_id, map, carry).await?;
+                written.extend(c.written);
+                for f in &c.files {
+                    added.delete_files += 1;
+                    added.position_deletes += f.record_count();
+                    added.delete_files_size += f.file_size_in_bytes();
+                }
+                kept.extend(c.manifests);
+            }
+            kept
+        }
+        Change::Reload => {
+            let removal = remove_files(file_io, base_md, staged.snapshot_id, |_| true).await?;
+            written.extend(removal.manifests.iter().map(|m| m.manifest_path.clone()));
+            count_removed(added, &removal.removed);
+            removal.manifests
+        }
+    })
+}
+
 pub(super) async fn build_attempt(
     staged: &Staged,
     current: Option<&LoadedTable>,
@@ -60,37 +104,15 @@ pub(super) async fn build_attempt(
         None => Vec::new(),
     };
     let mut added = staged.added.clone();
-    let carried: Vec<ManifestFile> = match &staged.change {
-        Change::RowDelta { .. } | Change::Append => parent_manifests,
-        Change::Rewrite {
-            replaced_manifests,
-            row_map,
-            ..
-        } => {
-            let mut kept: Vec<ManifestFile> = parent_manifests
-                .into_iter()
-                .filter(|m| !replaced_manifests.contains(&m.manifest_path))
-                .collect();
-            if let (Some(map), false) = (row_map, carry.is_empty()) {
-                let c =
-                    super::carry::write(file_io, &base_md, staged.snapshot_id, map, carry).await?;
-                written.extend(c.written);
-                for f in &c.files {
-                    added.delete_files += 1;
-                    added.position_deletes += f.record_count();
-                    added.delete_files_size += f.file_size_in_bytes();
-                }
-                kept.extend(c.manifests);
-            }
-            kept
-        }
-        Change::Reload => {
-            let removal = remove_files(file_io, &base_md, staged.snapshot_id, |_| true).await?;
-            written.extend(removal.manifests.iter().map(|m| m.manifest_path.clone()));
-            count_removed(&mut added, &removal.removed);
-            removal.manifests
-        }
-    };
+    let carried = carried_manifests(
+        staged,
+        &base_md,
+        file_io,
+        parent_manifests,
+        carry,
+        (&mut written, &mut added),
+    )
+    .await?;
 
     let list_path = format!(
         "{}/metadata/snap-{}-{}-{}.avro",
