@@ -228,10 +228,12 @@ impl S3Objects {
         Ok(out)
     }
 
-    /// Streams `s3://bucket/key` to a spool file.
-    pub async fn download(&self, bucket: &str, key: &str) -> Result<SourceData> {
-        let r = self
-            .client
+    async fn get_object(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<aws_sdk_s3::operation::get_object::GetObjectOutput> {
+        self.client
             .get_object()
             .bucket(bucket)
             .key(key)
@@ -242,7 +244,12 @@ impl S3Objects {
                     "S3 GetObject s3://{bucket}/{key}: {}",
                     aws_sdk_s3::error::DisplayErrorContext(&e)
                 ))
-            })?;
+            })
+    }
+
+    /// Streams `s3://bucket/key` to a spool file.
+    pub async fn download(&self, bucket: &str, key: &str) -> Result<SourceData> {
+        let r = self.get_object(bucket, key).await?;
         tokio::fs::create_dir_all(&self.spool)
             .await
             .map_err(|e| Error::io(self.spool.display().to_string(), e))?;
@@ -282,19 +289,7 @@ impl ObjectStore for S3Objects {
     }
 
     async fn get(&self, bucket: &str, key: &str) -> Result<Vec<u8>> {
-        let obj = self
-            .client
-            .get_object()
-            .bucket(bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| {
-                Error::Storage(format!(
-                    "S3 GetObject s3://{bucket}/{key}: {}",
-                    aws_sdk_s3::error::DisplayErrorContext(&e)
-                ))
-            })?;
+        let obj = self.get_object(bucket, key).await?;
         let bytes = obj
             .body
             .collect()

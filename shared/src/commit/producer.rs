@@ -73,7 +73,7 @@ async fn carried_manifests(
         Change::Reload => {
             let removal = remove_files(file_io, base_md, staged.snapshot_id, |_| true).await?;
             written.extend(removal.manifests.iter().map(|m| m.manifest_path.clone()));
-            count_removed(added, &removal.removed);
+            added.count_removed(&removal.removed);
             removal.manifests
         }
     })
@@ -222,23 +222,6 @@ pub(super) async fn build_attempt(
         location,
         written,
     })
-}
-
-fn count_removed(added: &mut summary::Added, removed: &[(DataContentType, DataFile)]) {
-    for (content, f) in removed {
-        match content {
-            DataContentType::Data => {
-                added.removed_data_files += 1;
-                added.removed_records += f.record_count();
-                added.removed_data_files_size += f.file_size_in_bytes();
-            }
-            _ => {
-                added.removed_delete_files += 1;
-                added.removed_position_deletes += f.record_count();
-                added.removed_delete_files_size += f.file_size_in_bytes();
-            }
-        }
-    }
 }
 
 /// Manifests that replace the current snapshot's manifests holding removed files.

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use iceberg::spec::Summary;
+use iceberg::spec::{DataContentType, DataFile, Summary};
 
 /// What a commit adds (and, for rewrites, removes).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -22,6 +22,26 @@ pub struct Added {
     pub removed_delete_files: u64,
     pub removed_position_deletes: u64,
     pub removed_delete_files_size: u64,
+}
+
+impl Added {
+    /// Counts files a snapshot removes (a rewrite's inputs, a reload's whole table).
+    pub fn count_removed(&mut self, removed: &[(DataContentType, DataFile)]) {
+        for (content, f) in removed {
+            match content {
+                DataContentType::Data => {
+                    self.removed_data_files += 1;
+                    self.removed_records += f.record_count();
+                    self.removed_data_files_size += f.file_size_in_bytes();
+                }
+                _ => {
+                    self.removed_delete_files += 1;
+                    self.removed_position_deletes += f.record_count();
+                    self.removed_delete_files_size += f.file_size_in_bytes();
+                }
+            }
+        }
+    }
 }
 
 pub fn summarize(parent: Option<&Summary>, a: &Added) -> HashMap<String, String> {

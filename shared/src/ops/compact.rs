@@ -347,20 +347,7 @@ impl<'a> Compact<'a> {
             added.records += f.record_count();
             added.data_files_size += f.file_size_in_bytes();
         }
-        for (content, f) in &removed {
-            match content {
-                DataContentType::Data => {
-                    added.removed_data_files += 1;
-                    added.removed_records += f.record_count();
-                    added.removed_data_files_size += f.file_size_in_bytes();
-                }
-                _ => {
-                    added.removed_delete_files += 1;
-                    added.removed_position_deletes += f.record_count();
-                    added.removed_delete_files_size += f.file_size_in_bytes();
-                }
-            }
-        }
+        added.count_removed(&removed);
         added.changed_partitions = 1;
         let mut summary = BTreeMap::new();
         summary.insert(
