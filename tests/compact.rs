@@ -436,10 +436,14 @@ fn compaction_never_loses_to_continuous_ingest() {
         })
         .collect();
     let (mut runs, mut commits, mut carried) = (0usize, 0, 0);
+    // The kind of the next run: a crash that did not fire (the run found nothing to compact)
+    // is tried again rather than skipped, so that every crash point is reached.
+    let mut slot = 0usize;
     let mut crashes: BTreeSet<&str> = BTreeSet::new();
     while !writers.iter().all(|h| h.is_finished()) {
-        let fault = COMPACTION_RUNS[runs % COMPACTION_RUNS.len()];
+        let fault = COMPACTION_RUNS[slot % COMPACTION_RUNS.len()];
         runs += 1;
+        slot += 1;
         let env: Vec<(&str, &str)> = fault
             .map(|f| ("DMS2ICEBERG_FAILPOINT", f))
             .into_iter()
@@ -456,6 +460,8 @@ fn compaction_never_loses_to_continuous_ingest() {
                     r.describe()
                 );
                 crashes.insert(f);
+            } else {
+                slot -= 1;
             }
             runs_done.store(runs, SeqCst);
             continue;
