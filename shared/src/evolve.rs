@@ -155,10 +155,18 @@ pub fn evolve(
 
 /// The table's primary key: its identifier fields, by name.
 pub fn key_columns(schema: &Schema) -> Vec<String> {
-    schema
-        .identifier_field_ids()
+    key_field_ids(schema)
+        .into_iter()
         .filter_map(|id| schema.name_by_field_id(id).map(str::to_string))
         .collect()
+}
+
+/// The key's field ids in field-id order. iceberg-rust keeps them in a `HashSet`, whose order
+/// differs between processes: the order files are sorted in (a composite key) must not.
+pub fn key_field_ids(schema: &Schema) -> Vec<i32> {
+    let mut ids: Vec<i32> = schema.identifier_field_ids().collect();
+    ids.sort_unstable();
+    ids
 }
 
 /// Parses the config's `partition_by` (`category`, `bucket(16, id)`, `truncate(4, name)`,
@@ -243,7 +251,7 @@ pub fn key_sort_order(schema: &Schema) -> Result<iceberg::spec::SortOrder> {
     use iceberg::spec::{NullOrder, SortDirection, SortField, SortOrder, Transform};
     let mut b = SortOrder::builder();
     b.with_order_id(1);
-    for id in schema.identifier_field_ids() {
+    for id in key_field_ids(schema) {
         b.with_sort_field(
             SortField::builder()
                 .source_id(id)

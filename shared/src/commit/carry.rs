@@ -46,7 +46,7 @@ impl fmt::Debug for RowMap {
 
 impl RowMap {
     /// A map onto `new_files` (path, spec id, partition), in the order rows were written.
-    pub fn new(new_files: Vec<(String, i32, Struct)>) -> Result<RowMap> {
+    fn new(new_files: Vec<(String, i32, Struct)>) -> Result<RowMap> {
         if new_files.len() >= 1 << (64 - POS_BITS) {
             return Err(Error::Other("too many files in one rewrite".into()));
         }
@@ -56,23 +56,45 @@ impl RowMap {
         })
     }
 
-    /// Declares a replaced file of `rows` rows (all deleted until [`RowMap::set`]).
-    pub fn add_file(&mut self, old: &str, rows: usize) {
-        self.moved.insert(old.to_string(), vec![GONE; rows]);
-    }
+    /// A row of a replaced file that was not written (it was deleted when the rewrite read it).
+    pub const NOT_WRITTEN: u64 = GONE;
 
-    /// Row `pos` of `old` is now row `new_pos` of new file `new_file`.
-    pub fn set(&mut self, old: &str, pos: usize, new_file: usize, new_pos: u64) -> Result<()> {
-        if new_pos >= 1 << POS_BITS {
-            return Err(Error::Other("file too large for a row map".into()));
+    /// A map from one stream of rows written in order over `new_files` (path, spec id,
+    /// partition, rows): `olds` holds, per replaced file and old position, the row's number in
+    /// that stream, or [`RowMap::NOT_WRITTEN`].
+    pub fn from_sequence(
+        olds: Vec<(String, Vec<u64>)>,
+        new_files: Vec<(String, i32, Struct, u64)>,
+    ) -> Result<RowMap> {
+        let mut starts = Vec::with_capacity(new_files.len());
+        let mut total = 0u64;
+        for (_, _, _, rows) in &new_files {
+            if *rows >= 1 << POS_BITS {
+                return Err(Error::Other("file too large for a row map".into()));
+            }
+            starts.push(total);
+            total += rows;
         }
-        let slot = self
-            .moved
-            .get_mut(old)
-            .and_then(|v| v.get_mut(pos))
-            .ok_or_else(|| Error::Other(format!("row map: no row {pos} of {old}")))?;
-        *slot = ((new_file as u64) << POS_BITS) | new_pos;
-        Ok(())
+        let mut map = RowMap::new(
+            new_files
+                .into_iter()
+                .map(|(p, s, k, _)| (p, s, k))
+                .collect(),
+        )?;
+        for (old, mut rows) in olds {
+            for slot in rows.iter_mut().filter(|s| **s != GONE) {
+                if *slot >= total {
+                    return Err(Error::Other(format!(
+                        "row map: row {slot} of {total} written, from {old}"
+                    )));
+                }
+                // The last file starting at or before the row.
+                let file = starts.partition_point(|s| *s <= *slot) - 1;
+                *slot = ((file as u64) << POS_BITS) | (*slot - starts[file]);
+            }
+            map.moved.insert(old, rows);
+        }
+        Ok(map)
     }
 
     /// Whether the map covers `old`.
@@ -161,4 +183,43 @@ pub(super) async fn write(
     }
     out.files = files.into_iter().map(|(_, f)| f).collect();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, rows: u64) -> (String, i32, Struct, u64) {
+        (name.to_string(), 0, Struct::empty(), rows)
+    }
+
+    #[test]
+    fn a_sequence_maps_to_files_and_positions() {
+        // Old file "a" (4 rows, row 1 deleted) and "b" (2 rows) merged as b0 a0 a2 b1 a3,
+        // written as new files "x" (3 rows) and "y" (2 rows).
+        let g = RowMap::NOT_WRITTEN;
+        let map = RowMap::from_sequence(
+            vec![("a".into(), vec![1, g, 2, 4]), ("b".into(), vec![0, 3])],
+            vec![file("x", 3), file("y", 2)],
+        )
+        .unwrap();
+        let deletes: BTreeMap<String, Vec<i64>> = [
+            ("a".to_string(), vec![0, 1, 3]),
+            ("b".to_string(), vec![1, 9]),
+        ]
+        .into();
+        let out = map.translate(&deletes).unwrap();
+        let got: Vec<(&str, Vec<i64>)> = out
+            .iter()
+            .map(|(p, d)| (p.as_str(), d.positions.clone()))
+            .collect();
+        // a0 -> x1, a1 was already deleted, a3 -> y1, b1 -> y0, b9 is past the end.
+        assert_eq!(got, vec![("x", vec![1]), ("y", vec![1, 0])]);
+    }
+
+    #[test]
+    fn a_sequence_beyond_the_rows_written_is_an_error() {
+        let err = RowMap::from_sequence(vec![("a".into(), vec![0, 5])], vec![file("x", 2)]);
+        assert!(err.is_err());
+    }
 }

@@ -646,3 +646,169 @@ async fn an_unknown_outcome_is_resolved_by_looking_for_our_snapshot() {
         assert_eq!(lab.rows().await, ["1=a", "2=b1", "3=c2"]);
     }
 }
+
+/// Each data file's `id` column, in file order.
+async fn ids_per_file(lab: &Lab) -> Vec<Vec<i64>> {
+    let t = lab.table().await;
+    let table = t.table(lab.catalog.file_io()).unwrap();
+    let tasks: Vec<iceberg::scan::FileScanTask> = {
+        use futures::TryStreamExt;
+        table
+            .scan()
+            .select_all()
+            .build()
+            .unwrap()
+            .plan_files()
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap()
+    };
+    let schema =
+        Arc::new(iceberg::arrow::schema_to_arrow_schema(t.metadata.current_schema()).unwrap());
+    let mut out = Vec::new();
+    for mut task in tasks {
+        task.deletes.clear();
+        let batches =
+            crate::ops::scan::read_tasks(&table, lab.catalog.file_io(), vec![task], &schema)
+                .await
+                .unwrap();
+        let mut ids = Vec::new();
+        for b in batches {
+            let c = arrow_cast::cast(
+                b.column_by_name("id").unwrap(),
+                &arrow_schema::DataType::Int64,
+            )
+            .unwrap();
+            let c = c
+                .as_any()
+                .downcast_ref::<arrow_array::Int64Array>()
+                .unwrap();
+            ids.extend(c.iter().map(|v| v.unwrap()));
+        }
+        out.push(ids);
+    }
+    out
+}
+
+#[tokio::test]
+async fn compaction_merges_files_by_key_and_drops_deleted_rows() {
+    let lab = loaded("merge").await;
+    // Interleaved keys over several files; updates and deletes of rows in earlier files.
+    let mut expected: std::collections::BTreeMap<i64, String> = [(1, "a"), (2, "b1"), (3, "c")]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+    for f in 0..6i64 {
+        let mut rows = String::new();
+        for k in (10 + f..70).step_by(6) {
+            rows.push_str(&format!("I,{k},f{f}\n"));
+            expected.insert(k, format!("f{f}"));
+        }
+        if f > 0 {
+            let u = 10 + f - 1;
+            rows.push_str(&format!("U,{u},u{f}\n"));
+            expected.insert(u, format!("u{f}"));
+            let d = 16 + f - 1;
+            rows.push_str(&format!("D,{d},\n"));
+            expected.remove(&d);
+        }
+        lab.ingest(vec![lab.file(&format!("20220302-11360{f}0000.csv"), &rows)])
+            .await;
+    }
+    let report = Compact::new(&lab.catalog, lab.ident.clone())
+        .options(CompactOptions {
+            target_file_size: Some(1 << 20),
+            ..Default::default()
+        })
+        .execute()
+        .await
+        .unwrap();
+    assert!(report.commits >= 1, "{report:?}");
+    let want: Vec<String> = expected.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut want = want;
+    want.sort();
+    assert_eq!(lab.rows().await, want);
+    // The change files became one file, sorted by key; the full load's live rows (1 and 3)
+    // are compacted apart.
+    let files = ids_per_file(&lab).await;
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert!(files.contains(&vec![1, 3]), "{files:?}");
+    let big = files.iter().max_by_key(|f| f.len()).unwrap();
+    assert_eq!(big.len(), expected.len() - 2, "{files:?}");
+    assert!(big.windows(2).all(|w| w[0] < w[1]), "{big:?}");
+}
+
+#[tokio::test]
+async fn a_file_that_claims_the_key_order_but_is_unsorted_is_sorted_before_merging() {
+    let lab = loaded("unsorted").await;
+    lab.ingest(vec![lab.file("20220302-1135010000.csv", "I,5,e\nI,7,g\n")])
+        .await;
+    // Another writer adds a file that carries the table's sort order id yet is not sorted.
+    let t = lab.table().await;
+    let md = &t.metadata;
+    let schema = Arc::new(iceberg::arrow::schema_to_arrow_schema(md.current_schema()).unwrap());
+    let id_type = schema.field_with_name("id").unwrap().data_type().clone();
+    let ids = arrow_cast::cast(
+        &(Arc::new(arrow_array::Int64Array::from(vec![9, 4, 8, 6])) as arrow_array::ArrayRef),
+        &id_type,
+    )
+    .unwrap();
+    let columns: Vec<arrow_array::ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.name().as_str() {
+            "id" => ids.clone(),
+            "v" => Arc::new(arrow_array::StringArray::from(vec!["i", "d", "h", "f"])) as _,
+            _ => arrow_array::new_null_array(f.data_type(), 4),
+        })
+        .collect();
+    let batch = arrow_array::RecordBatch::try_new(schema.clone(), columns).unwrap();
+    let file_io = lab.catalog.file_io();
+    let mut w =
+        crate::write::DataFileStream::new(file_io, md, &["id".into()], 1 << 20, false, 4).unwrap();
+    w.write(&batch).await.unwrap();
+    let written = w.close().await.unwrap();
+    assert_eq!(
+        written[0].1.sort_order_id(),
+        Some(md.default_sort_order_id() as i32)
+    );
+    let snapshot_id = new_snapshot_id(Some(md));
+    let manifests = write_manifests(file_io, md, snapshot_id, &written, &[], None)
+        .await
+        .unwrap();
+    let foreign = Staged {
+        ident: lab.ident.clone(),
+        base: Base::Existing(t.clone()),
+        changes: MetadataChanges::default(),
+        schema_id: md.current_schema_id(),
+        snapshot_id,
+        change: Change::Append,
+        manifests,
+        files: vec![],
+        added: Added::default(),
+        summary: Default::default(),
+        record: None,
+    };
+    let mut budget = retry::Budget::new(RetryPolicy::default());
+    attempt_until_decided(&lab.catalog, &foreign, &mut budget)
+        .await
+        .unwrap();
+    Compact::new(&lab.catalog, lab.ident.clone())
+        .options(CompactOptions {
+            target_file_size: Some(1 << 20),
+            ..Default::default()
+        })
+        .execute()
+        .await
+        .unwrap();
+    assert_eq!(
+        lab.rows().await,
+        [
+            "1=a", "2=b1", "3=c", "4=d", "5=e", "6=f", "7=g", "8=h", "9=i"
+        ]
+    );
+    let files = ids_per_file(&lab).await;
+    assert!(files.contains(&vec![2, 4, 5, 6, 7, 8, 9]), "{files:?}");
+}

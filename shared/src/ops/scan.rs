@@ -107,8 +107,8 @@ impl<'a> Scan<'a> {
             }
         };
         let all = arrow_select::concat::concat_batches(&out_schema, &batches)?;
-        let key: Vec<usize> = schema
-            .identifier_field_ids()
+        let key: Vec<usize> = crate::evolve::key_field_ids(&schema)
+            .into_iter()
             .filter_map(|id| schema.name_by_field_id(id))
             .filter_map(|n| out_schema.index_of(n).ok())
             .collect();
@@ -149,9 +149,24 @@ impl<'a> Scan<'a> {
 pub(crate) async fn read_tasks(
     table: &Table,
     file_io: &FileIO,
-    mut tasks: Vec<FileScanTask>,
+    tasks: Vec<FileScanTask>,
     schema: &SchemaRef,
 ) -> Result<Vec<RecordBatch>> {
+    task_stream(table, file_io, tasks, schema, None)
+        .await?
+        .try_collect()
+        .await
+}
+
+/// [`read_tasks`] as a stream: the tasks' rows in order, `batch_size` rows per batch (default:
+/// the Parquet reader's), one row group of a file fetched at a time.
+pub(crate) async fn task_stream(
+    table: &Table,
+    file_io: &FileIO,
+    mut tasks: Vec<FileScanTask>,
+    schema: &SchemaRef,
+    batch_size: Option<usize>,
+) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
     let unfillable: BTreeSet<i32> = schema
         .fields()
         .iter()
@@ -179,17 +194,18 @@ pub(crate) async fn read_tasks(
         }
     }
     let stream = futures::stream::iter(tasks.into_iter().map(Ok)).boxed();
-    let batches: Vec<RecordBatch> = table
-        .reader_builder()
+    let mut reader = table.reader_builder();
+    if let Some(n) = batch_size {
+        reader = reader.with_batch_size(n);
+    }
+    let schema = schema.clone();
+    Ok(reader
         .build()
         .read(stream)?
         .stream()
-        .try_collect()
-        .await?;
-    batches
-        .into_iter()
-        .map(|b| {
-            if b.schema() == *schema {
+        .map(move |b| {
+            let b = b?;
+            if b.schema() == schema {
                 return Ok(b);
             }
             let columns: Vec<ArrayRef> = schema
@@ -202,7 +218,7 @@ pub(crate) async fn read_tasks(
                 .collect();
             Ok(RecordBatch::try_new(schema.clone(), columns)?)
         })
-        .collect()
+        .boxed())
 }
 
 /// Arrow types iceberg-rust 0.10 can fill for a column a data file lacks

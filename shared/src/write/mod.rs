@@ -21,7 +21,7 @@ use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
     DefaultFileNameGenerator, DefaultLocationGenerator,
 };
-use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::file_writer::rolling_writer::{RollingFileWriter, RollingFileWriterBuilder};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
@@ -111,68 +111,28 @@ pub async fn write_data_files_seen(
     if rows.num_rows() == 0 {
         return Ok(Vec::new());
     }
-    let schema = metadata.current_schema().clone();
-    let arrow_schema = Arc::new(schema_to_arrow_schema(&schema)?);
-    let batch = RecordBatch::try_new(arrow_schema, rows.columns().to_vec())?;
-    let ndv = (rows.num_rows().min(ROW_GROUP_ROWS)) as u64;
-    let mut props = base_properties();
-    for k in key {
-        let path = ColumnPath::from(k.as_str());
-        props = props
-            .set_column_bloom_filter_enabled(path.clone(), true)
-            .set_column_bloom_filter_ndv(path.clone(), ndv.max(16))
-            .set_column_bloom_filter_fpp(path, 0.01);
-    }
-    let spec = metadata.default_partition_spec().clone();
-    let sort_order_id = metadata.default_sort_order_id();
-    let parts: Vec<(Option<PartitionKey>, RecordBatch)> = if spec.is_unpartitioned() {
-        vec![(None, batch)]
-    } else {
-        RecordBatchPartitionSplitter::try_new_with_computed_values(schema.clone(), spec.clone())?
-            .split(&batch)?
-            .into_iter()
-            .map(|(k, b)| (Some(k), b))
-            .collect()
-    };
-    let writer_builder = RollingFileWriterBuilder::new(
-        ParquetWriterBuilder::new(props.build(), schema.clone()),
-        target_file_size as usize,
-        file_io.clone(),
-        DefaultLocationGenerator::new(metadata)?,
-        DefaultFileNameGenerator::new(
-            uuid::Uuid::new_v4().to_string(),
-            full_load.then(|| FULL_LOAD_SUFFIX.to_string()),
-            DataFileFormat::Parquet,
-        ),
-    );
+    let plan = DataFilePlan::new(
+        file_io,
+        metadata,
+        key,
+        target_file_size,
+        full_load,
+        rows.num_rows(),
+    )?;
+    let batch = RecordBatch::try_new(plan.arrow_schema.clone(), rows.columns().to_vec())?;
+    let parts: Vec<(Option<PartitionKey>, RecordBatch)> = plan.split(&batch)?;
     // One file (or more) per partition, uploaded concurrently (bounded): with many partitions,
     // one PUT after another is most of a commit's time on object storage.
-    let spec_id = spec.spec_id();
     // By index: a closure over borrowed items trips rustc's higher-ranked Send check when the
     // caller's future is boxed as `Send` (the commit loop's planners are).
-    let parts_ref = &parts;
+    let (parts_ref, plan_ref) = (&parts, &plan);
     let written: Vec<Vec<(i32, DataFile)>> = futures::stream::iter(0..parts.len())
         .map(|i| {
-            let mut w = writer_builder.build();
+            let mut w = plan_ref.builder.build();
             async move {
                 let (pk, part) = &parts_ref[i];
                 w.write(pk, part).await?;
-                let mut out = Vec::new();
-                for mut b in w.close().await? {
-                    b.content(DataContentType::Data)
-                        .partition(
-                            pk.as_ref()
-                                .map(|k| k.data().clone())
-                                .unwrap_or_else(Struct::empty),
-                        )
-                        .partition_spec_id(spec_id)
-                        .sort_order_id(sort_order_id as i32);
-                    out.push((
-                        spec_id,
-                        b.build()
-                            .map_err(|e| Error::Other(format!("data file: {e}")))?,
-                    ));
-                }
+                let out = plan_ref.finish(pk, w.close().await?)?;
                 if let [(_, f)] = out.as_slice()
                     && f.record_count() == part.num_rows() as u64
                 {
@@ -185,6 +145,197 @@ pub async fn write_data_files_seen(
         .try_collect()
         .await?;
     Ok(written.into_iter().flatten().collect())
+}
+
+type DataWriterBuilder = RollingFileWriterBuilder<
+    ParquetWriterBuilder,
+    DefaultLocationGenerator,
+    DefaultFileNameGenerator,
+>;
+type DataWriter =
+    RollingFileWriter<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+
+/// How a table's data files are written: its default spec, sort order, Parquet properties
+/// (a bloom filter per key column) and file names.
+struct DataFilePlan {
+    builder: DataWriterBuilder,
+    splitter: Option<RecordBatchPartitionSplitter>,
+    arrow_schema: arrow_schema::SchemaRef,
+    spec_id: i32,
+    sort_order_id: i32,
+}
+
+impl DataFilePlan {
+    /// `rows`: about how many rows the files will hold (sizes the bloom filters).
+    fn new(
+        file_io: &FileIO,
+        metadata: &TableMetadata,
+        key: &[String],
+        target_file_size: u64,
+        full_load: bool,
+        rows: usize,
+    ) -> Result<DataFilePlan> {
+        let schema = metadata.current_schema().clone();
+        let arrow_schema = Arc::new(schema_to_arrow_schema(&schema)?);
+        let ndv = (rows.min(ROW_GROUP_ROWS)) as u64;
+        let mut props = base_properties();
+        for k in key {
+            let path = ColumnPath::from(k.as_str());
+            props = props
+                .set_column_bloom_filter_enabled(path.clone(), true)
+                .set_column_bloom_filter_ndv(path.clone(), ndv.max(16))
+                .set_column_bloom_filter_fpp(path, 0.01);
+        }
+        let spec = metadata.default_partition_spec().clone();
+        let splitter = if spec.is_unpartitioned() {
+            None
+        } else {
+            Some(RecordBatchPartitionSplitter::try_new_with_computed_values(
+                schema.clone(),
+                spec.clone(),
+            )?)
+        };
+        let builder = RollingFileWriterBuilder::new(
+            ParquetWriterBuilder::new(props.build(), schema.clone()),
+            target_file_size as usize,
+            file_io.clone(),
+            DefaultLocationGenerator::new(metadata)?,
+            DefaultFileNameGenerator::new(
+                uuid::Uuid::new_v4().to_string(),
+                full_load.then(|| FULL_LOAD_SUFFIX.to_string()),
+                DataFileFormat::Parquet,
+            ),
+        );
+        Ok(DataFilePlan {
+            builder,
+            splitter,
+            arrow_schema,
+            spec_id: spec.spec_id(),
+            sort_order_id: metadata.default_sort_order_id() as i32,
+        })
+    }
+
+    /// `batch`'s rows per partition of the default spec.
+    fn split(&self, batch: &RecordBatch) -> Result<Vec<(Option<PartitionKey>, RecordBatch)>> {
+        Ok(match &self.splitter {
+            None => vec![(None, batch.clone())],
+            Some(s) => s
+                .split(batch)?
+                .into_iter()
+                .map(|(k, b)| (Some(k), b))
+                .collect(),
+        })
+    }
+
+    /// The data files a closed writer of partition `pk` wrote.
+    fn finish(
+        &self,
+        pk: &Option<PartitionKey>,
+        builders: Vec<iceberg::spec::DataFileBuilder>,
+    ) -> Result<Vec<(i32, DataFile)>> {
+        builders
+            .into_iter()
+            .map(|mut b| {
+                b.content(DataContentType::Data)
+                    .partition(
+                        pk.as_ref()
+                            .map(|k| k.data().clone())
+                            .unwrap_or_else(Struct::empty),
+                    )
+                    .partition_spec_id(self.spec_id)
+                    .sort_order_id(self.sort_order_id);
+                Ok((
+                    self.spec_id,
+                    b.build()
+                        .map_err(|e| Error::Other(format!("data file: {e}")))?,
+                ))
+            })
+            .collect()
+    }
+}
+
+/// Data files written from rows that arrive in batches, each partition's rows in the order
+/// they come (sorted by key when they come sorted): one rolling writer per partition of the
+/// table's default spec. Memory: each open writer's current row group.
+pub struct DataFileStream {
+    plan: DataFilePlan,
+    /// Open writers, in the order their partitions first appeared.
+    writers: Vec<(Option<PartitionKey>, DataWriter)>,
+    by_partition: std::collections::HashMap<String, usize>,
+    rows: u64,
+}
+
+impl DataFileStream {
+    /// `rows`: about how many rows will come (sizes the bloom filters).
+    pub fn new(
+        file_io: &FileIO,
+        metadata: &TableMetadata,
+        key: &[String],
+        target_file_size: u64,
+        full_load: bool,
+        rows: usize,
+    ) -> Result<DataFileStream> {
+        Ok(DataFileStream {
+            plan: DataFilePlan::new(file_io, metadata, key, target_file_size, full_load, rows)?,
+            writers: Vec::new(),
+            by_partition: std::collections::HashMap::new(),
+            rows: 0,
+        })
+    }
+
+    /// The table's schema in Arrow form: what [`DataFileStream::write`] takes.
+    pub fn arrow_schema(&self) -> &arrow_schema::SchemaRef {
+        &self.plan.arrow_schema
+    }
+
+    /// Partitions rows went to so far.
+    pub fn partitions(&self) -> usize {
+        self.writers.len()
+    }
+
+    pub async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        let batch = RecordBatch::try_new(self.plan.arrow_schema.clone(), batch.columns().to_vec())?;
+        for (pk, part) in self.plan.split(&batch)? {
+            let name = format!("{:?}", pk.as_ref().map(|k| k.data()));
+            let i = match self.by_partition.get(&name) {
+                Some(i) => *i,
+                None => {
+                    self.writers.push((pk, self.plan.builder.build()));
+                    self.by_partition.insert(name, self.writers.len() - 1);
+                    self.writers.len() - 1
+                }
+            };
+            let (pk, w) = &mut self.writers[i];
+            w.write(pk, &part).await?;
+            self.rows += part.num_rows() as u64;
+        }
+        Ok(())
+    }
+
+    /// Closes every file: `(spec id, file)` per file, partition by partition in the order
+    /// partitions first appeared, each partition's files in the order their rows came.
+    pub async fn close(self) -> Result<Vec<(i32, DataFile)>> {
+        let mut out = Vec::new();
+        for (pk, w) in self.writers {
+            out.extend(self.plan.finish(&pk, w.close().await?)?);
+        }
+        Ok(out)
+    }
+
+    /// Closes and deletes every file written (an abandoned rewrite leaves nothing behind).
+    pub async fn abort(self, file_io: &FileIO) {
+        let mut paths = Vec::new();
+        for (pk, w) in self.writers {
+            if let Ok(builders) = w.close().await
+                && let Ok(files) = self.plan.finish(&pk, builders)
+            {
+                paths.extend(files.into_iter().map(|(_, f)| f.file_path().to_string()));
+            }
+        }
+        for p in paths {
+            let _ = file_io.delete(&p).await;
+        }
+    }
 }
 
 /// The rows of one data file to delete, and where that file lives.

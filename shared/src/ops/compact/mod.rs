@@ -14,27 +14,24 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow_array::{BooleanArray, RecordBatch};
-use arrow_ord::sort::{SortColumn, lexsort_to_indices};
 use futures::{StreamExt, TryStreamExt};
 use iceberg::TableIdent;
 use iceberg::scan::FileScanTask;
-use iceberg::spec::{
-    DataContentType, DataFile, ManifestFile, ManifestStatus, Struct, TableMetadata,
-};
+use iceberg::spec::{DataContentType, ManifestFile, ManifestStatus, Struct, TableMetadata};
 use serde::Serialize;
 use tracing::info;
 
 use crate::catalog::Catalog;
 use crate::commit::{
-    self, Added, Base, Change, MetadataChanges, Outcome, Plan, Planner, RowMap, Staged,
-    remove_files,
+    self, Added, Base, Change, MetadataChanges, Outcome, Plan, Planner, Staged, remove_files,
 };
 use crate::error::{Error, Result};
 use crate::evolve::key_columns;
 use crate::lookup::{DeletedPositions, read_position_deletes};
 use crate::table::{LoadedTable, manifest_list};
-use crate::write::{is_full_load_file, write_data_files_of};
+use crate::write::is_full_load_file;
+
+mod merge;
 
 #[derive(Debug, Clone)]
 pub struct CompactOptions {
@@ -104,6 +101,7 @@ struct LiveData {
     spec_id: i32,
     partition: Struct,
     deleted: u64,
+    sort_order_id: Option<i32>,
 }
 
 #[derive(Debug, Clone)]
@@ -288,24 +286,21 @@ impl<'a> Compact<'a> {
             .ok_or_else(|| Error::Other("no snapshot".into()))?;
         let base_seq = snapshot.sequence_number();
         let paths: BTreeSet<String> = group.files.iter().map(|f| f.path.clone()).collect();
-        let read = self
-            .read_group(table, snapshot.snapshot_id(), &paths)
+        let t = table.table(file_io)?;
+        let sorted: BTreeSet<String> = group
+            .files
+            .iter()
+            .filter(|f| sorted_by_key(&md, f.sort_order_id))
+            .map(|f| f.path.clone())
+            .collect();
+        let inputs = self
+            .inputs(&t, snapshot.snapshot_id(), &paths, &sorted)
             .await?;
         let key = key_columns(md.current_schema());
         let full_load = group.files.iter().all(|f| is_full_load_file(&f.path));
-        let written =
-            write_data_files_of(file_io, &md, &read.rows, &key, self.target(&md), full_load)
-                .await?;
-        let map = match row_map(&read, &written) {
-            Ok(m) => m.map(Arc::new),
-            Err(e) => {
-                for (_, f) in &written {
-                    let _ = file_io.delete(f.file_path()).await;
-                }
-                return Err(e);
-            }
-        };
-        drop(read);
+        let merge::Merged { written, map } =
+            merge::merge_group(&t, file_io, &md, inputs, &key, self.target(&md), full_load).await?;
+        let map = map.map(Arc::new);
 
         // Delete files that only target removed (or long gone) files go too.
         let removed_deletes: BTreeSet<String> = deletes
@@ -374,16 +369,18 @@ impl<'a> Compact<'a> {
         Ok((staged, added))
     }
 
-    /// The rows of `paths` as of `snapshot_id`, deletes applied, in the current schema, sorted
-    /// by key, with where each row was read from.
-    async fn read_group(
+    /// The group's files as of `snapshot_id`, each with its deleted positions. Deletes are
+    /// applied by the merge rather than by the reader, so that each row's position in its file
+    /// is known (the row map carries later deletes over by position). Each delete file is read
+    /// once, several at a time.
+    async fn inputs(
         &self,
-        table: &LoadedTable,
+        t: &iceberg::table::Table,
         snapshot_id: i64,
         paths: &BTreeSet<String>,
-    ) -> Result<GroupRows> {
+        sorted: &BTreeSet<String>,
+    ) -> Result<Vec<merge::Input>> {
         let file_io = self.catalog.file_io();
-        let t = table.table(file_io)?;
         let scan = t.scan().snapshot_id(snapshot_id).select_all().build()?;
         let wanted = paths.clone();
         let tasks: Vec<FileScanTask> = scan
@@ -392,12 +389,6 @@ impl<'a> Compact<'a> {
             .try_filter(move |task| futures::future::ready(wanted.contains(&task.data_file_path)))
             .try_collect()
             .await?;
-        let schema = table.metadata.current_schema().clone();
-        let arrow_schema = std::sync::Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
-        // Deletes are applied here rather than by the reader, so that each row's position in
-        // its file is known (the row map carries later deletes over by position). Each delete
-        // file is read once; data files several at a time, each on its own so that its rows
-        // arrive in file order.
         let mut delete_files: BTreeMap<String, u64> = BTreeMap::new();
         for d in tasks.iter().flat_map(|t| t.deletes.iter()) {
             if d.file_type != DataContentType::PositionDeletes {
@@ -413,132 +404,51 @@ impl<'a> Compact<'a> {
                 let content = read_position_deletes(file_io, &path, size).await?;
                 Ok::<_, Error>((path, content))
             })
-            .buffer_unordered(8)
+            .buffer_unordered(16)
             .try_collect()
             .await?;
-        let (t, deletes, arrow_schema) = (&t, &deletes, &arrow_schema);
-        let read: Vec<(String, usize, RecordBatch, Vec<u64>)> = futures::stream::iter(tasks)
-            .map(|task| read_file(t, file_io, task, deletes, arrow_schema))
-            .buffered(4)
-            .try_collect()
-            .await?;
-        let mut batches = Vec::with_capacity(read.len());
-        let mut origin: Vec<(u32, u64)> = Vec::new();
-        let mut files = Vec::with_capacity(read.len());
-        for (file_idx, (path, n, batch, kept)) in read.into_iter().enumerate() {
-            origin.extend(kept.into_iter().map(|p| (file_idx as u32, p)));
-            batches.push(batch);
-            files.push((path, n));
-        }
-        let all = arrow_select::concat::concat_batches(arrow_schema, &batches)?;
-        drop(batches);
-        let key = key_columns(&schema);
-        if key.is_empty() || all.num_rows() == 0 {
-            return Ok(GroupRows {
-                rows: all,
-                origin,
-                files,
-            });
-        }
-        let cols: Vec<SortColumn> = key
-            .iter()
-            .filter_map(|k| all.column_by_name(k))
-            .map(|c| SortColumn {
-                values: c.clone(),
-                options: None,
+        Ok(tasks
+            .into_iter()
+            .map(|mut task| {
+                let mut deleted: Vec<i64> = task
+                    .deletes
+                    .iter()
+                    .filter_map(|d| deletes.get(&d.file_path)?.get(&task.data_file_path))
+                    .flatten()
+                    .copied()
+                    .collect();
+                deleted.sort_unstable();
+                deleted.dedup();
+                task.deletes.clear();
+                let sorted = sorted.contains(task.data_file_path.as_str());
+                merge::Input {
+                    task,
+                    deleted,
+                    sorted,
+                }
             })
-            .collect();
-        let idx = lexsort_to_indices(&cols, None)?;
-        let origin = idx.values().iter().map(|i| origin[*i as usize]).collect();
-        Ok(GroupRows {
-            rows: arrow_select::take::take_record_batch(&all, &idx)?,
-            origin,
-            files,
+            .collect())
+    }
+}
+
+/// Whether a data file of sort order `order` is sorted by the table's key: it carries the
+/// table's default order, and that order is the key (ascending). The key may have changed since
+/// the order was set; another engine may write files of no order.
+fn sorted_by_key(md: &TableMetadata, order: Option<i32>) -> bool {
+    let Some(order) = order else {
+        return false;
+    };
+    let default = md.default_sort_order();
+    let key = crate::evolve::key_field_ids(md.current_schema());
+    order == md.default_sort_order_id() as i32
+        && !default.is_unsorted()
+        && default.fields.len() == key.len()
+        && default.fields.iter().zip(&key).all(|(f, k)| {
+            f.source_id == *k
+                && f.transform == iceberg::spec::Transform::Identity
+                && f.direction == iceberg::spec::SortDirection::Ascending
+                && f.null_order == iceberg::spec::NullOrder::First
         })
-    }
-}
-
-/// A group's rows as read for a rewrite.
-struct GroupRows {
-    /// Live rows, sorted by key.
-    rows: RecordBatch,
-    /// For each row: the index of its file in `files`, and its position there.
-    origin: Vec<(u32, u64)>,
-    /// The files read, with their row counts (deleted rows included).
-    files: Vec<(String, usize)>,
-}
-
-/// One data file of a group with its deletes applied: its path, its row count (deleted rows
-/// included), the live rows and their positions in the file.
-async fn read_file(
-    t: &iceberg::table::Table,
-    file_io: &iceberg::io::FileIO,
-    mut task: FileScanTask,
-    deletes: &HashMap<String, DeletedPositions>,
-    arrow_schema: &arrow_schema::SchemaRef,
-) -> Result<(String, usize, RecordBatch, Vec<u64>)> {
-    let mut deleted: Vec<i64> = task
-        .deletes
-        .iter()
-        .filter_map(|d| deletes.get(&d.file_path)?.get(&task.data_file_path))
-        .flatten()
-        .copied()
-        .collect();
-    deleted.sort_unstable();
-    deleted.dedup();
-    task.deletes.clear();
-    let path = task.data_file_path.clone();
-    let expected = task.record_count;
-    // Through scan's reader: it reads columns added after a file was written whatever their
-    // type (iceberg-rust alone fails on binary ones).
-    let read = crate::ops::scan::read_tasks(t, file_io, vec![task], arrow_schema).await?;
-    let batch = arrow_select::concat::concat_batches(arrow_schema, &read)?;
-    let n = batch.num_rows();
-    if expected.is_some_and(|e| e != n as u64) {
-        return Err(Error::Other(format!(
-            "data file {path}: read {n} rows, its manifest entry says {expected:?}"
-        )));
-    }
-    let keep: Vec<bool> = (0..n)
-        .map(|i| deleted.binary_search(&(i as i64)).is_err())
-        .collect();
-    let kept: Vec<u64> = (0..n as u64).filter(|i| keep[*i as usize]).collect();
-    let batch = arrow_select::filter::filter_record_batch(&batch, &BooleanArray::from(keep))?;
-    Ok((path, n, batch, kept))
-}
-
-/// Where each row read went among the files written (rows were written in order). `None` when
-/// the rows were spread over several partitions (the spec changed since the files were
-/// written): the writer reorders those, so concurrent deletes mean planning again instead.
-fn row_map(read: &GroupRows, written: &[(i32, DataFile)]) -> Result<Option<RowMap>> {
-    let partitions: BTreeSet<String> = written
-        .iter()
-        .map(|(spec, f)| format!("{spec}/{:?}", f.partition()))
-        .collect();
-    let total: u64 = written.iter().map(|(_, f)| f.record_count()).sum();
-    if partitions.len() > 1 || total != read.origin.len() as u64 {
-        return Ok(None);
-    }
-    let mut map = RowMap::new(
-        written
-            .iter()
-            .map(|(spec, f)| (f.file_path().to_string(), *spec, f.partition().clone()))
-            .collect(),
-    )?;
-    for (path, n) in &read.files {
-        map.add_file(path, *n);
-    }
-    let mut rows = read.origin.iter();
-    for (k, (_, f)) in written.iter().enumerate() {
-        for new_pos in 0..f.record_count() {
-            let Some((file, pos)) = rows.next() else {
-                return Ok(None);
-            };
-            let old = &read.files[*file as usize].0;
-            map.set(old, *pos as usize, k, new_pos)?;
-        }
-    }
-    Ok(Some(map))
 }
 
 /// Plans one rewrite group per commit against the table as it is now.
@@ -633,6 +543,7 @@ async fn live_files(
                     spec_id: m.partition_spec_id,
                     partition: f.partition().clone(),
                     deleted: 0,
+                    sort_order_id: f.sort_order_id(),
                 }),
                 DataContentType::PositionDeletes => {
                     let content =
