@@ -240,7 +240,7 @@ def gen_change_file(rng, st: State, next_key: int, f: int, b: int, ratios, twice
 
 
 def workload(out: Path, n: int, b: int, k: int, seed: int, ratios, twice: float,
-             base_dir: Path | None) -> dict:
+             base_dir: Path | None, load_file_rows: int = LOAD_ROWS_PER_FILE) -> dict:
     table = out / "dms" / "shop" / "orders"
     if out.exists():
         shutil.rmtree(out)
@@ -258,10 +258,12 @@ def workload(out: Path, n: int, b: int, k: int, seed: int, ratios, twice: float,
     op = np.full(n, I, np.int8)
     st.apply_last_wins(op, key, cust, status, cents, ver, ts)
     load_files = []
-    for i, s in enumerate(range(0, n, LOAD_ROWS_PER_FILE)):
-        e = min(n, s + LOAD_ROWS_PER_FILE)
+    for i, s in enumerate(range(0, n, load_file_rows)):
+        e = min(n, s + load_file_rows)
         name = load_file_name(i)
-        cached = base_dir / f"base-{seed}-{n}" / name if base_dir else None
+        base = f"base-{seed}-{n}" + ("" if load_file_rows == LOAD_ROWS_PER_FILE
+                                     else f"-{load_file_rows}")
+        cached = base_dir / base / name if base_dir else None
         if cached is not None and cached.exists():
             os.link(cached, table / name)
         else:
@@ -380,13 +382,16 @@ def main() -> None:
     w.add_argument("--ratios", default="0.7,0.2,0.1")
     w.add_argument("--twice", type=float, default=0.05)
     w.add_argument("--base-dir", type=Path)
+    w.add_argument("--load-file-rows", type=int, default=LOAD_ROWS_PER_FILE,
+                   help="rows per full-load file (LOAD00000001.csv, ...)")
     sub.add_parser("selfcheck")
     a = ap.parse_args()
     if a.cmd == "selfcheck":
         selfcheck()
         return
     ratios = tuple(float(x) for x in a.ratios.split(","))
-    meta = workload(a.out, a.rows, a.changes, a.files, a.seed, ratios, a.twice, a.base_dir)
+    meta = workload(a.out, a.rows, a.changes, a.files, a.seed, ratios, a.twice, a.base_dir,
+                    a.load_file_rows)
     print(json.dumps({k: meta[k] for k in ("rows", "changes", "files", "expected_rows",
                                            "change_file_bytes")}))
 

@@ -22,6 +22,10 @@ pub struct CompactArgs {
     /// Input bytes to rewrite in this run (the next run continues).
     #[arg(long, default_value_t = 1 << 30)]
     pub max_bytes: u64,
+    /// Input bytes per rewrite group (one snapshot each). Groups are streamed: memory does not
+    /// grow with this.
+    #[arg(long, default_value_t = 256 << 20)]
+    pub max_group_bytes: u64,
     /// `text` (a summary) or `json` (machine-readable).
     #[arg(long, value_enum, default_value = "text")]
     pub format: output::TextOrJson,
@@ -36,6 +40,7 @@ pub async fn compact(catalog: &CatalogArgs, a: CompactArgs) -> Result<bool> {
         warehouse,
         target_file_size,
         max_bytes,
+        max_group_bytes,
         format,
         json,
     } = a;
@@ -43,6 +48,7 @@ pub async fn compact(catalog: &CatalogArgs, a: CompactArgs) -> Result<bool> {
     let options = CompactOptions {
         target_file_size,
         max_bytes,
+        max_group_bytes,
         ..Default::default()
     };
     let r = Compact::new(catalog.as_ref(), parse_ident(&table)?)

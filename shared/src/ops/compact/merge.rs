@@ -31,7 +31,7 @@ use crate::ops::scan::task_stream;
 use crate::write::DataFileStream;
 
 /// Rows per batch read from an input file.
-pub(super) const BATCH_ROWS: usize = 8192;
+pub(super) const BATCH_ROWS: usize = 4096;
 /// Merged rows handed to the writer at once.
 const OUT_ROWS: usize = 8192;
 

@@ -41,8 +41,11 @@ pub struct CompactOptions {
     pub min_file_ratio: f64,
     /// Files with at least this fraction of their rows deleted are rewritten.
     pub delete_ratio: f64,
-    /// Input bytes per rewrite group (one snapshot): bounds memory.
+    /// Input bytes per rewrite group (one snapshot). A group is streamed (see `merge`): its
+    /// size bounds how long one commit's work takes, not memory.
     pub max_group_bytes: u64,
+    /// Files per rewrite group: memory holds one batch (and one fetched row group) per file.
+    pub max_group_files: usize,
     /// Input bytes per run.
     pub max_bytes: u64,
     /// Wall time per run (a Lambda must finish before its timeout).
@@ -56,6 +59,7 @@ impl Default for CompactOptions {
             min_file_ratio: 0.75,
             delete_ratio: 0.1,
             max_group_bytes: 256 << 20,
+            max_group_files: 100,
             max_bytes: 1 << 30,
             time_budget: Duration::from_secs(600),
         }
@@ -247,7 +251,10 @@ impl<'a> Compact<'a> {
                 bytes: 0,
             };
             for f in files {
-                if !g.files.is_empty() && g.bytes + f.size > self.options.max_group_bytes {
+                if !g.files.is_empty()
+                    && (g.bytes + f.size > self.options.max_group_bytes
+                        || g.files.len() >= self.options.max_group_files.max(2))
+                {
                     groups.push(std::mem::replace(
                         &mut g,
                         Group {
