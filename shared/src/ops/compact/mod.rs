@@ -532,10 +532,10 @@ async fn live_files(
             let manifest = m.load_manifest(file_io).await?;
             Ok::<_, Error>((m, manifest))
         })
-        .buffer_unordered(8)
+        .buffer_unordered(crate::lookup::READ_CONCURRENCY)
         .try_collect()
         .await?;
-    let mut deleted_per_file: HashMap<String, u64> = HashMap::new();
+    let mut delete_files: Vec<(String, u64)> = Vec::new();
     for (m, manifest) in &loaded {
         for e in manifest.entries() {
             if !e.is_alive() || e.status() == ManifestStatus::Deleted {
@@ -553,16 +553,7 @@ async fn live_files(
                     sort_order_id: f.sort_order_id(),
                 }),
                 DataContentType::PositionDeletes => {
-                    let content =
-                        read_position_deletes(file_io, f.file_path(), f.file_size_in_bytes())
-                            .await?;
-                    for (p, pos) in &content {
-                        *deleted_per_file.entry(p.clone()).or_default() += pos.len() as u64;
-                    }
-                    deletes.push(LiveDelete {
-                        path: f.file_path().to_string(),
-                        targets: content.into_keys().collect(),
-                    });
+                    delete_files.push((f.file_path().to_string(), f.file_size_in_bytes()));
                 }
                 DataContentType::EqualityDeletes => {
                     return Err(Error::Other(format!(
@@ -572,6 +563,25 @@ async fn live_files(
                 }
             }
         }
+    }
+    // Many small delete files on object storage: read them concurrently, not one by one.
+    let read: Vec<(String, DeletedPositions)> = futures::stream::iter(delete_files)
+        .map(|(path, size)| async move {
+            let content = read_position_deletes(file_io, &path, size).await?;
+            Ok::<_, Error>((path, content))
+        })
+        .buffered(crate::lookup::READ_CONCURRENCY)
+        .try_collect()
+        .await?;
+    let mut deleted_per_file: HashMap<String, u64> = HashMap::new();
+    for (path, content) in read {
+        for (p, pos) in &content {
+            *deleted_per_file.entry(p.clone()).or_default() += pos.len() as u64;
+        }
+        deletes.push(LiveDelete {
+            path,
+            targets: content.into_keys().collect(),
+        });
     }
     for d in &mut data {
         d.deleted = deleted_per_file.get(&d.path).copied().unwrap_or(0);
