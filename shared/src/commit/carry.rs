@@ -19,18 +19,18 @@ use iceberg::spec::{DataFile, ManifestFile, Struct, TableMetadata};
 use crate::error::{Error, Result};
 use crate::write::{FileDeletes, write_position_deletes};
 
-/// No new position: the row was already deleted when the rewrite read it.
-const GONE: u64 = u64::MAX;
-/// Bits of a packed location that hold the position within the new file.
-const POS_BITS: u32 = 40;
-
-/// Where every row of the files a rewrite replaces went: 8 bytes per row read.
+/// Where every row of the files a rewrite replaces went: 4 bytes per row read.
+///
+/// A rewrite writes its rows as one stream over its new files, in order; the map keeps each old
+/// row's number in that stream and finds the new file and position only for the few rows a
+/// concurrent commit deletes.
 #[derive(Default)]
 pub struct RowMap {
-    /// The files written, in the order their rows were numbered.
-    new_files: Vec<(String, i32, Struct)>,
-    /// Per replaced file, indexed by old position: the new file (index) and position, packed.
-    moved: HashMap<String, Vec<u64>>,
+    /// The files written, in the order their rows were numbered, with the number of each
+    /// file's first row.
+    new_files: Vec<(String, i32, Struct, u64)>,
+    /// Per replaced file, indexed by old position: the row's number, or [`RowMap::NOT_WRITTEN`].
+    moved: HashMap<String, Vec<u32>>,
 }
 
 impl fmt::Debug for RowMap {
@@ -45,56 +45,38 @@ impl fmt::Debug for RowMap {
 }
 
 impl RowMap {
-    /// A map onto `new_files` (path, spec id, partition), in the order rows were written.
-    fn new(new_files: Vec<(String, i32, Struct)>) -> Result<RowMap> {
-        if new_files.len() >= 1 << (64 - POS_BITS) {
-            return Err(Error::Other("too many files in one rewrite".into()));
-        }
-        Ok(RowMap {
-            new_files,
-            moved: HashMap::new(),
-        })
-    }
-
     /// A row of a replaced file that was not written (it was deleted when the rewrite read it).
-    pub const NOT_WRITTEN: u64 = GONE;
+    pub const NOT_WRITTEN: u32 = u32::MAX;
+    /// Rows one rewrite may write (row numbers are 32 bits, one value means not written).
+    pub const MAX_ROWS: u64 = u32::MAX as u64;
 
     /// A map from one stream of rows written in order over `new_files` (path, spec id,
     /// partition, rows): `olds` holds, per replaced file and old position, the row's number in
     /// that stream, or [`RowMap::NOT_WRITTEN`].
     pub fn from_sequence(
-        olds: Vec<(String, Vec<u64>)>,
+        olds: Vec<(String, Vec<u32>)>,
         new_files: Vec<(String, i32, Struct, u64)>,
     ) -> Result<RowMap> {
-        let mut starts = Vec::with_capacity(new_files.len());
+        let mut files = Vec::with_capacity(new_files.len());
         let mut total = 0u64;
-        for (_, _, _, rows) in &new_files {
-            if *rows >= 1 << POS_BITS {
-                return Err(Error::Other("file too large for a row map".into()));
-            }
-            starts.push(total);
+        for (path, spec, partition, rows) in new_files {
+            files.push((path, spec, partition, total));
             total += rows;
         }
-        let mut map = RowMap::new(
-            new_files
-                .into_iter()
-                .map(|(p, s, k, _)| (p, s, k))
-                .collect(),
-        )?;
-        for (old, mut rows) in olds {
-            for slot in rows.iter_mut().filter(|s| **s != GONE) {
-                if *slot >= total {
-                    return Err(Error::Other(format!(
-                        "row map: row {slot} of {total} written, from {old}"
-                    )));
-                }
-                // The last file starting at or before the row.
-                let file = starts.partition_point(|s| *s <= *slot) - 1;
-                *slot = ((file as u64) << POS_BITS) | (*slot - starts[file]);
+        for (old, rows) in &olds {
+            if let Some(r) = rows
+                .iter()
+                .find(|r| **r != Self::NOT_WRITTEN && u64::from(**r) >= total)
+            {
+                return Err(Error::Other(format!(
+                    "row map: row {r} of {total} written, from {old}"
+                )));
             }
-            map.moved.insert(old, rows);
         }
-        Ok(map)
+        Ok(RowMap {
+            new_files: files,
+            moved: olds.into_iter().collect(),
+        })
     }
 
     /// Whether the map covers `old`.
@@ -114,17 +96,22 @@ impl RowMap {
                 Error::Other(format!("rewrite has no row map for replaced file {old}"))
             })?;
             for p in positions {
-                let Some(&packed) = usize::try_from(*p).ok().and_then(|p| moved.get(p)) else {
+                let Some(&row) = usize::try_from(*p).ok().and_then(|p| moved.get(p)) else {
                     continue;
                 };
-                if packed == GONE {
+                if row == Self::NOT_WRITTEN {
                     continue;
                 }
-                let file = (packed >> POS_BITS) as usize;
-                let pos = (packed & ((1 << POS_BITS) - 1)) as i64;
-                let (path, spec_id, partition) = self.new_files.get(file).ok_or_else(|| {
-                    Error::Other(format!("row map names new file {file}, which it lacks"))
-                })?;
+                let row = u64::from(row);
+                // The last file starting at or before the row.
+                let file = self.new_files.partition_point(|f| f.3 <= row);
+                let Some((path, spec_id, partition, start)) =
+                    file.checked_sub(1).and_then(|f| self.new_files.get(f))
+                else {
+                    return Err(Error::Other(format!(
+                        "row map: no new file holds row {row}"
+                    )));
+                };
                 out.entry(path.clone())
                     .or_insert_with(|| FileDeletes {
                         spec_id: *spec_id,
@@ -132,7 +119,7 @@ impl RowMap {
                         positions: Vec::new(),
                     })
                     .positions
-                    .push(pos);
+                    .push((row - start) as i64);
             }
         }
         Ok(out)

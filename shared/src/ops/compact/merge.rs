@@ -10,7 +10,7 @@
 //!
 //! Memory, whatever the group's size: per input file one fetched Parquet row group and one
 //! decoded batch of [`BATCH_ROWS`]; up to [`OUT_ROWS`] merged rows before they go to the writer;
-//! the writer's open row group; the group's deleted positions; and the row map, 8 bytes per
+//! the writer's open file's buffers; the group's deleted positions; and the row map, 4 bytes per
 //! input row (`crate::commit::RowMap`). Files sorted first add their decoded size.
 
 use arrow_array::{BooleanArray, RecordBatch};
@@ -119,7 +119,7 @@ struct Merge {
     converter: Option<RowConverter>,
     key_idx: Vec<usize>,
     /// Per input, per old position: the row's number in the merged output.
-    sequence: Vec<Vec<u64>>,
+    sequence: Vec<Vec<u32>>,
 }
 
 impl Merge {
@@ -195,7 +195,13 @@ impl Merge {
                     inputs[top].task.record_count.unwrap_or(0)
                 ))
             })?;
-            *slot = written;
+            if written >= RowMap::MAX_ROWS {
+                return Err(Error::Other(format!(
+                    "a compaction group of more than {} rows: lower --max-group-bytes",
+                    RowMap::MAX_ROWS
+                )));
+            }
+            *slot = written as u32;
             written += 1;
             c.row += 1;
             if c.row == c.rows.num_rows() {
