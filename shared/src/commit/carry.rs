@@ -19,7 +19,8 @@ use iceberg::spec::{DataFile, ManifestFile, Struct, TableMetadata};
 use crate::error::{Error, Result};
 use crate::write::{FileDeletes, write_position_deletes};
 
-/// Where every row of the files a rewrite replaces went: 4 bytes per row read.
+/// Where every row of the files a rewrite replaces went: 4 bytes per row read, kept in an
+/// unlinked temporary file (not in memory: a group's size must not set compaction's memory).
 ///
 /// A rewrite writes its rows as one stream over its new files, in order; the map keeps each old
 /// row's number in that stream and finds the new file and position only for the few rows a
@@ -29,8 +30,9 @@ pub struct RowMap {
     /// The files written, in the order their rows were numbered, with the number of each
     /// file's first row.
     new_files: Vec<(String, i32, Struct, u64)>,
-    /// Per replaced file, indexed by old position: the row's number, or [`RowMap::NOT_WRITTEN`].
-    moved: HashMap<String, Vec<u32>>,
+    /// Per replaced file: where its row numbers start in `spill` (bytes), and its row count.
+    moved: HashMap<String, (u64, u64)>,
+    spill: Option<std::fs::File>,
 }
 
 impl fmt::Debug for RowMap {
@@ -44,39 +46,213 @@ impl fmt::Debug for RowMap {
     }
 }
 
-impl RowMap {
-    /// A row of a replaced file that was not written (it was deleted when the rewrite read it).
-    pub const NOT_WRITTEN: u32 = u32::MAX;
-    /// Rows one rewrite may write (row numbers are 32 bits, one value means not written).
-    pub const MAX_ROWS: u64 = u32::MAX as u64;
+/// Row numbers per entry in a spill buffer before it is written out.
+const SPILL_BUFFER: usize = 16 * 1024;
 
-    /// A map from one stream of rows written in order over `new_files` (path, spec id,
-    /// partition, rows): `olds` holds, per replaced file and old position, the row's number in
-    /// that stream, or [`RowMap::NOT_WRITTEN`].
-    pub fn from_sequence(
-        olds: Vec<(String, Vec<u32>)>,
-        new_files: Vec<(String, i32, Struct, u64)>,
-    ) -> Result<RowMap> {
+/// Fills a [`RowMap`] while a rewrite writes. Each replaced file's row numbers go to its own
+/// region of the spill file through a small buffer when its rows come in file order (files
+/// streamed by the merge), or are kept in memory until the end when they come in any order
+/// (files sorted in memory first, which are in memory anyway).
+pub struct RowMapBuilder {
+    spill: std::fs::File,
+    inputs: Vec<InputRows>,
+}
+
+struct InputRows {
+    path: String,
+    rows: u64,
+    /// Where the file's region starts in the spill file (bytes).
+    offset: u64,
+    rows_in_order: Option<InOrder>,
+    any_order: Vec<u32>,
+}
+
+struct InOrder {
+    /// The next old position expected; earlier ones are buffered or written.
+    next: u64,
+    /// Positions written out so far.
+    flushed: u64,
+    buf: Vec<u32>,
+}
+
+impl RowMapBuilder {
+    /// `inputs`: per replaced file, its path, its row count (deleted rows included) and whether
+    /// its rows will come in file order.
+    pub fn new(inputs: &[(String, u64, bool)]) -> Result<RowMapBuilder> {
+        let path =
+            std::env::temp_dir().join(format!("dms2iceberg-rowmap-{}", uuid::Uuid::new_v4()));
+        let spill = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| Error::Other(format!("row map: cannot create {}: {e}", path.display())))?;
+        // Unlinked at once: the open handle keeps it; nothing is left behind, even by a crash.
+        let _ = std::fs::remove_file(&path);
+        let mut offset = 0;
+        let mut out = Vec::with_capacity(inputs.len());
+        for (path, rows, in_order) in inputs {
+            out.push(InputRows {
+                path: path.clone(),
+                rows: *rows,
+                offset,
+                rows_in_order: in_order.then(|| InOrder {
+                    next: 0,
+                    flushed: 0,
+                    buf: Vec::with_capacity(SPILL_BUFFER.min(*rows as usize)),
+                }),
+                any_order: if *in_order {
+                    Vec::new()
+                } else {
+                    vec![RowMap::NOT_WRITTEN; *rows as usize]
+                },
+            });
+            offset += rows * 4;
+        }
+        Ok(RowMapBuilder { spill, inputs: out })
+    }
+
+    /// Row `pos` of replaced file `input` is row `row` of the rewrite's output.
+    pub fn set(&mut self, input: usize, pos: u64, row: u32) -> Result<()> {
+        let spill = &self.spill;
+        let i = self
+            .inputs
+            .get_mut(input)
+            .ok_or_else(|| Error::Other(format!("row map: no input {input}")))?;
+        if pos >= i.rows {
+            return Err(Error::Other(format!(
+                "data file {}: row {pos} beyond the {} rows its manifest entry says",
+                i.path, i.rows
+            )));
+        }
+        let Some(o) = &mut i.rows_in_order else {
+            i.any_order[pos as usize] = row;
+            return Ok(());
+        };
+        if pos < o.next {
+            return Err(Error::Other(format!(
+                "row map: rows of {} out of file order ({pos} after {})",
+                i.path, o.next
+            )));
+        }
+        for _ in o.next..pos {
+            push(spill, i.offset, o, RowMap::NOT_WRITTEN)?;
+        }
+        push(spill, i.offset, o, row)?;
+        o.next = pos + 1;
+        Ok(())
+    }
+
+    /// The map onto `new_files` (path, spec id, partition, rows), in the order rows were
+    /// written.
+    pub fn finish(mut self, new_files: Vec<(String, i32, Struct, u64)>) -> Result<RowMap> {
         let mut files = Vec::with_capacity(new_files.len());
         let mut total = 0u64;
         for (path, spec, partition, rows) in new_files {
             files.push((path, spec, partition, total));
             total += rows;
         }
-        for (old, rows) in &olds {
-            if let Some(r) = rows
-                .iter()
-                .find(|r| **r != Self::NOT_WRITTEN && u64::from(**r) >= total)
-            {
-                return Err(Error::Other(format!(
-                    "row map: row {r} of {total} written, from {old}"
-                )));
+        let mut moved = HashMap::with_capacity(self.inputs.len());
+        for i in &mut self.inputs {
+            match &mut i.rows_in_order {
+                Some(o) => {
+                    for _ in o.next..i.rows {
+                        push(&self.spill, i.offset, o, RowMap::NOT_WRITTEN)?;
+                    }
+                    flush(&self.spill, i.offset, o)?;
+                }
+                None => {
+                    if let Some(r) = i
+                        .any_order
+                        .iter()
+                        .find(|r| **r != RowMap::NOT_WRITTEN && u64::from(**r) >= total)
+                    {
+                        return Err(Error::Other(format!(
+                            "row map: row {r} of {total} written, from {}",
+                            i.path
+                        )));
+                    }
+                    let bytes: Vec<u8> = i.any_order.iter().flat_map(|r| r.to_le_bytes()).collect();
+                    write_at(&self.spill, &bytes, i.offset)?;
+                    i.any_order = Vec::new();
+                }
             }
+            moved.insert(i.path.clone(), (i.offset, i.rows));
         }
         Ok(RowMap {
             new_files: files,
-            moved: olds.into_iter().collect(),
+            moved,
+            spill: Some(self.spill),
         })
+    }
+}
+
+fn push(spill: &std::fs::File, offset: u64, o: &mut InOrder, row: u32) -> Result<()> {
+    o.buf.push(row);
+    if o.buf.len() >= SPILL_BUFFER {
+        flush(spill, offset, o)?;
+    }
+    Ok(())
+}
+
+fn flush(spill: &std::fs::File, offset: u64, o: &mut InOrder) -> Result<()> {
+    let bytes: Vec<u8> = o.buf.iter().flat_map(|r| r.to_le_bytes()).collect();
+    write_at(spill, &bytes, offset + o.flushed * 4)?;
+    o.flushed += o.buf.len() as u64;
+    o.buf.clear();
+    Ok(())
+}
+
+fn write_at(spill: &std::fs::File, bytes: &[u8], at: u64) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    spill
+        .write_all_at(bytes, at)
+        .map_err(|e| Error::Other(format!("row map: cannot write its temporary file: {e}")))
+}
+
+impl RowMap {
+    /// A row of a replaced file that was not written (it was deleted when the rewrite read it).
+    pub const NOT_WRITTEN: u32 = u32::MAX;
+    /// Rows one rewrite may write (row numbers are 32 bits, one value means not written).
+    pub const MAX_ROWS: u64 = u32::MAX as u64;
+
+    /// A map from `olds` (per replaced file and old position: the row's number in the output,
+    /// or [`RowMap::NOT_WRITTEN`]) onto `new_files` (path, spec id, partition, rows).
+    #[cfg(test)]
+    pub fn from_sequence(
+        olds: Vec<(String, Vec<u32>)>,
+        new_files: Vec<(String, i32, Struct, u64)>,
+    ) -> Result<RowMap> {
+        let inputs: Vec<(String, u64, bool)> = olds
+            .iter()
+            .map(|(p, v)| (p.clone(), v.len() as u64, false))
+            .collect();
+        let mut b = RowMapBuilder::new(&inputs)?;
+        for (i, (_, rows)) in olds.iter().enumerate() {
+            for (pos, row) in rows.iter().enumerate() {
+                b.set(i, pos as u64, *row)?;
+            }
+        }
+        b.finish(new_files)
+    }
+
+    /// The row number of `old`'s row `pos`, or `None` past its end.
+    fn row_of(&self, old: &str, pos: i64) -> Result<Option<u32>> {
+        use std::os::unix::fs::FileExt;
+        let (offset, rows) = self.moved.get(old).ok_or_else(|| {
+            Error::Other(format!("rewrite has no row map for replaced file {old}"))
+        })?;
+        let (Ok(pos), Some(spill)) = (u64::try_from(pos), &self.spill) else {
+            return Ok(None);
+        };
+        if pos >= *rows {
+            return Ok(None);
+        }
+        let mut b = [0u8; 4];
+        spill
+            .read_exact_at(&mut b, offset + pos * 4)
+            .map_err(|e| Error::Other(format!("row map: cannot read its temporary file: {e}")))?;
+        Ok(Some(u32::from_le_bytes(b)))
     }
 
     /// Whether the map covers `old`.
@@ -92,11 +268,8 @@ impl RowMap {
     ) -> Result<BTreeMap<String, FileDeletes>> {
         let mut out: BTreeMap<String, FileDeletes> = BTreeMap::new();
         for (old, positions) in deletes {
-            let moved = self.moved.get(old).ok_or_else(|| {
-                Error::Other(format!("rewrite has no row map for replaced file {old}"))
-            })?;
             for p in positions {
-                let Some(&row) = usize::try_from(*p).ok().and_then(|p| moved.get(p)) else {
+                let Some(row) = self.row_of(old, *p)? else {
                     continue;
                 };
                 if row == Self::NOT_WRITTEN {

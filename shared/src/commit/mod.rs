@@ -60,7 +60,7 @@ use iceberg::spec::{
 };
 use tracing::{debug, info, warn};
 
-pub use carry::RowMap;
+pub use carry::{RowMap, RowMapBuilder};
 pub use failpoint::failpoint;
 pub(crate) use producer::remove_files;
 pub use record::{AppliedInput, AppliedRecord, ObjectMeta, Standing};

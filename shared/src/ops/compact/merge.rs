@@ -10,8 +10,9 @@
 //!
 //! Memory, whatever the group's size: per input file one fetched Parquet row group and one
 //! decoded batch of [`BATCH_ROWS`]; up to [`OUT_ROWS`] merged rows before they go to the writer;
-//! the writer's open file's buffers; the group's deleted positions; and the row map, 4 bytes per
-//! input row (`crate::commit::RowMap`). Files sorted first add their decoded size.
+//! the writer's open file's buffers; the group's deleted positions. The row map (4 bytes per
+//! input row, `crate::commit::RowMap`) goes to a temporary file, not memory. Files sorted
+//! first add their decoded size.
 
 use arrow_array::{BooleanArray, RecordBatch};
 use arrow_ord::sort::{SortColumn, lexsort_to_indices};
@@ -25,7 +26,7 @@ use iceberg::spec::{DataFile, TableMetadata};
 use iceberg::table::Table;
 use tracing::warn;
 
-use crate::commit::RowMap;
+use crate::commit::{RowMap, RowMapBuilder};
 use crate::error::{Error, Result};
 use crate::ops::scan::task_stream;
 use crate::write::DataFileStream;
@@ -71,7 +72,7 @@ pub(super) async fn merge_group(
         let mut out = DataFileStream::new(file_io, md, key, target, full_load, live as usize)?;
         let mut merge = Merge::new(out.arrow_schema().clone(), key, &inputs)?;
         match merge.run(table, file_io, &inputs, &mut out).await {
-            Ok(None) => return merge.finish(out, &inputs).await,
+            Ok(None) => return merge.finish(out).await,
             Ok(Some(unsorted)) => {
                 out.abort(file_io).await;
                 let input = &mut inputs[unsorted];
@@ -119,7 +120,7 @@ struct Merge {
     converter: Option<RowConverter>,
     key_idx: Vec<usize>,
     /// Per input, per old position: the row's number in the merged output.
-    sequence: Vec<Vec<u32>>,
+    rows: RowMapBuilder,
 }
 
 impl Merge {
@@ -138,15 +139,23 @@ impl Merge {
                     .collect(),
             )?)
         };
-        let sequence = inputs
-            .iter()
-            .map(|i| vec![RowMap::NOT_WRITTEN; i.task.record_count.unwrap_or(0) as usize])
-            .collect();
+        let rows = RowMapBuilder::new(
+            &inputs
+                .iter()
+                .map(|i| {
+                    (
+                        i.task.data_file_path.clone(),
+                        i.task.record_count.unwrap_or(0),
+                        i.sorted,
+                    )
+                })
+                .collect::<Vec<_>>(),
+        )?;
         Ok(Merge {
             schema,
             converter,
             key_idx,
-            sequence,
+            rows,
         })
     }
 
@@ -188,20 +197,13 @@ impl Merge {
             let c = &mut cursors[top];
             picks.push((c.slot, c.row));
             let pos = c.positions[c.row];
-            let slot = self.sequence[top].get_mut(pos as usize).ok_or_else(|| {
-                Error::Other(format!(
-                    "data file {}: row {pos} beyond the {} rows its manifest entry says",
-                    inputs[top].task.data_file_path,
-                    inputs[top].task.record_count.unwrap_or(0)
-                ))
-            })?;
             if written >= RowMap::MAX_ROWS {
                 return Err(Error::Other(format!(
                     "a compaction group of more than {} rows: lower --max-group-bytes",
                     RowMap::MAX_ROWS
                 )));
             }
-            *slot = written as u32;
+            self.rows.set(top, pos, written as u32)?;
             written += 1;
             c.row += 1;
             if c.row == c.rows.num_rows() {
@@ -428,15 +430,10 @@ impl Merge {
     }
 
     /// The files written, and the row map when the rows went to one partition (in merge order).
-    async fn finish(self, out: DataFileStream, inputs: &[Input]) -> Result<Merged> {
+    async fn finish(self, out: DataFileStream) -> Result<Merged> {
         let one_partition = out.partitions() <= 1;
         let written = out.close().await?;
         let map = if one_partition {
-            let olds = inputs
-                .iter()
-                .map(|i| i.task.data_file_path.clone())
-                .zip(self.sequence)
-                .collect();
             let files = written
                 .iter()
                 .map(|(spec, f)| {
@@ -448,7 +445,7 @@ impl Merge {
                     )
                 })
                 .collect();
-            Some(RowMap::from_sequence(olds, files)?)
+            Some(self.rows.finish(files)?)
         } else {
             None
         };
