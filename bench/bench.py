@@ -77,8 +77,13 @@ class Measured:
 
 def measure(cmd: list[str], timeout: float, env: dict | None = None,
             logfile: Path | None = None) -> Measured:
-    """Runs cmd; wall clock, exit code and the peak RSS of that process (rusage from wait4,
-    ru_maxrss in KiB on Linux) — the process itself, not the children it may start."""
+    """Runs cmd; wall clock, exit code and the peak RSS of that process — the process itself,
+    not the children it may start.
+
+    Peak RSS is the kernel's high-water mark of the process's own memory (`VmHWM` in
+    /proc/<pid>/status), read every 10 ms until it exits. Not wait4's ru_maxrss: Linux carries
+    the parent's high-water mark across fork and exec into the child's maxrss, so a child of a
+    large Python process (this one, after reading a 10M-row table) reported the parent's size."""
     import tempfile
     fo = tempfile.TemporaryFile("w+")
     fe = tempfile.TemporaryFile("w+")
@@ -96,9 +101,30 @@ def measure(cmd: list[str], timeout: float, env: dict | None = None,
 
     timer = threading.Timer(timeout, kill)
     timer.start()
+    hwm = [0]
+    done = threading.Event()
+
+    def watch():
+        path = f"/proc/{p.pid}/status"
+        while not done.is_set():
+            try:
+                with open(path) as fh:
+                    for line in fh:
+                        if line.startswith("VmHWM:"):
+                            hwm[0] = max(hwm[0], int(line.split()[1]))
+                            break
+            except OSError:
+                return
+            done.wait(0.01)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - started
+    done.set()
+    watcher.join()
     timer.cancel()
+    peak_kib = hwm[0] or ru.ru_maxrss
     p.returncode = os.waitstatus_to_exitcode(status)
     fo.seek(0)
     fe.seek(0)
@@ -107,9 +133,9 @@ def measure(cmd: list[str], timeout: float, env: dict | None = None,
         logfile.parent.mkdir(parents=True, exist_ok=True)
         with open(logfile, "a") as fh:
             fh.write(f"$ {' '.join(map(str, cmd))}\n# rc={p.returncode} wall={wall:.3f}s "
-                     f"maxrss={ru.ru_maxrss / 1024:.1f}MiB timed_out={timed_out.is_set()}\n"
+                     f"maxrss={peak_kib / 1024:.1f}MiB timed_out={timed_out.is_set()}\n"
                      f"{out[-4000:]}\n{err[-8000:]}\n")
-    return Measured(p.returncode, wall, ru.ru_maxrss / 1024, out, err, timed_out.is_set())
+    return Measured(p.returncode, wall, peak_kib / 1024, out, err, timed_out.is_set())
 
 
 def median(xs):

@@ -10,7 +10,7 @@ with the final state computed independently. The release CLI ingests them into a
 warehouse (one snapshot per file: full-load data files, change data files, position deletes
 against every full-load file), then `compact` runs once with groups large enough to take every
 small file of a kind in one snapshot (`--max-group-bytes 64 GiB`). Measured: wall time and the
-process's peak RSS (wait4), the group's input (files, Parquet bytes, rows, and the rows' size as
+process's peak RSS (its own high-water mark, VmHWM), the group's input (files, Parquet bytes, rows, and the rows' size as
 Arrow arrays: what an in-memory rewrite would hold at least). The table is verified against the
 expected final state (PyIceberg, full compare up to 1M rows, per-column checksums above; DuckDB
 checksums) after compaction. Same case layout at every N: the same number of files per group, so
