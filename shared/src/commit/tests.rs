@@ -812,3 +812,33 @@ async fn a_file_that_claims_the_key_order_but_is_unsorted_is_sorted_before_mergi
     let files = ids_per_file(&lab).await;
     assert!(files.contains(&vec![2, 4, 5, 6, 7, 8, 9]), "{files:?}");
 }
+
+#[tokio::test]
+async fn a_file_many_delete_files_point_into_is_rewritten_though_few_rows_are_deleted() {
+    let lab = Lab::new("many-deletes");
+    let load: String = (0..400).map(|k| format!("I,{k},v{k}\n")).collect();
+    lab.ingest(vec![lab.file("LOAD00000001.csv", &load)]).await;
+    // Eight change files, each updating one row of the full load: 2% of its rows deleted, by
+    // eight delete files.
+    for f in 0..8 {
+        lab.ingest(vec![lab.file(
+            &format!("20220302-11360{f}0000.csv"),
+            &format!("U,{},u{f}\n", f * 7),
+        )])
+        .await;
+    }
+    let report = Compact::new(&lab.catalog, lab.ident.clone())
+        .options(CompactOptions {
+            // Below the full-load file's size: it is not small, and 2% is below the ratio.
+            target_file_size: Some(2048),
+            ..Default::default()
+        })
+        .execute()
+        .await
+        .unwrap();
+    assert_eq!(report.delete_files_before, 8, "{report:?}");
+    assert_eq!(report.delete_files_after, 0, "{report:?}");
+    let rows = lab.rows().await;
+    assert_eq!(rows.len(), 400);
+    assert!(rows.contains(&"49=u7".to_string()), "{rows:?}");
+}

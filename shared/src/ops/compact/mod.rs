@@ -41,6 +41,10 @@ pub struct CompactOptions {
     pub min_file_ratio: f64,
     /// Files with at least this fraction of their rows deleted are rewritten.
     pub delete_ratio: f64,
+    /// Files that at least this many delete files point into are rewritten, however few rows
+    /// they delete: every reader opens every delete file, so under continuous ingest their
+    /// number (not the rows they delete) is what slows reads down.
+    pub max_delete_files: usize,
     /// Input bytes per rewrite group (one snapshot). A group is streamed (see `merge`): its
     /// size bounds how long one commit's work takes, not memory.
     pub max_group_bytes: u64,
@@ -58,6 +62,7 @@ impl Default for CompactOptions {
             target_file_size: None,
             min_file_ratio: 0.75,
             delete_ratio: 0.1,
+            max_delete_files: 8,
             max_group_bytes: 256 << 20,
             max_group_files: 100,
             max_bytes: 1 << 30,
@@ -105,6 +110,8 @@ struct LiveData {
     spec_id: i32,
     partition: Struct,
     deleted: u64,
+    /// Delete files that point into it.
+    delete_files: usize,
     sort_order_id: Option<i32>,
 }
 
@@ -224,7 +231,10 @@ impl<'a> Compact<'a> {
             } else {
                 f.deleted as f64 / f.records as f64
             };
-            if f.size < small || (f.deleted > 0 && deleted_ratio >= self.options.delete_ratio) {
+            if f.size < small
+                || (f.deleted > 0 && deleted_ratio >= self.options.delete_ratio)
+                || f.delete_files >= self.options.max_delete_files.max(1)
+            {
                 by_partition
                     .entry((
                         f.spec_id,
@@ -550,6 +560,7 @@ async fn live_files(
                     spec_id: m.partition_spec_id,
                     partition: f.partition().clone(),
                     deleted: 0,
+                    delete_files: 0,
                     sort_order_id: f.sort_order_id(),
                 }),
                 DataContentType::PositionDeletes => {
@@ -573,10 +584,12 @@ async fn live_files(
         .buffered(crate::lookup::READ_CONCURRENCY)
         .try_collect()
         .await?;
-    let mut deleted_per_file: HashMap<String, u64> = HashMap::new();
+    let mut deleted_per_file: HashMap<String, (u64, usize)> = HashMap::new();
     for (path, content) in read {
         for (p, pos) in &content {
-            *deleted_per_file.entry(p.clone()).or_default() += pos.len() as u64;
+            let d = deleted_per_file.entry(p.clone()).or_default();
+            d.0 += pos.len() as u64;
+            d.1 += 1;
         }
         deletes.push(LiveDelete {
             path,
@@ -584,7 +597,7 @@ async fn live_files(
         });
     }
     for d in &mut data {
-        d.deleted = deleted_per_file.get(&d.path).copied().unwrap_or(0);
+        (d.deleted, d.delete_files) = deleted_per_file.get(&d.path).copied().unwrap_or((0, 0));
     }
     // A delete file whose targets are all gone (rewritten earlier) is dangling: empty targets.
     let live: BTreeSet<String> = data.iter().map(|d| d.path.clone()).collect();
