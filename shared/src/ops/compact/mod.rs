@@ -284,7 +284,14 @@ impl<'a> Compact<'a> {
                 groups.push(g);
             }
         }
-        groups.sort_by_key(|g| std::cmp::Reverse(g.files.len()));
+        // Groups holding a file over the delete-file threshold first: under continuous ingest
+        // there is always a fresh group of small change files, and a big full-load file that
+        // every change adds a delete file to would otherwise wait behind them for ever.
+        let threshold = self.options.max_delete_files.max(1);
+        groups.sort_by_key(|g| {
+            let over = g.files.iter().any(|f| f.delete_files >= threshold);
+            (std::cmp::Reverse(over), std::cmp::Reverse(g.files.len()))
+        });
         groups
     }
 
