@@ -25,14 +25,13 @@ use crate::write::{FileDeletes, write_position_deletes};
 /// A rewrite writes its rows as one stream over its new files, in order; the map keeps each old
 /// row's number in that stream and finds the new file and position only for the few rows a
 /// concurrent commit deletes.
-#[derive(Default)]
 pub struct RowMap {
     /// The files written, in the order their rows were numbered, with the number of each
     /// file's first row.
     new_files: Vec<(String, i32, Struct, u64)>,
     /// Per replaced file: where its row numbers start in `spill` (bytes), and its row count.
     moved: HashMap<String, (u64, u64)>,
-    spill: Option<std::fs::File>,
+    spill: std::fs::File,
 }
 
 impl fmt::Debug for RowMap {
@@ -182,7 +181,7 @@ impl RowMapBuilder {
         Ok(RowMap {
             new_files: files,
             moved,
-            spill: Some(self.spill),
+            spill: self.spill,
         })
     }
 }
@@ -242,14 +241,14 @@ impl RowMap {
         let (offset, rows) = self.moved.get(old).ok_or_else(|| {
             Error::Other(format!("rewrite has no row map for replaced file {old}"))
         })?;
-        let (Ok(pos), Some(spill)) = (u64::try_from(pos), &self.spill) else {
+        let Ok(pos) = u64::try_from(pos) else {
             return Ok(None);
         };
         if pos >= *rows {
             return Ok(None);
         }
         let mut b = [0u8; 4];
-        spill
+        self.spill
             .read_exact_at(&mut b, offset + pos * 4)
             .map_err(|e| Error::Other(format!("row map: cannot read its temporary file: {e}")))?;
         Ok(Some(u32::from_le_bytes(b)))

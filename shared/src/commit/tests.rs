@@ -372,6 +372,11 @@ async fn a_base_expired_from_history_needs_a_replan() {
 
 /// Another engine's commit (an empty append): it carries our record forward unchanged.
 async fn foreign_append(lab: &Lab, snapshot_id: i64) {
+    foreign_append_of(lab, snapshot_id, vec![]).await;
+}
+
+/// Another engine's append of `manifests` (written for `snapshot_id`).
+async fn foreign_append_of(lab: &Lab, snapshot_id: i64, manifests: Vec<ManifestFile>) {
     let t = lab.table().await;
     let foreign = Staged {
         ident: lab.ident.clone(),
@@ -380,7 +385,7 @@ async fn foreign_append(lab: &Lab, snapshot_id: i64) {
         schema_id: t.metadata.current_schema_id(),
         snapshot_id,
         change: Change::Append,
-        manifests: vec![],
+        manifests,
         files: vec![],
         added: Added::default(),
         summary: Default::default(),
@@ -726,8 +731,8 @@ async fn compaction_merges_files_by_key_and_drops_deleted_rows() {
         .await
         .unwrap();
     assert!(report.commits >= 1, "{report:?}");
-    let want: Vec<String> = expected.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let mut want = want;
+    // `rows()` sorts its `id=v` strings as text.
+    let mut want: Vec<String> = expected.iter().map(|(k, v)| format!("{k}={v}")).collect();
     want.sort();
     assert_eq!(lab.rows().await, want);
     // The change files became one file, sorted by key; the full load's live rows (1 and 3)
@@ -778,23 +783,7 @@ async fn a_file_that_claims_the_key_order_but_is_unsorted_is_sorted_before_mergi
     let manifests = write_manifests(file_io, md, snapshot_id, &written, &[], None)
         .await
         .unwrap();
-    let foreign = Staged {
-        ident: lab.ident.clone(),
-        base: Base::Existing(t.clone()),
-        changes: MetadataChanges::default(),
-        schema_id: md.current_schema_id(),
-        snapshot_id,
-        change: Change::Append,
-        manifests,
-        files: vec![],
-        added: Added::default(),
-        summary: Default::default(),
-        record: None,
-    };
-    let mut budget = retry::Budget::new(RetryPolicy::default());
-    attempt_until_decided(&lab.catalog, &foreign, &mut budget)
-        .await
-        .unwrap();
+    foreign_append_of(&lab, snapshot_id, manifests).await;
     Compact::new(&lab.catalog, lab.ident.clone())
         .options(CompactOptions {
             target_file_size: Some(1 << 20),

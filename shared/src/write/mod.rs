@@ -264,7 +264,6 @@ pub struct DataFileStream {
     /// Open writers, in the order their partitions first appeared.
     writers: Vec<(Option<PartitionKey>, DataWriter)>,
     by_partition: std::collections::HashMap<String, usize>,
-    rows: u64,
 }
 
 impl DataFileStream {
@@ -281,7 +280,6 @@ impl DataFileStream {
             plan: DataFilePlan::new(file_io, metadata, key, target_file_size, full_load, rows)?,
             writers: Vec::new(),
             by_partition: std::collections::HashMap::new(),
-            rows: 0,
         })
     }
 
@@ -309,7 +307,6 @@ impl DataFileStream {
             };
             let (pk, w) = &mut self.writers[i];
             w.write(pk, &part).await?;
-            self.rows += part.num_rows() as u64;
         }
         Ok(())
     }

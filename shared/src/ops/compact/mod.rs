@@ -120,6 +120,8 @@ struct LiveDelete {
     path: String,
     /// Live data files it deletes rows of (files already gone are left out).
     targets: BTreeSet<String>,
+    /// What it deletes, as read when planning: the rewrite applies it without reading again.
+    content: Arc<DeletedPositions>,
 }
 
 /// The files of one partition to rewrite together.
@@ -318,7 +320,7 @@ impl<'a> Compact<'a> {
             .map(|f| f.path.clone())
             .collect();
         let inputs = self
-            .inputs(&t, snapshot.snapshot_id(), &paths, &sorted)
+            .inputs(&t, snapshot.snapshot_id(), &paths, &sorted, deletes)
             .await?;
         let key = key_columns(md.current_schema());
         let full_load = group.files.iter().all(|f| is_full_load_file(&f.path));
@@ -403,6 +405,7 @@ impl<'a> Compact<'a> {
         snapshot_id: i64,
         paths: &BTreeSet<String>,
         sorted: &BTreeSet<String>,
+        planned: &[LiveDelete],
     ) -> Result<Vec<merge::Input>> {
         let file_io = self.catalog.file_io();
         let scan = t.scan().snapshot_id(snapshot_id).select_all().build()?;
@@ -413,7 +416,13 @@ impl<'a> Compact<'a> {
             .try_filter(move |task| futures::future::ready(wanted.contains(&task.data_file_path)))
             .try_collect()
             .await?;
-        let mut delete_files: BTreeMap<String, u64> = BTreeMap::new();
+        let mut deletes: HashMap<String, Arc<DeletedPositions>> = planned
+            .iter()
+            .map(|d| (d.path.clone(), d.content.clone()))
+            .collect();
+        // The plan read every live delete file of this snapshot; one it did not (none, unless
+        // the scan and the plan disagree) is read here.
+        let mut unread: BTreeMap<String, u64> = BTreeMap::new();
         for d in tasks.iter().flat_map(|t| t.deletes.iter()) {
             if d.file_type != DataContentType::PositionDeletes {
                 return Err(Error::Other(format!(
@@ -421,16 +430,12 @@ impl<'a> Compact<'a> {
                     d.file_path
                 )));
             }
-            delete_files.insert(d.file_path.clone(), d.file_size_in_bytes);
+            if !deletes.contains_key(&d.file_path) {
+                unread.insert(d.file_path.clone(), d.file_size_in_bytes);
+            }
         }
-        let deletes: HashMap<String, DeletedPositions> = futures::stream::iter(delete_files)
-            .map(|(path, size)| async move {
-                let content = read_position_deletes(file_io, &path, size).await?;
-                Ok::<_, Error>((path, content))
-            })
-            .buffer_unordered(16)
-            .try_collect()
-            .await?;
+        let read = read_delete_files(file_io, unread).await?;
+        deletes.extend(read.into_iter().map(|(p, c)| (p, Arc::new(c))));
         Ok(tasks
             .into_iter()
             .map(|mut task| {
@@ -582,15 +587,7 @@ async fn live_files(
             }
         }
     }
-    // Many small delete files on object storage: read them concurrently, not one by one.
-    let read: Vec<(String, DeletedPositions)> = futures::stream::iter(delete_files)
-        .map(|(path, size)| async move {
-            let content = read_position_deletes(file_io, &path, size).await?;
-            Ok::<_, Error>((path, content))
-        })
-        .buffered(crate::lookup::READ_CONCURRENCY)
-        .try_collect()
-        .await?;
+    let read = read_delete_files(file_io, delete_files).await?;
     let mut deleted_per_file: HashMap<String, (u64, usize)> = HashMap::new();
     for (path, content) in read {
         for (p, pos) in &content {
@@ -600,7 +597,8 @@ async fn live_files(
         }
         deletes.push(LiveDelete {
             path,
-            targets: content.into_keys().collect(),
+            targets: content.keys().cloned().collect(),
+            content: Arc::new(content),
         });
     }
     for d in &mut data {
@@ -612,6 +610,22 @@ async fn live_files(
         d.targets.retain(|t| live.contains(t));
     }
     Ok((data, deletes))
+}
+
+/// The content of position-delete files `(path, size)`, in their order. Many small files on
+/// object storage: read concurrently, not one by one.
+async fn read_delete_files(
+    file_io: &iceberg::io::FileIO,
+    files: impl IntoIterator<Item = (String, u64)>,
+) -> Result<Vec<(String, DeletedPositions)>> {
+    futures::stream::iter(files)
+        .map(|(path, size)| async move {
+            let content = read_position_deletes(file_io, &path, size).await?;
+            Ok::<_, Error>((path, content))
+        })
+        .buffered(crate::lookup::READ_CONCURRENCY)
+        .try_collect()
+        .await
 }
 
 /// The staged commit of the first group the next run would rewrite (tests of the protocol).
