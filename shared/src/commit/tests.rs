@@ -831,3 +831,93 @@ async fn a_file_many_delete_files_point_into_is_rewritten_though_few_rows_are_de
     assert_eq!(rows.len(), 400);
     assert!(rows.contains(&"49=u7".to_string()), "{rows:?}");
 }
+
+/// Applies `files` with a fresh process's cache; the lookup figures of its one commit.
+async fn cold_lookup(lab: &Lab, file: FileInput) -> crate::lookup::LookupStats {
+    let mut stats = Vec::new();
+    let r = Ingest::new(&lab.catalog, &lab.config)
+        .execute("s", "t", vec![file], |c| stats.push(c.lookup.clone()))
+        .await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(stats.len(), 1);
+    stats.remove(0)
+}
+
+#[tokio::test]
+async fn a_large_files_key_index_is_written_once_read_by_fresh_processes_and_ignored_when_damaged()
+{
+    use crate::lookup::index::{INDEX_MIN_ROWS, index_path};
+    let lab = Lab::new("keyindex");
+    let n = INDEX_MIN_ROWS as i64 + 10_000;
+    let rows: String = (1..=n).map(|i| format!("I,{i},v{i}\n")).collect();
+    lab.ingest(vec![lab.file("LOAD00000001.csv", &rows)]).await;
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&lab.dir.join("wh"), &mut files);
+    let data: Vec<&PathBuf> = files
+        .iter()
+        .filter(|p| p.to_string_lossy().ends_with("-fullload.parquet"))
+        .collect();
+    let [data] = data.as_slice() else {
+        panic!("one full-load data file expected: {data:?}")
+    };
+    let index_file = index_path(&data.to_string_lossy());
+
+    // 1. A fresh process reads the key column whole and leaves the index behind.
+    let s = cold_lookup(
+        &lab,
+        lab.file("20220302-1134010000.csv", "U,7,x\nU,140000,y\n"),
+    )
+    .await;
+    assert_eq!((s.key_indexes_read, s.key_indexes_written), (0, 1), "{s:?}");
+    assert!(std::path::Path::new(&index_file).exists(), "{index_file}");
+    // 2. The next fresh process reads the index instead of the file, and writes none.
+    let s = cold_lookup(
+        &lab,
+        lab.file("20220302-1134020000.csv", "D,8,\nU,9,z\nI,999999,new\n"),
+    )
+    .await;
+    assert_eq!(
+        (s.key_indexes_read, s.key_indexes_written, s.data_files_read),
+        (1, 0, 1),
+        "{s:?}"
+    );
+    // 3. A damaged index is ignored (the file is read) and written again.
+    let mut bytes = std::fs::read(&index_file).unwrap();
+    let at = bytes.len() - 3;
+    bytes[at] ^= 0xff;
+    std::fs::write(&index_file, &bytes).unwrap();
+    let s = cold_lookup(
+        &lab,
+        lab.file("20220302-1134030000.csv", "U,10,w\nD,140000,\n"),
+    )
+    .await;
+    assert_eq!((s.key_indexes_read, s.key_indexes_written), (0, 1), "{s:?}");
+    // 4. An index of another file (same key types, another size) is not used either.
+    let other = lab.file("20220302-1134040000.csv", "U,11,q\n");
+    std::fs::write(&index_file, b"DMS2IKEY").unwrap();
+    let s = cold_lookup(&lab, other).await;
+    assert_eq!(s.key_indexes_read, 0, "{s:?}");
+
+    let mut want: std::collections::BTreeMap<i64, String> =
+        (1..=n).map(|i| (i, format!("v{i}"))).collect();
+    want.insert(7, "x".into());
+    want.remove(&8);
+    want.insert(9, "z".into());
+    want.insert(999_999, "new".into());
+    want.insert(10, "w".into());
+    want.remove(&140_000);
+    want.insert(11, "q".into());
+    let mut want: Vec<String> = want.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    want.sort();
+    assert_eq!(lab.rows().await, want);
+}

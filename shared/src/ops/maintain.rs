@@ -176,6 +176,10 @@ impl Live {
         if let Some(base) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".crc")) {
             return self.keeps(&format!("{dir}/{base}"));
         }
+        // A key index (lookup::index) lives and goes with its data file.
+        if let Some(base) = listed.strip_suffix(crate::lookup::index::KEY_INDEX_SUFFIX) {
+            return self.refs.contains_key(base);
+        }
         // A Hadoop catalog's pointer to the current metadata.
         if name == "version-hint.text" {
             return true;
@@ -678,6 +682,9 @@ mod tests {
         // A newer metadata file: another writer's commit in flight.
         assert!(keeps("file:///w/t/metadata/00006-b.metadata.json"));
         assert!(keeps("file:///w/t/metadata/version-hint.text"));
+        // A key index stays with its live data file, and goes with a removed one.
+        assert!(keeps("file:///w/t/data/ours.parquet.keyindex"));
+        assert!(!keeps("file:///w/t/data/stray.parquet.keyindex"));
         // Same version as the current one, another file: an attempt that lost its commit.
         assert!(!keeps("file:///w/t/metadata/00005-b.metadata.json"));
         // Older metadata no longer in the log, unreferenced data, their checksums: orphans.

@@ -147,7 +147,20 @@ impl<'a> Ingest<'a> {
     }
 
     /// Applies `files` (all of one source table) in DMS order; stops at the first failure.
+    /// Returns once the key indexes its lookups started uploading are written too.
     pub async fn execute(
+        &self,
+        schema: &str,
+        table: &str,
+        files: Vec<FileInput>,
+        on_commit: impl FnMut(&CommitReport),
+    ) -> TableReport {
+        let report = self.apply_files(schema, table, files, on_commit).await;
+        self.cache.finish_index_writes().await;
+        report
+    }
+
+    async fn apply_files(
         &self,
         schema: &str,
         table: &str,

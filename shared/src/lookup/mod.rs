@@ -8,7 +8,12 @@
 //! 3. only the key columns of what remains are read, and rows already deleted by existing
 //!    position deletes are ignored.
 //!
-//! Manifests and delete files are immutable, so a warm process caches them by path.
+//! Manifests and delete files are immutable, so a warm process caches them by path, with the
+//! decoded key columns of data files. A fresh process reads a large file's key column from its
+//! key index ([`index`]) when there is one: a fraction of the bytes and no decompression of
+//! plain `i64` pages.
+
+pub mod index;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -30,6 +35,7 @@ use parquet::file::statistics::Statistics;
 
 use crate::error::{Error, Result};
 use crate::write::FileDeletes;
+use index::{INDEX_MIN_ROWS, PackedBuilder, PackedKeys};
 
 /// What a lookup did, for logs and benchmarks.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -43,6 +49,11 @@ pub struct LookupStats {
     pub delete_files_read: usize,
     /// Candidate files answered from the in-memory key cache without reading them.
     pub key_cache_hits: usize,
+    /// Candidate files answered from their stored key index ([`index`]).
+    pub key_indexes_read: usize,
+    /// Key index uploads this lookup started (large files whose key column it read whole; an
+    /// index no smaller than the column is dropped before upload).
+    pub key_indexes_written: usize,
 }
 
 #[derive(Debug, Default)]
@@ -63,6 +74,9 @@ pub struct LookupCache {
     manifests: Mutex<HashMap<String, Arc<Manifest>>>,
     deletes: Mutex<HashMap<String, Arc<DeletedPositions>>>,
     keys: Mutex<KeyCache>,
+    /// Key index uploads in flight: they overlap the rest of the commit, and
+    /// [`LookupCache::finish_index_writes`] waits for them before an invocation ends.
+    index_writes: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// Default memory for cached key columns.
@@ -112,9 +126,32 @@ struct FileKeys {
 enum KeyValues {
     /// Row-encoded (any key types, composite keys).
     Rows(Rows),
-    /// A single integer key column: 8 bytes a row instead of a row encoding's 17, and no
-    /// encoding pass when the column is read.
+    /// A single integer key column out of order (not written by us): 8 bytes a row instead of
+    /// a row encoding's 17, and no encoding pass when the column is read.
     Ints(Vec<i64>),
+    /// A single integer key column in order (every file we write): 1–2 bytes a row, searched
+    /// block by block; what a stored key index holds.
+    Packed(PackedKeys),
+}
+
+/// An integer key column: packed if it ascends, as it is in every file we write.
+fn pack(v: Vec<i64>) -> KeyValues {
+    let mut b = PackedBuilder::default();
+    if b.extend(&v) {
+        KeyValues::Packed(b.finish())
+    } else {
+        KeyValues::Ints(v)
+    }
+}
+
+impl KeyValues {
+    fn sorted(&self) -> bool {
+        match self {
+            KeyValues::Rows(rows) => (1..rows.num_rows()).all(|i| rows.row(i - 1) <= rows.row(i)),
+            KeyValues::Ints(v) => v.windows(2).all(|w| w[0] <= w[1]),
+            KeyValues::Packed(_) => true,
+        }
+    }
 }
 
 impl FileKeys {
@@ -122,6 +159,7 @@ impl FileKeys {
         match &self.values {
             KeyValues::Rows(r) => r.size(),
             KeyValues::Ints(v) => v.capacity() * std::mem::size_of::<i64>(),
+            KeyValues::Packed(p) => p.size(),
         }
     }
 }
@@ -146,6 +184,73 @@ impl LookupCache {
                 budget,
                 ..Default::default()
             }),
+            index_writes: Mutex::default(),
+        }
+    }
+
+    /// Waits for the key index uploads this process started (a failed one is logged: an index
+    /// is only a cache). Call before an invocation returns: a Lambda is frozen after it.
+    pub async fn finish_index_writes(&self) {
+        let pending: Vec<_> = match self.index_writes.lock() {
+            Ok(mut w) => w.drain(..).collect(),
+            Err(_) => return,
+        };
+        for h in pending {
+            if let Err(e) = h.await {
+                tracing::warn!(error = %e, "key index upload task failed");
+            }
+        }
+    }
+
+    /// Uploads a key index in the background (see [`LookupCache::finish_index_writes`]) if it
+    /// is smaller than `column_bytes`, the key column as the file stores it (dense or
+    /// clustered keys are; random 64-bit ids need not be).
+    fn write_index(
+        &self,
+        file_io: &FileIO,
+        c: &Candidate,
+        sig: &str,
+        keys: Arc<FileKeys>,
+        column_bytes: usize,
+    ) {
+        let (file_io, data_file, sig) = (file_io.clone(), c.path.clone(), sig.to_string());
+        let file_size = c.size;
+        let task = tokio::spawn(async move {
+            let encoded = tokio::task::spawn_blocking(move || match &keys.values {
+                KeyValues::Packed(p) => Some(p.encode(file_size, &sig).map(|b| (b, p.len()))),
+                _ => None,
+            })
+            .await;
+            let path = index::index_path(&data_file);
+            let (encoded, keys) = match encoded {
+                Ok(Some(Ok(b))) => b,
+                Ok(None) => return,
+                Ok(Some(Err(e))) => {
+                    tracing::warn!(file = %data_file, error = %e, "key index not written");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(file = %data_file, error = %e, "key index not written");
+                    return;
+                }
+            };
+            let bytes = encoded.len();
+            if bytes >= column_bytes {
+                tracing::debug!(file = %data_file, bytes, column_bytes, "key index no smaller than the key column: not written");
+                return;
+            }
+            let written = match file_io.new_output(&path) {
+                Ok(out) => out.write(bytes::Bytes::from(encoded)).await,
+                Err(e) => Err(e),
+            };
+            match written {
+                Ok(()) => tracing::debug!(index = %path, bytes, keys, "key index written"),
+                Err(e) => tracing::warn!(index = %path, error = %e, "key index not written"),
+            }
+        });
+        if let Ok(mut w) = self.index_writes.lock() {
+            w.retain(|h| !h.is_finished());
+            w.push(task);
         }
     }
 
@@ -192,7 +297,7 @@ impl LookupCache {
         };
         let form = if ints.is_some() { "i64" } else { "rows" };
         let values = match ints {
-            Some(v) => KeyValues::Ints(v),
+            Some(v) => pack(v),
             None => {
                 let Ok(conv) =
                     RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())
@@ -205,10 +310,7 @@ impl LookupCache {
                 KeyValues::Rows(rows)
             }
         };
-        let sorted = match &values {
-            KeyValues::Rows(rows) => (1..rows.num_rows()).all(|i| rows.row(i - 1) <= rows.row(i)),
-            KeyValues::Ints(v) => v.windows(2).all(|w| w[0] <= w[1]),
-        };
+        let sorted = values.sorted();
         let sig = format!("{field_ids:?}{types:?}{form}");
         self.cache_keys(path, &sig, Arc::new(FileKeys { values, sorted }));
     }
@@ -477,6 +579,7 @@ fn datum_array(d: &Datum) -> Option<ArrayRef> {
 struct Candidate {
     path: String,
     size: u64,
+    rows: u64,
     spec_id: i32,
     partition: Struct,
 }
@@ -552,6 +655,8 @@ pub async fn locate_rows(
         out.stats.row_groups_pruned_by_stats += scan.pruned_by_stats;
         out.stats.row_groups_pruned_by_bloom += scan.pruned_by_bloom;
         out.stats.key_cache_hits += scan.cache_hit as usize;
+        out.stats.key_indexes_read += scan.index_read as usize;
+        out.stats.key_indexes_written += scan.index_written as usize;
         let dead = dead.get(&c.path);
         let hits: Vec<(i64, usize)> = scan
             .hits
@@ -631,6 +736,7 @@ async fn candidates(
                         candidates.push(Candidate {
                             path: f.file_path().to_string(),
                             size: f.file_size_in_bytes(),
+                            rows: f.record_count(),
                             spec_id: mf.partition_spec_id,
                             partition: f.partition().clone(),
                         });
@@ -804,6 +910,8 @@ async fn mark_stale(
 struct FileScan {
     opened: bool,
     cache_hit: bool,
+    index_read: bool,
+    index_written: bool,
     row_groups_read: usize,
     pruned_by_stats: usize,
     pruned_by_bloom: usize,
@@ -823,6 +931,18 @@ async fn scan_file(
         let mut scan = FileScan::empty();
         scan.cache_hit = true;
         scan.hits = search(&fk, k);
+        return Ok(scan);
+    }
+    let indexable = k.ints.is_some() && c.rows >= INDEX_MIN_ROWS;
+    if indexable && let Some(packed) = read_index(file_io, c, &k.sig).await {
+        let fk = Arc::new(FileKeys {
+            values: KeyValues::Packed(packed),
+            sorted: true,
+        });
+        let mut scan = FileScan::empty();
+        scan.index_read = true;
+        scan.hits = search(&fk, k);
+        cache.cache_keys(&c.path, &k.sig, fk);
         return Ok(scan);
     }
     let input = file_io.new_input(&c.path)?;
@@ -899,21 +1019,37 @@ async fn scan_file(
     if fill {
         let total: usize = batches.iter().map(|b| b.num_rows()).sum();
         let values = if k.ints.is_some() {
-            let mut v = Vec::with_capacity(total);
+            // Packed as the batches come (no 8-byte copy of the column) while they ascend.
+            let mut packed = Some(PackedBuilder::default());
+            let mut v = Vec::new();
             for b in &batches {
                 let cols = key_columns_of(b, k)?;
                 let col = cols.first().filter(|c| c.null_count() == 0);
-                match col.and_then(int_values) {
-                    Some(x) => v.extend(x),
-                    None => {
-                        return Err(Error::Other(format!(
-                            "{}: key column is not an integer column without NULLs",
-                            c.path
-                        )));
+                let Some(x) = col.and_then(int_values) else {
+                    return Err(Error::Other(format!(
+                        "{}: key column is not an integer column without NULLs",
+                        c.path
+                    )));
+                };
+                if let Some(p) = packed.as_mut()
+                    && !p.extend(&x)
+                {
+                    // Out of order: start over plain, from the batches before this one.
+                    packed = None;
+                    v.reserve(total);
+                    for before in batches.iter().take_while(|x| !std::ptr::eq(*x, b)) {
+                        let cols = key_columns_of(before, k)?;
+                        v.extend(cols.first().and_then(int_values).unwrap_or_default());
                     }
                 }
+                if packed.is_none() {
+                    v.extend(x);
+                }
             }
-            KeyValues::Ints(v)
+            match packed {
+                Some(p) => KeyValues::Packed(p.finish()),
+                None => KeyValues::Ints(v),
+            }
         } else {
             let mut rows = k.converter.empty_rows(total, total * 8);
             for b in &batches {
@@ -921,12 +1057,16 @@ async fn scan_file(
             }
             KeyValues::Rows(rows)
         };
-        let sorted = match &values {
-            KeyValues::Rows(rows) => (1..rows.num_rows()).all(|i| rows.row(i - 1) <= rows.row(i)),
-            KeyValues::Ints(v) => v.windows(2).all(|w| w[0] <= w[1]),
-        };
+        let sorted = values.sorted();
         let fk = Arc::new(FileKeys { values, sorted });
         scan.hits = search(&fk, k);
+        // The next fresh process reads this column from a key index instead, if the index is
+        // smaller than the column as stored (dense or clustered keys; not random 64-bit ids).
+        if indexable && matches!(fk.values, KeyValues::Packed(_)) {
+            let column_bytes = key_column_bytes(&md, &leaves);
+            cache.write_index(file_io, c, &k.sig, fk.clone(), column_bytes);
+            scan.index_written = true;
+        }
         cache.cache_keys(&c.path, &k.sig, fk);
         return Ok(scan);
     }
@@ -959,11 +1099,48 @@ async fn scan_file(
     Ok(scan)
 }
 
+/// The stored key index of a candidate file, if there is a usable one. A missing, foreign or
+/// damaged index is no error: the file's key column is read instead.
+async fn read_index(file_io: &FileIO, c: &Candidate, sig: &str) -> Option<PackedKeys> {
+    let path = index::index_path(&c.path);
+    let bytes = match file_io.new_input(&path) {
+        Ok(input) => input.read().await,
+        Err(e) => Err(e),
+    };
+    // Not found is the usual reason (no lookup read the file whole yet); the storage layer
+    // does not tell it apart from other failures, and either way the file itself is read.
+    let bytes = bytes
+        .map_err(|e| tracing::debug!(index = %path, error = %e, "no key index"))
+        .ok()?;
+    match PackedKeys::decode(&bytes, c.size, c.rows, sig) {
+        Ok(Some(p)) => Some(p),
+        Ok(None) => {
+            tracing::debug!(index = %path, "key index of other key types or another file");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(index = %path, error = %e, "key index unusable; reading the file");
+            None
+        }
+    }
+}
+
+/// Compressed bytes of the key columns in a Parquet file.
+fn key_column_bytes(md: &parquet::file::metadata::ParquetMetaData, leaves: &[usize]) -> usize {
+    md.row_groups()
+        .iter()
+        .flat_map(|rg| leaves.iter().map(move |&l| rg.column(l).compressed_size()))
+        .sum::<i64>()
+        .max(0) as usize
+}
+
 impl FileScan {
     fn empty() -> FileScan {
         FileScan {
             opened: false,
             cache_hit: false,
+            index_read: false,
+            index_written: false,
             row_groups_read: 0,
             pruned_by_stats: 0,
             pruned_by_bloom: 0,
@@ -977,8 +1154,9 @@ fn search(fk: &FileKeys, k: &Keys) -> Vec<(i64, usize)> {
     let rows = match (&fk.values, &k.ints) {
         (KeyValues::Rows(rows), _) => rows,
         (KeyValues::Ints(v), Some(keys)) => return search_ints(v, fk.sorted, keys),
+        (KeyValues::Packed(p), Some(keys)) => return p.search(keys),
         // Unreachable: the cache entry's name says which form it holds (`Keys::sig`).
-        (KeyValues::Ints(_), None) => return Vec::new(),
+        (KeyValues::Ints(_) | KeyValues::Packed(_), None) => return Vec::new(),
     };
     let mut hits = Vec::new();
     if fk.sorted {
@@ -1317,6 +1495,7 @@ mod tests {
             let forms = [
                 (KeyValues::Rows(rows), true),
                 (KeyValues::Ints(file.clone()), true),
+                (pack(file.clone()), true),
                 (
                     KeyValues::Ints(shuffled.iter().map(|(_, v)| *v).collect()),
                     false,
