@@ -3,8 +3,10 @@
 Run through `bench/latency` (bench/run's venv and release build, then this script).
 
 What it does:
-1. starts bench/latency_server.py (moto S3 + Glue behind the delay layer; the model is stated in
-   its docstring and in every result file) and generates the DMS workloads (bench/gen.py);
+1. starts bench/latency_server.py (S3 + Glue behind the delay layer: by default S3 in memory in
+   bench/fast_s3's Rust server, built with cargo on first use, and Glue on moto; `--s3-backend
+   moto` for moto behind the Python layer, as before; the model and the reasons are in its
+   docstring, the model in every result file) and generates the DMS workloads (bench/gen.py);
 2. loads each base table once (the release CLI, `--catalog glue`, on the emulator's undelayed
    port), then gives every case its own copy: a Glue database per case whose `orders` table
    points at the base's metadata.json (files are immutable and uniquely named, so copies can
@@ -116,13 +118,15 @@ def plan(a) -> list[Case]:
 
 
 class Aws:
-    def __init__(self, work: Path, model: str):
+    def __init__(self, work: Path, model: str, s3_backend: str = "fast", s3_store: str = "mem"):
         import boto3
         from botocore.config import Config
         self.port_file = work / "latency-server.port"
         self.port_file.unlink(missing_ok=True)
         self.proc = subprocess.Popen([PY, HERE / "latency_server.py", "serve", "--quiet",
-                                      "--port-file", self.port_file, "--model", model],
+                                      "--port-file", self.port_file, "--model", model,
+                                      "--s3-backend", s3_backend, "--s3-store", s3_store,
+                                      "--s3-root", work / "s3"],
                                      stdout=open(work / "latency-server.log", "w"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
         end = time.time() + 120
@@ -132,6 +136,7 @@ class Aws:
                                  f"{(work / 'latency-server.log').read_text()[-2000:]}")
             time.sleep(0.05)
         ports = json.loads(self.port_file.read_text())
+        self.s3_backend = ports.get("s3_backend", "moto")
         self.delayed = f"http://127.0.0.1:{ports['delayed']}"
         self.direct = f"http://127.0.0.1:{ports['direct']}"
         cfg = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3})
@@ -577,6 +582,16 @@ def analyse(trace: list[dict], window: tuple[float, float], served: float,
             r = redundant.setdefault(f"{e['class']}: {e['redundant']}", {"requests": 0})
             r["requests"] += 1
     ports = {e["port"] for e in reqs}
+    # The emulator's own time (request in → response ready, before the modelled wait): where it
+    # exceeds the model, the figure is the emulator's, not the protocol's.
+    put_emu = sorted(e["emu_ms"] for e in reqs if e["kind"] == "S3 PUT")
+    emulator = {
+        "put_emu_ms_median": statistics.median(put_emu) if put_emu else None,
+        "put_emu_ms_p95": put_emu[min(len(put_emu) - 1, int(0.95 * len(put_emu)))] if put_emu else None,
+        "put_emu_ms_max": put_emu[-1] if put_emu else None,
+        "emu_ms_median": statistics.median(e["emu_ms"] for e in reqs) if reqs else None,
+        "over_model": sum(1 for e in reqs if e["model_ms"] > 0 and e["emu_ms"] > e["model_ms"]),
+    }
     return {
         "requests": len(reqs), "by_kind": kinds, "by_class": classes,
         "bytes_read": bytes_read, "bytes_written": bytes_written,
@@ -586,7 +601,7 @@ def analyse(trace: list[dict], window: tuple[float, float], served: float,
         "before_handler_ms": max(0.0, (served - t0) * 1000),
         "connections": len(ports),
         "floor": floor(reqs, c), "avoidable": avoidable, "redundant": redundant,
-        "wave_list": wave_rows,
+        "wave_list": wave_rows, "emulator": emulator,
     }
 
 
@@ -686,6 +701,11 @@ def summarise(r: dict) -> None:
         "lookup_ms": med([f["emf"].get("LookupMilliseconds") for f in steady]),
         "connections": med([A(f)["connections"] for f in steady]),
         "max_in_flight": med([A(f)["max_in_flight"] for f in steady]),
+        "put_emu_ms_median": med([A(f)["emulator"]["put_emu_ms_median"] for f in steady]),
+        "put_emu_ms_p95": med([A(f)["emulator"]["put_emu_ms_p95"] for f in steady]),
+        "put_emu_ms_max": med([A(f)["emulator"]["put_emu_ms_max"] for f in steady]),
+        "emu_ms_median": med([A(f)["emulator"]["emu_ms_median"] for f in steady]),
+        "over_model": med([A(f)["emulator"]["over_model"] for f in steady]),
     }
     kinds = {}
     for f in steady:
@@ -748,11 +768,25 @@ def markdown(res: dict, traces: dict) -> str:
          f"Binaries: git {res['versions'].get('git_commit')}"
          + (f" (uncommitted outside bench/: {', '.join(res['versions']['git_dirty_outside_bench'])})"
             if res['versions'].get('git_dirty_outside_bench') else "") + ".\n",
+         *([f"**{res['s3_backend']['note']}**\n"] if res.get("s3_backend", {}).get("fallback")
+           else []),
          "### The model\n",
-         "bench/latency_server.py: moto (tests/support/moto_server.py, Glue `VersionId` enforced) "
-         "behind a delay layer. A request is answered no earlier than `start + first-byte ms + "
+         "bench/latency_server.py: " + (
+             "S3 served in memory by bench/fast_s3 (s3s; Rust, the delay layer in the same "
+             "process), Glue by moto (tests/support/moto_server.py, `VersionId` enforced) behind "
+             "it" if res.get("s3_backend", {}).get("backend") == "fast" and
+             res["s3_backend"].get("store") == "mem" else
+             "S3 served by s3s-fs (files) in bench/fast_s3 (Rust, the delay layer in the same "
+             "process), Glue by moto (tests/support/moto_server.py, `VersionId` enforced) behind "
+             "it" if res.get("s3_backend", {}).get("backend") == "fast" else
+             "moto (tests/support/moto_server.py, Glue `VersionId` enforced) for S3 and Glue "
+             "behind the Python delay layer")
+         + f" (`--s3-backend {res.get('s3_backend', {}).get('backend', 'moto')}`). "
+         "A request is answered no earlier than `start + first-byte ms + "
          "ms per MB × MB moved` (response bytes for GET, request bytes for PUT); requests in "
-         "flight at once overlap (a thread per connection, a sleep per request). Model "
+         "flight at once overlap (" + ("a task per connection, a timer per request"
+                                       if res.get("s3_backend", {}).get("backend") == "fast" else
+                                       "a thread per connection, a sleep per request") + "). Model "
          f"`{res['model_name']}`:\n",
          "| request | first byte ms | ms per MB |", "|---|---:|---:|"]
     for k, (a, b) in res["model"].items():
@@ -789,6 +823,20 @@ def markdown(res: dict, traces: dict) -> str:
              "intervals overlap); longest chain: the most requests one after another; CPU: time of "
              "the latency covered by no request. floor: the least the model allows for our "
              "protocol with this file's sizes (see below), without CPU.\n")
+    L.append("### The emulator's own time\n")
+    L.append("Per request, from its arrival to the emulator's response being ready (before the "
+             "modelled wait): where it exceeds the model the request ends late, and the figure is "
+             "the emulator's rather than the protocol's. Medians over the case's files.\n")
+    L.append("| case | S3 PUT emulator ms: median / p95 / max | any request, median ms | "
+             "requests over the model per file |")
+    L.append("|---|---|---:|---:|")
+    for r in res["cases"]:
+        md = r.get("median")
+        if md and md.get("emu_ms_median") is not None:
+            L.append(f"| {r['case']} | {fmt(md.get('put_emu_ms_median'), 2)} / "
+                     f"{fmt(md.get('put_emu_ms_p95'), 2)} / {fmt(md.get('put_emu_ms_max'), 2)} | "
+                     f"{fmt(md['emu_ms_median'], 2)} | {fmt(md.get('over_model'))} |")
+    L.append("")
     firsts = [(r, f) for r in res["cases"] for f in r.get("files_detail") or []
               if f["role"] == "first of process"]
     if firsts:
@@ -894,6 +942,11 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=HERE / "work")
     ap.add_argument("--results", type=Path, default=HERE / "results")
     ap.add_argument("--tag", default="latency")
+    ap.add_argument("--s3-backend", choices=LS.BACKENDS, default="auto",
+                    help="who serves S3: fast (bench/fast_s3, built with cargo on first use), moto, "
+                         "or auto (fast if it builds, else moto with a warning in the results)")
+    ap.add_argument("--s3-store", choices=("mem", "fs"), default="mem",
+                    help="fast backend: objects in memory, or as files (s3s-fs)")
     ap.add_argument("--setup-json", type=Path)
     ap.add_argument("--command", default="bench/latency")
     a = ap.parse_args()
@@ -901,6 +954,13 @@ def main() -> None:
         if not p.exists():
             raise SystemExit(f"{p} missing: cargo build --release -p dms2iceberg-cli -p dms2iceberg-ingest")
     cases = plan(a)
+    try:
+        backend, note = LS.resolve_backend(a.s3_backend)
+    except LS.FastS3Unavailable as e:
+        raise SystemExit(f"--s3-backend fast: {e}")
+    log(f"S3 backend: {backend} ({note})")
+    if backend == "moto" and a.s3_backend == "auto":
+        log("WARNING: " + note)
     lw = a.work / "latency"
     shutil.rmtree(lw, ignore_errors=True)
     (lw / "logs").mkdir(parents=True)
@@ -916,8 +976,10 @@ def main() -> None:
            "model": LS.ISSUE_13, "params": {"changes": a.changes, "files": a.files,
                                             "partition_cold_files": a.partition_cold_files,
                                             "seed": a.seed},
-           "bases": {}, "cases": []}
-    aws = Aws(lw, "off")
+           "bases": {}, "cases": [],
+           "s3_backend": {"backend": backend, "store": a.s3_store if backend == "fast" else None,
+                          "note": note, "fallback": note.startswith("FALLBACK")}}
+    aws = Aws(lw, "off", backend, a.s3_store)
     try:
         for base in sorted({c.base for c in cases}):
             meta = next(metas[k] for k in metas if k[0] == base[0])
