@@ -523,10 +523,11 @@ def selftest_one(backend: str, store: str = "mem") -> None:
     # The client (Python threads under the GIL) staggers the starts on a loaded machine: the
     # figure that matters is that the layer overlaps what is in flight, not a serial 8 x 20 ms.
     check(el < 0.160, f"8 concurrent GETs overlap (~20 ms, not 160): {el * 1000:.1f} ms")
-    glue.create_database(DatabaseInput={"Name": "db"})
-    glue.create_table(DatabaseName="db", TableInput={"Name": "t"})
+    db = f"db_{backend}"  # moto's Glue state is per process: the backends run one after another
+    glue.create_database(DatabaseInput={"Name": db})
+    glue.create_table(DatabaseName=db, TableInput={"Name": "t"})
     t = time.time()
-    glue.get_table(DatabaseName="db", Name="t")
+    glue.get_table(DatabaseName=db, Name="t")
     el = time.time() - t
     check(0.060 <= el < 0.060 + SLACK, f"Glue GetTable ~60 ms: {el * 1000:.1f} ms")
     tr = trace()
@@ -535,7 +536,7 @@ def selftest_one(backend: str, store: str = "mem") -> None:
     check(kinds.count("S3 GET") == 18 and "Glue CreateTable" in kinds and "Glue GetTable" in kinds,
           f"classified: {kinds}")
     gt = [e for e in tr if e["kind"] == "Glue GetTable"]
-    check(gt and gt[0]["key"] == "db.t", f"a Glue call names its table: {gt}")
+    check(gt and gt[0]["key"] == f"{db}.t", f"a Glue call names its table: {gt}")
     big = tr[1]
     check(big["bytes_out"] == 3_000_000 and abs(big["model_ms"] - 50) < 1e-6,
           f"GET bytes and model: {big}")
@@ -584,7 +585,7 @@ def selftest_one(backend: str, store: str = "mem") -> None:
                                  method="POST")
     urllib.request.urlopen(req).read()
     t = time.time()
-    glue.get_table(DatabaseName="db", Name="t")
+    glue.get_table(DatabaseName=db, Name="t")
     el = time.time() - t
     check(el < SLACK, f"model off: no delay ({el * 1000:.1f} ms)")
     check(len(trace()) == len(tr2) + n0 + 1, "model off: still traced")
