@@ -767,7 +767,10 @@ def markdown(res: dict, traces: dict) -> str:
          f"1-minute load {res['load_start']:.2f} at the start, {res['load_end']:.2f} at the end. "
          f"Binaries: git {res['versions'].get('git_commit')}"
          + (f" (uncommitted outside bench/: {', '.join(res['versions']['git_dirty_outside_bench'])})"
-            if res['versions'].get('git_dirty_outside_bench') else "") + ".\n",
+            if res['versions'].get('git_dirty_outside_bench') else "")
+         + (f"; the binaries measured are not that tree's build but {res['binaries']['cli']} and "
+            f"{res['binaries']['ingest']} (BENCH_DMS2ICEBERG, BENCH_DMS2ICEBERG_INGEST)"
+            if res.get("binaries", {}).get("from_env") else "") + ".\n",
          *([f"**{res['s3_backend']['note']}**\n"] if res.get("s3_backend", {}).get("fallback")
            else []),
          "### The model\n",
@@ -972,6 +975,9 @@ def main() -> None:
             metas[(c.rows, c.files)] = B.workload(a.work, c.rows, c.changes, c.files, a.seed)
     res = {"date": started.strftime("%Y-%m-%d"), "started": started.strftime("%H:%M:%S"),
            "command": a.command, "machine": B.machine(), "versions": B.versions(),
+           "binaries": {"cli": str(B.CLI), "ingest": str(B.LAMBDA),
+                        "from_env": bool(os.environ.get("BENCH_DMS2ICEBERG")
+                                         or os.environ.get("BENCH_DMS2ICEBERG_INGEST"))},
            "load_start": os.getloadavg()[0], "model_name": "issue-13",
            "model": LS.ISSUE_13, "params": {"changes": a.changes, "files": a.files,
                                             "partition_cold_files": a.partition_cold_files,

@@ -50,15 +50,21 @@ flight; the model answers each after 35 ms, so an emulator that is not to be the
 spend well under 35 / 64 ≈ 0.5 ms per request, on 2 cores it shares with the function. Moto does
 not come close: py-spy puts 2/3 of its time in DomainDispatcherApplication.get_application (it
 lists moto's ~150 service packages on every request, under a lock) and the rest in werkzeug,
-Flask and moto's S3 responses, all under the GIL; in the burst its own time per PUT was 360 ms
-median / 512 ms p95 (requests queued behind each other), and the 200-partition file measured
-the emulator (2.3 s) rather than the function. Routing S3 straight to moto's S3 app removes
+Flask and moto's S3 responses, all under the GIL. Routing S3 straight to moto's S3 app removes
 the listing but leaves 2.7-3.3 ms; no Python front gets under ~1 ms. s3s-fs behind the Rust
 layer gets to 0.57 ms, most of it in the kernel (3 files per object, each through tokio's
-blocking pool: ~120 futex calls per PUT); in memory 0.14 ms. In bench/latency's 200-partition
-warm case the in-memory backend's own time per PUT in the burst is 0.04 ms median / 0.08 ms
-p95, no request outlasts its model, and each PUT takes 35-36 ms end to end, as modelled.
-Memory: every object of the run stays in RAM (10M-row tables: a few hundred MB).
+blocking pool: ~120 futex calls per PUT); in memory 0.14 ms.
+
+In bench/latency, same sitting, same binaries (bench/results/2026-12-02-{fast,moto}-s3.md),
+10,000-row file into the 200-partition table, warm: fast 840 ms per file (unpartitioned 472:
+1.78x), the emulator's own time per PUT in the burst 0.04 ms median / 0.18 ms p95, no request
+outlasting its model, 93 in flight at most; moto 1,928 ms (unpartitioned 506: 3.8x), moto's own
+time per PUT 29 ms median / 58 ms p95 (a lower bound: the trace starts when a werkzeug thread
+gets to the request), 158 of 411 requests per file outlasting their model, 21 in flight at most
+(an earlier run, bench/RESULTS.md section 7, saw 512 ms per PUT). Cold, 200 partitions: fast
+1,805 ms, moto 4,936 ms.
+
+Memory: with --s3-store mem every object of the run stays in RAM until the server exits.
 
 The model (`issue-13`, from issue 13; values the issue does not give are picked from the same
 scale and documented here): milliseconds to the first byte, plus milliseconds per MB moved.
