@@ -631,6 +631,8 @@ def markdown(res: dict) -> str:
     v = res["versions"]
     L = []
     L.append(f"Run {res['date']} ({res['started']} → {res['finished']}), command `{res['command']}`.\n")
+    if res["params"].get("ordering_column"):
+        L.append(f"dms2iceberg ran with `ordering_column = \"{res['params']['ordering_column']}\"`.\n")
     L.append(f"Machine: {m['nproc']} cores, {m['memory_gib']} GiB, {m['cpu']}, Linux "
              f"{m['kernel']}, Python {m['python']}. 1-minute load: {res['load']['load_1m_at_start']:.2f} "
              f"at the start ("
@@ -762,6 +764,9 @@ def main() -> None:
     ap.add_argument("--tools", default="dms2iceberg,pyiceberg,delta")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--no-cold", action="store_true", help="skip dms2iceberg one-process-per-file")
+    ap.add_argument("--ordering", action="store_true",
+                    help="dms2iceberg with ordering_column = \"updated_at\" (what the README "
+                         "recommends; peers apply files in order and need none)")
     ap.add_argument("--no-memory", action="store_true", help="skip the 1 GB file")
     ap.add_argument("--memory-rows", type=int, default=1_000_000)
     ap.add_argument("--memory-changes", type=int, default=10_000_000)
@@ -778,6 +783,9 @@ def main() -> None:
     ap.add_argument("--command", default="bench/run")
     ap.add_argument("--tag", help="results file name: <date>-<tag>.json (default: <date>[-big])")
     a = ap.parse_args()
+    if a.ordering:
+        global CONFIG
+        CONFIG += 'ordering_column = "updated_at"\n'
 
     sizes = [int(x) for x in (a.sizes or "100000,1000000").split(",")]
     changes = [int(x) for x in (a.changes or "1000,10000").split(",")]
@@ -813,7 +821,8 @@ def main() -> None:
            "command": a.command, "machine": machine(), "versions": versions(), "setup": setup,
            "load": load,
            "params": {"sizes": sizes, "changes": changes, "files": a.files, "tools": tools,
-                      "seed": a.seed, "scaling_changes": 10_000 if 10_000 in changes else changes[0]},
+                      "seed": a.seed, "scaling_changes": 10_000 if 10_000 in changes else changes[0],
+                      "ordering_column": "updated_at" if a.ordering else None},
            "cases": []}
     for n in sizes:
         for b in changes:

@@ -210,6 +210,10 @@ impl PackedKeys {
             while more && c.value < key {
                 more = c.advance();
             }
+            if !more {
+                // Past the last key: so is every key still to come.
+                break;
+            }
             while more && c.value == key {
                 hits.push((c.pos as i64, idx));
                 more = c.advance();
