@@ -155,6 +155,54 @@ pub fn source_files(props: &std::collections::HashMap<String, String>) -> Vec<St
         .unwrap_or_default()
 }
 
+/// Manifests this process wrote, by path, newest last, as written (entries whose sequence
+/// numbers the manifest list assigns): a warm process's next lookup does not GET them back.
+type WrittenManifests = Vec<(String, Arc<iceberg::spec::Manifest>)>;
+static WRITTEN_MANIFESTS: Mutex<WrittenManifests> = Mutex::new(Vec::new());
+const WRITTEN_MANIFESTS_CACHED: usize = 64;
+
+/// Remembers a manifest this process wrote at `path`.
+pub(crate) fn remember_manifest(path: &str, manifest: iceberg::spec::Manifest) {
+    if let Ok(mut m) = WRITTEN_MANIFESTS.lock()
+        && !m.iter().any(|(p, _)| p == path)
+    {
+        if m.len() >= WRITTEN_MANIFESTS_CACHED {
+            m.remove(0);
+        }
+        m.push((path.to_string(), Arc::new(manifest)));
+    }
+}
+
+/// A manifest this process wrote, as [`iceberg::spec::ManifestFile::load_manifest`] would
+/// return it: entries inherit the snapshot id and sequence numbers the manifest list gives.
+pub(crate) fn written_manifest(
+    file: &iceberg::spec::ManifestFile,
+) -> Option<iceberg::spec::Manifest> {
+    use iceberg::spec::{Manifest, ManifestStatus};
+    let written = WRITTEN_MANIFESTS
+        .lock()
+        .ok()?
+        .iter()
+        .find(|(p, _)| *p == file.manifest_path)
+        .map(|(_, m)| m.clone())?;
+    let entries = written
+        .entries()
+        .iter()
+        .map(|e| {
+            let mut e = e.as_ref().clone();
+            // The rules of iceberg's `ManifestEntry::inherit_data` (crate-private).
+            let inherits = e.status == ManifestStatus::Added || file.sequence_number == 0; // iceberg's INITIAL_SEQUENCE_NUMBER (private)
+            e.snapshot_id = e.snapshot_id.or(Some(file.added_snapshot_id));
+            if inherits {
+                e.sequence_number = e.sequence_number.or(Some(file.sequence_number));
+                e.file_sequence_number = e.file_sequence_number.or(Some(file.sequence_number));
+            }
+            e
+        })
+        .collect();
+    Some(Manifest::new(written.metadata().clone(), entries))
+}
+
 /// The manifests of `snapshot` (unencrypted tables; we never write encrypted ones).
 pub async fn manifest_list(
     file_io: &FileIO,

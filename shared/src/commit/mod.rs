@@ -55,8 +55,9 @@ use iceberg::MetadataLocation;
 use iceberg::TableIdent;
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataFile, FormatVersion, ManifestFile, ManifestWriterBuilder, Operation, PartitionSpecRef,
-    Schema, SchemaRef, SortOrder, TableMetadata, TableMetadataBuilder, UnboundPartitionSpec,
+    DataFile, FormatVersion, Manifest, ManifestContentType, ManifestEntry, ManifestFile,
+    ManifestMetadata, ManifestStatus, ManifestWriterBuilder, Operation, PartitionSpecRef, Schema,
+    SchemaRef, SortOrder, TableMetadata, TableMetadataBuilder, UnboundPartitionSpec,
 };
 use tracing::{debug, info, warn};
 
@@ -489,7 +490,7 @@ pub async fn write_manifests(
             let builder = ManifestWriterBuilder::new(
                 output,
                 Some(snapshot_id),
-                schema,
+                schema.clone(),
                 spec.as_ref().clone(),
             );
             let mut w = if content {
@@ -504,7 +505,33 @@ pub async fn write_manifests(
             for f in files {
                 w.add_file(f.clone(), seq)?;
             }
-            Ok::<_, Error>(w.write_manifest_file().await?)
+            let written = w.write_manifest_file().await?;
+            // What a read of it returns before inheritance (`ManifestWriter::add_file`'s
+            // entries), so a warm process's next lookup need not read it back.
+            let metadata = ManifestMetadata::builder()
+                .schema_id(schema.schema_id())
+                .schema(schema.clone())
+                .partition_spec(spec.as_ref().clone())
+                .format_version(FormatVersion::V2)
+                .content(if content {
+                    ManifestContentType::Deletes
+                } else {
+                    ManifestContentType::Data
+                })
+                .build();
+            let entries = files
+                .iter()
+                .map(|f| {
+                    ManifestEntry::builder()
+                        .status(ManifestStatus::Added)
+                        .snapshot_id(snapshot_id)
+                        .sequence_number_opt((seq >= 0).then_some(seq))
+                        .data_file(f.clone())
+                        .build()
+                })
+                .collect();
+            crate::table::remember_manifest(&path, Manifest::new(metadata, entries));
+            Ok::<_, Error>(written)
         }
     };
     futures::stream::iter(0..jobs.len())

@@ -122,44 +122,25 @@ pub(super) async fn build_attempt(
         uuid::Uuid::new_v4()
     );
     written.push(list_path.clone());
-    let result = async {
-        let mut writer = ManifestListWriter::v2(
-            file_io.new_output(&list_path)?.writer().await?,
-            staged.snapshot_id,
-            parent.as_ref().map(|p| p.snapshot_id()),
-            sequence_number,
-        );
-        // What a read of the list returns: every manifest this attempt wrote (ours, and those
-        // a reload or rewrite wrote to remove files) gets this attempt's sequence number, as
-        // the writer assigns it. A cached entry left unassigned would make the next commit's
-        // writer refuse the list.
-        let entries: Vec<ManifestFile> = staged
-            .manifests
-            .iter()
-            .cloned()
-            .chain(carried)
-            .map(|mut m| {
-                if m.sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
-                    m.sequence_number = sequence_number;
-                }
-                if m.min_sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
-                    m.min_sequence_number = sequence_number;
-                }
-                m
-            })
-            .collect();
-        writer.add_manifests(entries.iter().cloned())?;
-        writer.close().await?;
-        crate::table::remember_manifest_list(&list_path, entries);
-        failpoint("after-manifest-list").await
-    }
-    .await;
-    if let Err(e) = result {
-        for f in &written {
-            let _ = file_io.delete(f).await;
-        }
-        return Err(e);
-    }
+    // What a read of the list returns: every manifest this attempt wrote (ours, and those a
+    // reload or rewrite wrote to remove files) gets this attempt's sequence number, as the
+    // writer assigns it. A cached entry left unassigned would make the next commit's writer
+    // refuse the list.
+    let entries: Vec<ManifestFile> = staged
+        .manifests
+        .iter()
+        .cloned()
+        .chain(carried)
+        .map(|mut m| {
+            if m.sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
+                m.sequence_number = sequence_number;
+            }
+            if m.min_sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
+                m.min_sequence_number = sequence_number;
+            }
+            m
+        })
+        .collect();
 
     let mut props: HashMap<String, String> =
         summary::summarize(parent.as_ref().map(|p| p.summary()), &added);
@@ -182,41 +163,76 @@ pub(super) async fn build_attempt(
             additional_properties: props,
         })
         .build();
-    let mut builder = staged
-        .changes
-        .apply_to(base_md.clone().into_builder(base_location.clone()))?
-        .set_branch_snapshot(snapshot, MAIN_BRANCH)?;
-    if let Some(update) = &staged.record {
-        // Recomputed from the table as it is: validation made sure it still holds what the
-        // input was planned against.
-        let now = AppliedRecord::of_table(&base_md)?.unwrap_or_default();
-        let next = now.applied_with(
-            &update.inputs,
-            &update.carried,
-            update.reload,
-            update.change_seq.clone(),
-            update.window,
-            chrono::Utc::now().timestamp_millis(),
+    let built = async {
+        let mut builder = staged
+            .changes
+            .apply_to(base_md.clone().into_builder(base_location.clone()))?
+            .set_branch_snapshot(snapshot, MAIN_BRANCH)?;
+        if let Some(update) = &staged.record {
+            // Recomputed from the table as it is: validation made sure it still holds what the
+            // input was planned against.
+            let now = AppliedRecord::of_table(&base_md)?.unwrap_or_default();
+            let next = now.applied_with(
+                &update.inputs,
+                &update.carried,
+                update.reload,
+                update.change_seq.clone(),
+                update.window,
+                chrono::Utc::now().timestamp_millis(),
+            );
+            builder = builder.set_properties([(PROPERTY.to_string(), next.encode()?)].into())?;
+        }
+        let metadata = builder.build()?.metadata;
+        let location = match &base_location {
+            Some(l) => MetadataLocation::from_str(l)?
+                .with_next_version()
+                .with_new_metadata(&metadata),
+            None => MetadataLocation::new_with_metadata(metadata.location(), &metadata),
+        }
+        .to_string();
+        Ok::<_, Error>((metadata, location))
+    }
+    .await;
+    let (metadata, location) = match built {
+        Ok(b) => b,
+        Err(e) => {
+            for f in &written {
+                let _ = file_io.delete(f).await;
+            }
+            return Err(e);
+        }
+    };
+    // The manifest list and metadata.json in flight together: the metadata names the list by
+    // its path, and nothing can read either before the swap makes the metadata current.
+    let write_list = async {
+        let mut writer = ManifestListWriter::v2(
+            file_io.new_output(&list_path)?.writer().await?,
+            staged.snapshot_id,
+            parent.as_ref().map(|p| p.snapshot_id()),
+            sequence_number,
         );
-        builder = builder.set_properties([(PROPERTY.to_string(), next.encode()?)].into())?;
-    }
-    let metadata = builder.build()?.metadata;
-    let location = match &base_location {
-        Some(l) => MetadataLocation::from_str(l)?
-            .with_next_version()
-            .with_new_metadata(&metadata),
-        None => MetadataLocation::new_with_metadata(metadata.location(), &metadata),
-    }
-    .to_string();
-    if let Err(e) = metadata
-        .write_to(file_io, &MetadataLocation::from_str(&location)?)
-        .await
-    {
-        for f in &written {
+        writer.add_manifests(entries.iter().cloned())?;
+        writer.close().await?;
+        Ok::<_, Error>(())
+    };
+    let write_metadata = async {
+        metadata
+            .write_to(file_io, &MetadataLocation::from_str(&location)?)
+            .await?;
+        Ok::<_, Error>(())
+    };
+    let (list, meta) = tokio::join!(write_list, write_metadata);
+    let result = match list.and(meta) {
+        Ok(()) => failpoint("after-manifest-list").await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = result {
+        for f in written.iter().chain([&location]) {
             let _ = file_io.delete(f).await;
         }
-        return Err(e.into());
+        return Err(e);
     }
+    crate::table::remember_manifest_list(&list_path, entries);
     Ok(Built {
         metadata,
         location,

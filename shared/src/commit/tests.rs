@@ -921,3 +921,36 @@ async fn a_large_files_key_index_is_written_once_read_by_fresh_processes_and_ign
     want.sort();
     assert_eq!(lab.rows().await, want);
 }
+
+/// A warm process answers its next lookup from the manifests it wrote instead of reading them
+/// back: what it holds must be what a read returns (entries, inherited sequence numbers,
+/// bounds), for data and delete manifests, partitioned or not.
+#[tokio::test]
+async fn the_manifests_a_process_remembers_are_what_a_read_returns() {
+    let lab = loaded("remembered-manifests").await;
+    let c2 = lab.file("20220302-1134020000.csv", "U,1,a2\nD,3,\nI,4,d\n");
+    lab.ingest(vec![c2]).await;
+    let t = lab.table().await;
+    let io = lab.catalog.file_io();
+    let mut compared = 0;
+    for s in t.metadata.snapshots() {
+        for m in crate::table::manifest_list(io, &t.metadata, s)
+            .await
+            .unwrap()
+        {
+            if let Some(ours) = crate::table::written_manifest(&m) {
+                assert_eq!(
+                    ours,
+                    m.load_manifest(io).await.unwrap(),
+                    "{}",
+                    m.manifest_path
+                );
+                compared += 1;
+            }
+        }
+    }
+    assert!(
+        compared >= 4,
+        "only {compared} remembered manifests compared"
+    );
+}

@@ -353,7 +353,10 @@ impl LookupCache {
         if let Some(x) = lock(&self.manifests)?.get(&m.manifest_path) {
             return Ok(x.clone());
         }
-        let loaded = Arc::new(m.load_manifest(file_io).await?);
+        let loaded = Arc::new(match crate::table::written_manifest(m) {
+            Some(ours) => ours,
+            None => m.load_manifest(file_io).await?,
+        });
         let mut c = lock(&self.manifests)?;
         if c.len() >= CACHE_ENTRIES {
             c.clear();
