@@ -33,10 +33,40 @@ pub struct IngestHandler {
     env: FunctionEnv,
     /// Config as loaded at start; an `s3://` config is re-read by every invocation, so an
     /// operator's `skip_files` change takes effect without a redeploy.
-    config: Config,
+    config: Arc<Config>,
+    /// The `s3://` config as the last invocation read it (text and parsed): the next one reads
+    /// its tables with it while it reads the config again, and keeps those reads only if the
+    /// text is unchanged.
+    last_config: std::sync::Mutex<Option<(String, Arc<Config>)>>,
     catalog: Arc<dyn Catalog>,
     objects: Arc<dyn ObjectStore>,
     cache: Arc<LookupCache>,
+}
+
+/// A table folder: (bucket, prefix).
+type TableFolder = (String, String);
+/// A table folder's listing and the table, read before the table is processed.
+type TableReads = Result<(Vec<ObjectInfo>, Option<LoadedTable>)>;
+
+/// What an event names, grouped by table under one config.
+struct Named {
+    /// Table folder → (schema, table).
+    tables: BTreeMap<TableFolder, (String, String)>,
+    /// Per record: each object URI and its table folder, if it has one.
+    record_keys: Vec<Vec<(String, Option<TableFolder>)>>,
+    bad_keys: BTreeMap<String, Failure>,
+}
+
+impl Named {
+    /// The objects the event names in one table folder.
+    fn in_folder(&self, folder: &TableFolder) -> Vec<&str> {
+        self.record_keys
+            .iter()
+            .flatten()
+            .filter(|(_, t)| t.as_ref() == Some(folder))
+            .map(|(uri, _)| uri.as_str())
+            .collect()
+    }
 }
 
 /// The answer to an invocation: SQS batches get the failed messages (partial batch response),
@@ -70,86 +100,85 @@ impl IngestHandler {
         catalog: Arc<dyn Catalog>,
         objects: Arc<dyn ObjectStore>,
     ) -> Result<IngestHandler> {
-        let config = env.load_config(objects.as_ref()).await?;
+        let (config, text) = env.load_config_text(objects.as_ref()).await?;
+        let config = Arc::new(config);
         Ok(IngestHandler {
             cache: Arc::new(LookupCache::with_key_budget(env.key_cache_bytes)),
             env,
+            last_config: std::sync::Mutex::new(text.map(|t| (t, config.clone()))),
             config,
             catalog,
             objects,
         })
     }
 
-    pub async fn handle(&self, event: IngestEvent) -> Result<IngestResponse, FunctionError> {
-        let records = event.records()?;
-        let reloaded;
-        let config = if self
+    /// The config of this invocation, and the tables' reads already done with it. An `s3://`
+    /// config is read again every invocation; its tables' folders and metadata are read at the
+    /// same time with the config the last invocation read (one round trip less on the critical
+    /// path), and kept only if the config's text is unchanged.
+    async fn current_config(
+        &self,
+        records: &[super::events::Record],
+    ) -> Result<(Arc<Config>, BTreeMap<TableFolder, TableReads>)> {
+        let s3 = self
             .env
             .config
             .as_deref()
-            .is_some_and(|c| c.starts_with("s3://"))
-        {
-            reloaded = self.env.load_config(self.objects.as_ref()).await?;
-            &reloaded
-        } else {
-            &self.config
-        };
-        // Tables named by the event, each processed once however many records name it.
-        let mut tables: BTreeMap<(String, String), (String, String)> = BTreeMap::new();
-        // Per record: each object URI and its table folder (bucket, prefix), if it has one.
-        type TableFolder = (String, String);
-        let mut record_keys: Vec<Vec<(String, Option<TableFolder>)>> = Vec::new();
-        let mut bad_keys: BTreeMap<String, Failure> = BTreeMap::new();
-        for r in &records {
-            let mut keys = Vec::new();
-            for o in &r.objects {
-                let uri = format!("s3://{}/{}", o.bucket, o.key);
-                match locate(&uri, &config.source) {
-                    Ok(Some(obj)) => match table_prefix(&obj) {
-                        Some(prefix) => {
-                            tables.insert(
-                                (o.bucket.clone(), prefix.clone()),
-                                (obj.schema.clone(), obj.table.clone()),
-                            );
-                            keys.push((uri, Some((o.bucket.clone(), prefix))));
-                        }
-                        None => {
-                            bad_keys.insert(
-                                uri.clone(),
-                                (
-                                    "InputError",
-                                    "cannot find the table folder in the key".into(),
-                                ),
-                            );
-                            keys.push((uri, None));
-                        }
-                    },
-                    Ok(None) => info!(object = %uri, "not a DMS data file; ignored"),
-                    Err(e) => {
-                        error!(object = %uri, error = %e, "rejected object key");
-                        bad_keys.insert(uri.clone(), (e.kind(), e.to_string()));
-                        keys.push((uri, None));
-                    }
-                }
-            }
-            record_keys.push(keys);
+            .is_some_and(|c| c.starts_with("s3://"));
+        if !s3 {
+            return Ok((self.config.clone(), BTreeMap::new()));
         }
+        let last = self.last_config.lock().ok().and_then(|l| l.clone());
+        let (fresh, reads) = match &last {
+            Some((_, config)) => {
+                let named = named(config, records);
+                let reads = futures::future::join_all(named.tables.iter().map(
+                    |(folder, (schema, table))| async {
+                        let files = named.in_folder(folder);
+                        let r = self
+                            .read_table(config, folder, (schema.as_str(), table.as_str()), &files)
+                            .await;
+                        (folder.clone(), r)
+                    },
+                ));
+                let (fresh, reads) =
+                    futures::join!(self.env.load_config_text(self.objects.as_ref()), reads);
+                (fresh?, reads)
+            }
+            None => (
+                self.env.load_config_text(self.objects.as_ref()).await?,
+                Vec::new(),
+            ),
+        };
+        let (config, text) = fresh;
+        if let (Some((old, config)), Some(text)) = (&last, &text)
+            && old == text
+        {
+            return Ok((config.clone(), reads.into_iter().collect()));
+        }
+        let config = Arc::new(config);
+        if let (Ok(mut l), Some(text)) = (self.last_config.lock(), text) {
+            *l = Some((text, config.clone()));
+        }
+        Ok((config, BTreeMap::new()))
+    }
+
+    pub async fn handle(&self, event: IngestEvent) -> Result<IngestResponse, FunctionError> {
+        let records = event.records()?;
+        let (config, mut reads) = self.current_config(&records).await?;
+        let config: &Config = &config;
+        let named = named(config, &records);
+        let (tables, record_keys, bad_keys) = (&named.tables, &named.record_keys, &named.bad_keys);
         let mut outcomes: BTreeMap<(String, String), TableOutcome> = BTreeMap::new();
-        for ((bucket, prefix), (schema, table)) in &tables {
-            // The objects the event names in this table's folder: read ahead, while the
-            // table loads (they are usually what is pending).
-            let named: Vec<&str> = record_keys
-                .iter()
-                .flatten()
-                .filter(|(_, t)| t.as_ref().is_some_and(|(b, p)| b == bucket && p == prefix))
-                .map(|(uri, _)| uri.as_str())
-                .collect();
+        for ((bucket, prefix), (schema, table)) in tables {
+            let folder = (bucket.clone(), prefix.clone());
             let outcome = self
                 .process_table(
                     config,
                     (bucket.as_str(), prefix.as_str()),
                     (schema.as_str(), table.as_str()),
-                    &named,
+                    reads.remove(&folder),
+                    &named.in_folder(&folder),
                 )
                 .await;
             self.objects.drop_prefetched().await;
@@ -158,7 +187,7 @@ impl IngestHandler {
         // A record succeeds when every DMS file it names is applied.
         let mut failures = Vec::new();
         let mut reasons = Vec::new();
-        for (r, keys) in records.iter().zip(&record_keys) {
+        for (r, keys) in records.iter().zip(record_keys) {
             let mut reason: Option<Failure> = r.invalid.clone().map(|i| ("InputError", i));
             for (uri, table) in keys {
                 let why = match table.as_ref().and_then(|t| outcomes.get(t)) {
@@ -206,12 +235,43 @@ impl IngestHandler {
         })
     }
 
+    /// Lists a table's folder and loads the table: independent round trips, in flight
+    /// together; the named objects are downloaded as soon as the listing shows them (they are
+    /// usually what is pending).
+    async fn read_table(
+        &self,
+        config: &Config,
+        (bucket, prefix): &TableFolder,
+        (schema, table): (&str, &str),
+        named: &[&str],
+    ) -> TableReads {
+        let cfg = config.table(schema, table)?;
+        let ident = iceberg::TableIdent::from_strs([&cfg.namespace, &cfg.table])?;
+        let list = async {
+            let listing = self.objects.list(bucket, prefix).await?;
+            let listed: BTreeSet<String> = listing
+                .iter()
+                .map(|o| format!("s3://{bucket}/{}", o.key))
+                .collect();
+            for uri in named
+                .iter()
+                .filter(|u| listed.contains(**u))
+                .take(self.env.files_per_invocation.min(PREFETCH_MAX))
+            {
+                self.objects.prefetch(uri);
+            }
+            Ok::<_, Error>(listing)
+        };
+        futures::try_join!(list, LoadedTable::load(self.catalog.as_ref(), &ident))
+    }
+
     /// Applies the pending files of one table.
     async fn process_table(
         &self,
         config: &Config,
         (bucket, prefix): (&str, &str),
         (schema, table): (&str, &str),
+        reads: Option<TableReads>,
         named: &[&str],
     ) -> TableOutcome {
         let started = Instant::now();
@@ -223,26 +283,13 @@ impl IngestHandler {
         type Listed = Vec<(DmsObject, ObjectInfo)>;
         let result: Result<(TableReport, Listed, AppliedRecord)> = async {
             let cfg = config.table(schema, table)?;
-            let ident = iceberg::TableIdent::from_strs([&cfg.namespace, &cfg.table])?;
-            // The folder listing and the table load are independent round trips; the named
-            // objects are downloaded as soon as the listing shows them.
-            let list = async {
-                let listing = self.objects.list(bucket, prefix).await?;
-                let listed: BTreeSet<String> = listing
-                    .iter()
-                    .map(|o| format!("s3://{bucket}/{}", o.key))
-                    .collect();
-                for uri in named
-                    .iter()
-                    .filter(|u| listed.contains(**u))
-                    .take(self.env.files_per_invocation.min(PREFETCH_MAX))
-                {
-                    self.objects.prefetch(uri);
+            let (listing, loaded) = match reads {
+                Some(r) => r?,
+                None => {
+                    let folder = (bucket.to_string(), prefix.to_string());
+                    self.read_table(config, &folder, (schema, table), named).await?
                 }
-                Ok::<_, Error>(listing)
             };
-            let (listing, loaded) =
-                futures::try_join!(list, LoadedTable::load(self.catalog.as_ref(), &ident))?;
             let mut files: Listed = Vec::new();
             for o in listing {
                 let uri = format!("s3://{bucket}/{}", o.key);
@@ -446,6 +493,50 @@ impl IngestHandler {
 /// content can tell is not settled: the ingest reads it.
 /// A file at the place of an applied file of another name is not settled: the ingest refuses
 /// it (two files at one place in DMS order).
+/// The tables an event's records name, under `config` (its source settings place the keys).
+fn named(config: &Config, records: &[super::events::Record]) -> Named {
+    let mut n = Named {
+        tables: BTreeMap::new(),
+        record_keys: Vec::new(),
+        bad_keys: BTreeMap::new(),
+    };
+    for r in records {
+        let mut keys = Vec::new();
+        for o in &r.objects {
+            let uri = format!("s3://{}/{}", o.bucket, o.key);
+            match locate(&uri, &config.source) {
+                Ok(Some(obj)) => match table_prefix(&obj) {
+                    Some(prefix) => {
+                        n.tables.insert(
+                            (o.bucket.clone(), prefix.clone()),
+                            (obj.schema.clone(), obj.table.clone()),
+                        );
+                        keys.push((uri, Some((o.bucket.clone(), prefix))));
+                    }
+                    None => {
+                        n.bad_keys.insert(
+                            uri.clone(),
+                            (
+                                "InputError",
+                                "cannot find the table folder in the key".into(),
+                            ),
+                        );
+                        keys.push((uri, None));
+                    }
+                },
+                Ok(None) => info!(object = %uri, "not a DMS data file; ignored"),
+                Err(e) => {
+                    error!(object = %uri, error = %e, "rejected object key");
+                    n.bad_keys.insert(uri.clone(), (e.kind(), e.to_string()));
+                    keys.push((uri, None));
+                }
+            }
+        }
+        n.record_keys.push(keys);
+    }
+    n
+}
+
 fn done(record: &AppliedRecord, o: &DmsObject, info: &ObjectInfo) -> bool {
     let settled = matches!(
         record.classify(&o.order, o.kind, &info.meta()),

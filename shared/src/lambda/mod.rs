@@ -121,6 +121,15 @@ impl FunctionEnv {
 
     /// The TOML config (if any), with the database override applied.
     pub async fn load_config(&self, objects: &dyn ObjectStore) -> Result<Config> {
+        Ok(self.load_config_text(objects).await?.0)
+    }
+
+    /// [`FunctionEnv::load_config`], and the text of an `s3://` config as read.
+    pub async fn load_config_text(
+        &self,
+        objects: &dyn ObjectStore,
+    ) -> Result<(Config, Option<String>)> {
+        let mut text_read = None;
         let mut cfg = match &self.config {
             None => Config::default(),
             Some(uri) if uri.starts_with("s3://") => {
@@ -131,7 +140,10 @@ impl FunctionEnv {
                     .map_err(|e| Error::Config(format!("reading {uri}: {e}")))?;
                 let text = String::from_utf8(bytes)
                     .map_err(|_| Error::Config(format!("{uri} is not UTF-8")))?;
-                Config::from_toml(&text).map_err(|e| Error::Config(format!("{uri}: {e}")))?
+                let cfg =
+                    Config::from_toml(&text).map_err(|e| Error::Config(format!("{uri}: {e}")))?;
+                text_read = Some(text);
+                cfg
             }
             Some(path) => Config::load(std::path::Path::new(path))?,
         };
@@ -143,6 +155,6 @@ impl FunctionEnv {
             }
             cfg.namespace_override = Some(db.clone());
         }
-        Ok(cfg)
+        Ok((cfg, text_read))
     }
 }

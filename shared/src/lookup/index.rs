@@ -186,37 +186,48 @@ impl PackedKeys {
 
     /// Positions of `keys` (ascending by value, distinct; each with its index in the caller's
     /// key batch): `(position, index)` for every stored key equal to one of them.
+    ///
+    /// One cursor walks forward through the keys for the whole search: a key in the block the
+    /// cursor is in continues from where the last one stopped, and a key further on jumps to
+    /// the block its first occurrence must be in (galloping over block heads). Each block is
+    /// decoded at most once, however many keys land in it (a small file of a bucketed table
+    /// spans the whole key range, so every one of a change's keys lands in it).
     pub fn search(&self, keys: &[(i64, usize)]) -> Vec<(i64, usize)> {
         let mut hits = Vec::new();
         let n = self.heads.len();
-        // Block heads before `from` are below every key still to come (keys ascend).
-        let mut from = 0usize;
+        let Some(mut c) = Cursor::at_block(self, 0) else {
+            return hits;
+        };
         for &(key, idx) in keys {
-            // The first block whose head is not below the key, galloping from `from`; the key's
-            // first occurrence is in the block before it (or at its head).
-            let (mut lo, mut hi, mut step) = (from, from, 1usize);
-            while hi < n && self.heads[hi].0 < key {
-                lo = hi + 1;
-                hi = hi.saturating_add(step).min(n);
-                step = step.saturating_mul(2);
+            if c.value < key {
+                // The last block whose head is below the key; the cursor's block has a head
+                // below it already, so only later blocks are looked at.
+                let here = c.pos / BLOCK;
+                let (mut lo, mut hi, mut step) = (here + 1, here + 1, 1usize);
+                while hi < n && self.heads[hi].0 < key {
+                    lo = hi + 1;
+                    hi = hi.saturating_add(step).min(n);
+                    step = step.saturating_mul(2);
+                }
+                let target = lo + self.heads[lo.min(n)..hi].partition_point(|h| h.0 < key) - 1;
+                if target > here {
+                    match Cursor::at_block(self, target) {
+                        Some(at) => c = at,
+                        None => break,
+                    }
+                }
+                while c.value < key {
+                    if !c.advance() {
+                        // Past the last key: so is every key still to come.
+                        return hits;
+                    }
+                }
             }
-            let first_not_below = lo + self.heads[lo..hi].partition_point(|h| h.0 < key);
-            let block = first_not_below.saturating_sub(1);
-            from = block;
-            let Some(mut c) = Cursor::at_block(self, block) else {
-                break;
-            };
-            let mut more = true;
-            while more && c.value < key {
-                more = c.advance();
-            }
-            if !more {
-                // Past the last key: so is every key still to come.
-                break;
-            }
-            while more && c.value == key {
+            while c.value == key {
                 hits.push((c.pos as i64, idx));
-                more = c.advance();
+                if !c.advance() {
+                    return hits;
+                }
             }
         }
         hits
