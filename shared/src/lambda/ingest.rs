@@ -55,9 +55,21 @@ struct Named {
     /// Per record: each object URI and its table folder, if it has one.
     record_keys: Vec<Vec<(String, Option<TableFolder>)>>,
     bad_keys: BTreeMap<String, Failure>,
+    /// Objects that are not DMS data files.
+    ignored: Vec<String>,
 }
 
 impl Named {
+    /// Logs what the event names that is not applied (once: [`named`] may run twice).
+    fn log(&self) {
+        for uri in &self.ignored {
+            info!(object = %uri, "not a DMS data file; ignored");
+        }
+        for (uri, (_, why)) in &self.bad_keys {
+            error!(object = %uri, error = %why, "rejected object key");
+        }
+    }
+
     /// The objects the event names in one table folder.
     fn in_folder(&self, folder: &TableFolder) -> Vec<&str> {
         self.record_keys
@@ -168,6 +180,7 @@ impl IngestHandler {
         let (config, mut reads) = self.current_config(&records).await?;
         let config: &Config = &config;
         let named = named(config, &records);
+        named.log();
         let (tables, record_keys, bad_keys) = (&named.tables, &named.record_keys, &named.bad_keys);
         let mut outcomes: BTreeMap<(String, String), TableOutcome> = BTreeMap::new();
         for ((bucket, prefix), (schema, table)) in tables {
@@ -494,11 +507,13 @@ impl IngestHandler {
 /// A file at the place of an applied file of another name is not settled: the ingest refuses
 /// it (two files at one place in DMS order).
 /// The tables an event's records name, under `config` (its source settings place the keys).
+/// Logs nothing: [`Named::log`].
 fn named(config: &Config, records: &[super::events::Record]) -> Named {
     let mut n = Named {
         tables: BTreeMap::new(),
         record_keys: Vec::new(),
         bad_keys: BTreeMap::new(),
+        ignored: Vec::new(),
     };
     for r in records {
         let mut keys = Vec::new();
@@ -524,9 +539,8 @@ fn named(config: &Config, records: &[super::events::Record]) -> Named {
                         keys.push((uri, None));
                     }
                 },
-                Ok(None) => info!(object = %uri, "not a DMS data file; ignored"),
+                Ok(None) => n.ignored.push(uri),
                 Err(e) => {
-                    error!(object = %uri, error = %e, "rejected object key");
                     n.bad_keys.insert(uri.clone(), (e.kind(), e.to_string()));
                     keys.push((uri, None));
                 }
