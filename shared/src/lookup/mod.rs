@@ -171,6 +171,65 @@ pub type DeletedPositions = HashMap<String, Vec<i64>>;
 /// values): enough to cover object-storage round trips, few enough for Lambda's memory.
 pub const READ_CONCURRENCY: usize = 16;
 
+/// Reads of small files ([`WHOLE_FILE_BYTES`] at most, read whole) in flight at once: a
+/// fresh process on a table with many partitions reads hundreds of them, and each holds at
+/// most a megabyte.
+pub const SMALL_READ_CONCURRENCY: usize = 64;
+
+/// Parquet files up to this size are read whole, in one request: their footer, bloom filters
+/// and columns would otherwise cost three round trips one after another.
+pub const WHOLE_FILE_BYTES: u64 = 1 << 20;
+
+/// A Parquet file held in memory, read whole.
+struct WholeFile(bytes::Bytes);
+
+impl parquet::arrow::async_reader::AsyncFileReader for WholeFile {
+    fn get_bytes(
+        &mut self,
+        range: std::ops::Range<u64>,
+    ) -> futures::future::BoxFuture<'_, parquet::errors::Result<bytes::Bytes>> {
+        let len = self.0.len() as u64;
+        let r = if range.start <= range.end && range.end <= len {
+            Ok(self.0.slice(range.start as usize..range.end as usize))
+        } else {
+            Err(parquet::errors::ParquetError::EOF(format!(
+                "range {range:?} beyond the file's {len} bytes"
+            )))
+        };
+        Box::pin(futures::future::ready(r))
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a parquet::arrow::arrow_reader::ArrowReaderOptions>,
+    ) -> futures::future::BoxFuture<
+        'a,
+        parquet::errors::Result<Arc<parquet::file::metadata::ParquetMetaData>>,
+    > {
+        let r = parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&self.0)
+            .map(Arc::new);
+        Box::pin(futures::future::ready(r))
+    }
+}
+
+/// Opens a Parquet file for async reading: whole, in one request, if it is small; else
+/// reading ranges as asked.
+async fn open_parquet(
+    file_io: &FileIO,
+    path: &str,
+    size: u64,
+) -> Result<Box<dyn parquet::arrow::async_reader::AsyncFileReader>> {
+    let input = file_io.new_input(path)?;
+    if size <= WHOLE_FILE_BYTES {
+        return Ok(Box::new(WholeFile(input.read().await?)));
+    }
+    Ok(Box::new(ArrowFileReader::new(
+        FileMetadata { size },
+        input.reader().await?,
+    )))
+}
+
 /// Bound on cached entries; past it the cache starts over (entries are cheap to reload).
 const CACHE_ENTRIES: usize = 20_000;
 
@@ -641,13 +700,14 @@ pub async fn locate_rows(
     // By index: a closure over `(usize, &Candidate)` items trips rustc's higher-ranked Send
     // check when this future is boxed as `Send` (the commit loop's planners are).
     let candidates_ref = &candidates;
+    let large = &tokio::sync::Semaphore::new(READ_CONCURRENCY);
     let results: Vec<(usize, FileScan)> = futures::stream::iter(0..candidates.len())
         .map(|i| async move {
-            scan_file(file_io, &candidates_ref[i], k, cache)
+            scan_file(file_io, &candidates_ref[i], k, cache, large)
                 .await
                 .map(|r| (i, r))
         })
-        .buffer_unordered(READ_CONCURRENCY)
+        .buffer_unordered(SMALL_READ_CONCURRENCY)
         .try_collect()
         .await?;
     let mut live_hits: Vec<(usize, Vec<(i64, usize)>)> = Vec::new();
@@ -804,15 +864,26 @@ async fn dead_rows(
     let needed: Vec<usize> = (0..delete_files.len())
         .filter(|&i| candidates.iter().any(|c| applies(&delete_files[i], c)))
         .collect();
+    let large = &tokio::sync::Semaphore::new(READ_CONCURRENCY);
     let loaded: HashMap<usize, Arc<DeletedPositions>> = futures::stream::iter(needed)
         .map(|i| async move {
             let d = &delete_files[i];
+            // Small files are read whole; large ones read ranges, fewer at once.
+            let _permit = match d.size > WHOLE_FILE_BYTES {
+                true => Some(
+                    large
+                        .acquire()
+                        .await
+                        .map_err(|e| Error::Other(format!("lookup read limit: {e}")))?,
+                ),
+                false => None,
+            };
             cache
                 .delete_file(file_io, &d.path, d.size)
                 .await
                 .map(|(content, read)| (i, content, read))
         })
-        .buffer_unordered(READ_CONCURRENCY)
+        .buffer_unordered(SMALL_READ_CONCURRENCY)
         .map_ok(|(i, content, read)| {
             stats.delete_files_read += read as usize;
             (i, content)
@@ -929,6 +1000,7 @@ async fn scan_file(
     c: &Candidate,
     k: &Keys,
     cache: &LookupCache,
+    large: &tokio::sync::Semaphore,
 ) -> Result<FileScan> {
     if let Some(fk) = cache.cached_keys(&c.path, &k.sig) {
         let mut scan = FileScan::empty();
@@ -948,8 +1020,17 @@ async fn scan_file(
         cache.cache_keys(&c.path, &k.sig, fk);
         return Ok(scan);
     }
-    let input = file_io.new_input(&c.path)?;
-    let reader = ArrowFileReader::new(FileMetadata { size: c.size }, input.reader().await?);
+    // Large files read ranges of their own: at most READ_CONCURRENCY of them at once.
+    let _permit = match c.size > WHOLE_FILE_BYTES {
+        true => Some(
+            large
+                .acquire()
+                .await
+                .map_err(|e| Error::Other(format!("lookup read limit: {e}")))?,
+        ),
+        false => None,
+    };
+    let reader = open_parquet(file_io, &c.path, c.size).await?;
     let mut builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let md = builder.metadata().clone();
     let descr = md.file_metadata().schema_descr_ptr();
@@ -1373,8 +1454,7 @@ async fn read_values_at(
         let idx = arrow_array::UInt64Array::from_iter_values(positions.iter().map(|p| *p as u64));
         return take_at(&all, idx);
     }
-    let input = file_io.new_input(path)?;
-    let reader = ArrowFileReader::new(FileMetadata { size }, input.reader().await?);
+    let reader = open_parquet(file_io, path, size).await?;
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let md = builder.metadata().clone();
     let descr = md.file_metadata().schema_descr_ptr();
@@ -1440,8 +1520,7 @@ async fn read_columns(
     size: u64,
     _cols: Option<&[usize]>,
 ) -> Result<Vec<RecordBatch>> {
-    let input = file_io.new_input(path)?;
-    let reader = ArrowFileReader::new(FileMetadata { size }, input.reader().await?);
+    let reader = open_parquet(file_io, path, size).await?;
     let stream = ParquetRecordBatchStreamBuilder::new(reader)
         .await?
         .build()?;
