@@ -954,3 +954,46 @@ async fn the_manifests_a_process_remembers_are_what_a_read_returns() {
         "only {compared} remembered manifests compared"
     );
 }
+
+/// Compaction writes the key index of the large files it writes: the first fresh lookup after
+/// it reads the index, not the new file's key column.
+#[tokio::test]
+async fn compaction_leaves_key_indexes_for_the_large_files_it_writes() {
+    use crate::lookup::index::INDEX_MIN_ROWS;
+    let lab = Lab::new("compact-keyindex");
+    let n = INDEX_MIN_ROWS as i64 + 5_000;
+    let rows: String = (1..=n).map(|i| format!("I,{i},v{i}\n")).collect();
+    lab.ingest(vec![lab.file("LOAD00000001.csv", &rows)]).await;
+    lab.ingest(vec![
+        lab.file("20220302-1134010000.csv", "U,5,x\nI,999999,y\n"),
+    ])
+    .await;
+    let report = Compact::new(&lab.catalog, lab.ident.clone())
+        .options(CompactOptions {
+            target_file_size: Some(1 << 30),
+            ..Default::default()
+        })
+        .execute()
+        .await
+        .unwrap();
+    // The full-load file is rewritten (its delete file applied); the small change file is
+    // another kind of file and stays.
+    assert_eq!(report.data_files_rewritten, 1, "{report:?}");
+    assert_eq!(report.key_indexes_written, 1, "{report:?}");
+    // Fresh: the new large file answers from its index; only the small change file is read.
+    let s = cold_lookup(&lab, lab.file("20220302-1134020000.csv", "U,6,z\nD,7,\n")).await;
+    assert_eq!(
+        (s.key_indexes_read, s.key_indexes_written, s.data_files_read),
+        (1, 0, 1),
+        "{s:?}"
+    );
+    let mut want: std::collections::BTreeMap<i64, String> =
+        (1..=n).map(|i| (i, format!("v{i}"))).collect();
+    want.insert(5, "x".into());
+    want.insert(999_999, "y".into());
+    want.insert(6, "z".into());
+    want.remove(&7);
+    let mut want: Vec<String> = want.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    want.sort();
+    assert_eq!(lab.rows().await, want);
+}

@@ -1034,17 +1034,7 @@ async fn scan_file(
     let mut builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let md = builder.metadata().clone();
     let descr = md.file_metadata().schema_descr_ptr();
-    // Parquet leaf index of each key column, by field id.
-    let mut leaves = Vec::with_capacity(k.field_ids.len());
-    for fid in &k.field_ids {
-        let idx = (0..descr.num_columns()).find(|&i| {
-            let t = descr.column(i).self_type_ptr();
-            t.get_basic_info().has_id() && t.get_basic_info().id() == *fid
-        });
-        leaves.push(
-            idx.ok_or_else(|| Error::Other(format!("{}: no column with field id {fid}", c.path)))?,
-        );
-    }
+    let leaves = key_leaves(&md, k, &c.path)?;
     let mut scan = FileScan::empty();
     scan.opened = true;
     let mut selected: Vec<usize> = Vec::new();
@@ -1102,45 +1092,7 @@ async fn scan_file(
     let mut offset = 0i64;
     if fill {
         let total: usize = batches.iter().map(|b| b.num_rows()).sum();
-        let values = if k.ints.is_some() {
-            // Packed as the batches come (no 8-byte copy of the column) while they ascend.
-            let mut packed = Some(PackedBuilder::default());
-            let mut v = Vec::new();
-            for b in &batches {
-                let cols = key_columns_of(b, k)?;
-                let col = cols.first().filter(|c| c.null_count() == 0);
-                let Some(x) = col.and_then(int_values) else {
-                    return Err(Error::Other(format!(
-                        "{}: key column is not an integer column without NULLs",
-                        c.path
-                    )));
-                };
-                if let Some(p) = packed.as_mut()
-                    && !p.extend(&x)
-                {
-                    // Out of order: start over plain, from the batches before this one.
-                    packed = None;
-                    v.reserve(total);
-                    for before in batches.iter().take_while(|x| !std::ptr::eq(*x, b)) {
-                        let cols = key_columns_of(before, k)?;
-                        v.extend(cols.first().and_then(int_values).unwrap_or_default());
-                    }
-                }
-                if packed.is_none() {
-                    v.extend(x);
-                }
-            }
-            match packed {
-                Some(p) => KeyValues::Packed(p.finish()),
-                None => KeyValues::Ints(v),
-            }
-        } else {
-            let mut rows = k.converter.empty_rows(total, total * 8);
-            for b in &batches {
-                k.converter.append(&mut rows, &key_columns_of(b, k)?)?;
-            }
-            KeyValues::Rows(rows)
-        };
+        let values = key_values(&batches, k, total, &c.path)?;
         let sorted = values.sorted();
         let fk = Arc::new(FileKeys { values, sorted });
         scan.hits = search(&fk, k);
@@ -1181,6 +1133,135 @@ async fn scan_file(
         }
     }
     Ok(scan)
+}
+
+/// A data file's key columns as read (every row, in file order), in the form a lookup keeps:
+/// packed if a single integer key ascends, plain integers if not, row-encoded otherwise.
+fn key_values(batches: &[RecordBatch], k: &Keys, total: usize, path: &str) -> Result<KeyValues> {
+    Ok(if k.ints.is_some() {
+        // Packed as the batches come (no 8-byte copy of the column) while they ascend.
+        let mut packed = Some(PackedBuilder::default());
+        let mut v = Vec::new();
+        for b in batches {
+            let cols = key_columns_of(b, k)?;
+            let col = cols.first().filter(|c| c.null_count() == 0);
+            let Some(x) = col.and_then(int_values) else {
+                return Err(Error::Other(format!(
+                    "{}: key column is not an integer column without NULLs",
+                    path
+                )));
+            };
+            if let Some(p) = packed.as_mut()
+                && !p.extend(&x)
+            {
+                // Out of order: start over plain, from the batches before this one.
+                packed = None;
+                v.reserve(total);
+                for before in batches.iter().take_while(|x| !std::ptr::eq(*x, b)) {
+                    let cols = key_columns_of(before, k)?;
+                    v.extend(cols.first().and_then(int_values).unwrap_or_default());
+                }
+            }
+            if packed.is_none() {
+                v.extend(x);
+            }
+        }
+        match packed {
+            Some(p) => KeyValues::Packed(p.finish()),
+            None => KeyValues::Ints(v),
+        }
+    } else {
+        let mut rows = k.converter.empty_rows(total, total * 8);
+        for b in batches {
+            k.converter.append(&mut rows, &key_columns_of(b, k)?)?;
+        }
+        KeyValues::Rows(rows)
+    })
+}
+
+/// Writes the key index of a data file that no lookup has read whole yet (compaction's output),
+/// from its key column as stored. `Ok(false)`: none is written (not a single integer key of the
+/// table's current schema, fewer than [`INDEX_MIN_ROWS`] rows, keys out of order, or an index
+/// no smaller than the column).
+pub async fn write_key_index(
+    file_io: &FileIO,
+    metadata: &TableMetadata,
+    path: &str,
+    size: u64,
+    rows: u64,
+) -> Result<bool> {
+    use iceberg::spec::{PrimitiveType, Type};
+    let schema = metadata.current_schema();
+    let field_ids = crate::evolve::key_field_ids(schema);
+    let empty: ArrayRef = match field_ids.as_slice() {
+        [fid] => match schema.field_by_id(*fid).map(|f| f.field_type.as_ref()) {
+            Some(Type::Primitive(PrimitiveType::Long)) => {
+                Arc::new(arrow_array::Int64Array::from(Vec::<i64>::new()))
+            }
+            Some(Type::Primitive(PrimitiveType::Int)) => {
+                Arc::new(arrow_array::Int32Array::from(Vec::<i32>::new()))
+            }
+            _ => return Ok(false),
+        },
+        _ => return Ok(false),
+    };
+    if rows < INDEX_MIN_ROWS {
+        return Ok(false);
+    }
+    // The key as a lookup names it: its types come from the batch of changed keys, which is
+    // in the table's current types.
+    let k = Keys::new(&RecordBatch::try_from_iter([("k", empty)])?, field_ids)?;
+    let reader = open_parquet(file_io, path, size).await?;
+    let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
+    let md = builder.metadata().clone();
+    let leaves = key_leaves(&md, &k, path)?;
+    let batches: Vec<RecordBatch> = builder
+        .with_projection(ProjectionMask::leaves(
+            md.file_metadata().schema_descr_ptr().as_ref(),
+            leaves.iter().copied(),
+        ))
+        .with_batch_size(64 * 1024)
+        .build()?
+        .try_collect()
+        .await?;
+    let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+    if total as u64 != rows {
+        return Err(Error::Other(format!(
+            "{path}: {total} rows read, the manifest says {rows}"
+        )));
+    }
+    let KeyValues::Packed(p) = key_values(&batches, &k, total, path)? else {
+        return Ok(false);
+    };
+    let encoded = p.encode(size, &k.sig)?;
+    if encoded.len() >= key_column_bytes(&md, &leaves) {
+        return Ok(false);
+    }
+    file_io
+        .new_output(index::index_path(path))?
+        .write(bytes::Bytes::from(encoded))
+        .await?;
+    Ok(true)
+}
+
+/// Parquet leaf index of each key column, by field id.
+fn key_leaves(
+    md: &parquet::file::metadata::ParquetMetaData,
+    k: &Keys,
+    path: &str,
+) -> Result<Vec<usize>> {
+    let descr = md.file_metadata().schema_descr_ptr();
+    let mut leaves = Vec::with_capacity(k.field_ids.len());
+    for fid in &k.field_ids {
+        let idx = (0..descr.num_columns()).find(|&i| {
+            let t = descr.column(i).self_type_ptr();
+            t.get_basic_info().has_id() && t.get_basic_info().id() == *fid
+        });
+        leaves.push(
+            idx.ok_or_else(|| Error::Other(format!("{path}: no column with field id {fid}")))?,
+        );
+    }
+    Ok(leaves)
 }
 
 /// The stored key index of a candidate file, if there is a usable one. A missing, foreign or

@@ -92,6 +92,8 @@ pub struct CompactReport {
     pub deletes_carried: u64,
     /// Groups left for the next run (budget reached).
     pub groups_left: usize,
+    /// Key indexes written for the large files the rewrite wrote.
+    pub key_indexes_written: usize,
     pub elapsed_ms: u64,
 }
 
@@ -99,6 +101,14 @@ pub struct Compact<'a> {
     catalog: &'a dyn Catalog,
     ident: TableIdent,
     options: CompactOptions,
+}
+
+/// A data file a rewrite wrote.
+#[derive(Debug, Clone)]
+pub struct NewFile {
+    path: String,
+    size: u64,
+    rows: u64,
 }
 
 /// A live data file as the planner sees it.
@@ -168,7 +178,7 @@ impl<'a> Compact<'a> {
             if let Some(before) = planner.before.take() {
                 (report.data_files_before, report.delete_files_before) = before;
             }
-            let Some((group, stats)) = finished.report else {
+            let Some((group, stats, new_files)) = finished.report else {
                 break;
             };
             if let Some(Outcome::Committed { snapshot_id, .. }) = finished.outcome {
@@ -181,6 +191,7 @@ impl<'a> Compact<'a> {
                 report.delete_files_removed += stats.removed_delete_files as usize;
                 report.bytes_rewritten += group.bytes;
                 report.records_written += stats.records;
+                report.key_indexes_written += self.write_key_indexes(&new_files).await;
                 planner.budget = planner.budget.saturating_sub(group.bytes);
             }
         }
@@ -193,6 +204,43 @@ impl<'a> Compact<'a> {
         }
         report.elapsed_ms = started.elapsed().as_millis() as u64;
         Ok(report)
+    }
+
+    /// Writes the key indexes of the large files a committed group wrote, so that the first
+    /// fresh lookup after a compaction reads an index, not the new files' key columns
+    /// ([`crate::lookup::index`]). An index is a cache: a failure is logged, not returned.
+    async fn write_key_indexes(&self, files: &[NewFile]) -> usize {
+        let large: Vec<&NewFile> = files
+            .iter()
+            .filter(|f| f.rows >= crate::lookup::index::INDEX_MIN_ROWS)
+            .collect();
+        if large.is_empty() {
+            return 0;
+        }
+        let table = match LoadedTable::load(self.catalog, &self.ident).await {
+            Ok(Some(t)) => t,
+            Ok(None) => return 0,
+            Err(e) => {
+                tracing::warn!(table = %self.ident, error = %e, "key indexes not written");
+                return 0;
+            }
+        };
+        let md = &table.metadata;
+        let file_io = self.catalog.file_io();
+        let written: Vec<bool> = futures::stream::iter(large)
+            .map(|f| async move {
+                match crate::lookup::write_key_index(file_io, md, &f.path, f.size, f.rows).await {
+                    Ok(w) => w,
+                    Err(e) => {
+                        tracing::warn!(file = %f.path, error = %e, "key index not written");
+                        false
+                    }
+                }
+            })
+            .buffer_unordered(crate::lookup::READ_CONCURRENCY)
+            .collect()
+            .await;
+        written.into_iter().filter(|w| *w).count()
     }
 
     /// Position deletes snapshot `snapshot_id` (ours) carried over from concurrent commits.
@@ -304,7 +352,7 @@ impl<'a> Compact<'a> {
         table: &LoadedTable,
         group: &Group,
         deletes: &[LiveDelete],
-    ) -> Result<(Staged, Added)> {
+    ) -> Result<(Staged, Added, Vec<NewFile>)> {
         let file_io = self.catalog.file_io();
         let md = table.metadata.clone();
         let snapshot = md
@@ -392,7 +440,15 @@ impl<'a> Compact<'a> {
             summary,
             record: None,
         };
-        Ok((staged, added))
+        let new_files = written
+            .iter()
+            .map(|(_, f)| NewFile {
+                path: f.file_path().to_string(),
+                size: f.file_size_in_bytes(),
+                rows: f.record_count(),
+            })
+            .collect();
+        Ok((staged, added, new_files))
     }
 
     /// The group's files as of `snapshot_id`, each with its deleted positions. Deletes are
@@ -498,7 +554,7 @@ struct GroupPlanner<'a> {
 #[async_trait::async_trait]
 impl Planner for GroupPlanner<'_> {
     /// The group and what its commit adds and removes; `None`: nothing (more) to do.
-    type Report = Option<(Group, Added)>;
+    type Report = Option<(Group, Added, Vec<NewFile>)>;
 
     async fn plan(&mut self, table: Option<LoadedTable>) -> Result<Plan<Self::Report>> {
         let c = self.compact;
@@ -527,13 +583,16 @@ impl Planner for GroupPlanner<'_> {
             return Ok(Plan::Nothing(None));
         };
         self.groups_left -= 1;
-        let (staged, added) = c.rewrite(&table, group, &deletes).await?;
+        let (staged, added, new_files) = c.rewrite(&table, group, &deletes).await?;
         // New files written, nothing committed yet: commits landing here get carried over.
         if let Err(e) = commit::failpoint("after-rewrite").await {
             staged.discard(c.catalog.file_io()).await;
             return Err(e);
         }
-        Ok(Plan::Commit(Box::new(staged), Some((group.clone(), added))))
+        Ok(Plan::Commit(
+            Box::new(staged),
+            Some((group.clone(), added, new_files)),
+        ))
     }
 }
 
