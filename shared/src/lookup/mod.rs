@@ -213,6 +213,23 @@ impl parquet::arrow::async_reader::AsyncFileReader for WholeFile {
     }
 }
 
+/// Small files are read whole, SMALL_READ_CONCURRENCY at once; a file larger than
+/// [`WHOLE_FILE_BYTES`] reads ranges of its own and holds a permit of `large` (sized
+/// READ_CONCURRENCY) while it does.
+async fn large_read_permit(
+    large: &tokio::sync::Semaphore,
+    size: u64,
+) -> Result<Option<tokio::sync::SemaphorePermit<'_>>> {
+    if size <= WHOLE_FILE_BYTES {
+        return Ok(None);
+    }
+    large
+        .acquire()
+        .await
+        .map(Some)
+        .map_err(|e| Error::Other(format!("lookup read limit: {e}")))
+}
+
 /// Opens a Parquet file for async reading: whole, in one request, if it is small; else
 /// reading ranges as asked.
 async fn open_parquet(
@@ -261,9 +278,8 @@ impl LookupCache {
         }
     }
 
-    /// Uploads a key index in the background (see [`LookupCache::finish_index_writes`]) if it
-    /// is smaller than `column_bytes`, the key column as the file stores it (dense or
-    /// clustered keys are; random 64-bit ids need not be).
+    /// Uploads a key index in the background ([`store_index`]; see
+    /// [`LookupCache::finish_index_writes`]).
     fn write_index(
         &self,
         file_io: &FileIO,
@@ -275,36 +291,9 @@ impl LookupCache {
         let (file_io, data_file, sig) = (file_io.clone(), c.path.clone(), sig.to_string());
         let file_size = c.size;
         let task = tokio::spawn(async move {
-            let encoded = tokio::task::spawn_blocking(move || match &keys.values {
-                KeyValues::Packed(p) => Some(p.encode(file_size, &sig).map(|b| (b, p.len()))),
-                _ => None,
-            })
-            .await;
-            let path = index::index_path(&data_file);
-            let (encoded, keys) = match encoded {
-                Ok(Some(Ok(b))) => b,
-                Ok(None) => return,
-                Ok(Some(Err(e))) => {
-                    tracing::warn!(file = %data_file, error = %e, "key index not written");
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(file = %data_file, error = %e, "key index not written");
-                    return;
-                }
-            };
-            let bytes = encoded.len();
-            if bytes >= column_bytes {
-                tracing::debug!(file = %data_file, bytes, column_bytes, "key index no smaller than the key column: not written");
-                return;
-            }
-            let written = match file_io.new_output(&path) {
-                Ok(out) => out.write(bytes::Bytes::from(encoded)).await,
-                Err(e) => Err(e),
-            };
-            match written {
-                Ok(()) => tracing::debug!(index = %path, bytes, keys, "key index written"),
-                Err(e) => tracing::warn!(index = %path, error = %e, "key index not written"),
+            match store_index(&file_io, &data_file, file_size, sig, keys, column_bytes).await {
+                Ok(written) => tracing::debug!(file = %data_file, written, "key index"),
+                Err(e) => tracing::warn!(file = %data_file, error = %e, "key index not written"),
             }
         });
         if let Ok(mut w) = self.index_writes.lock() {
@@ -868,16 +857,7 @@ async fn dead_rows(
     let loaded: HashMap<usize, Arc<DeletedPositions>> = futures::stream::iter(needed)
         .map(|i| async move {
             let d = &delete_files[i];
-            // Small files are read whole; large ones read ranges, fewer at once.
-            let _permit = match d.size > WHOLE_FILE_BYTES {
-                true => Some(
-                    large
-                        .acquire()
-                        .await
-                        .map_err(|e| Error::Other(format!("lookup read limit: {e}")))?,
-                ),
-                false => None,
-            };
+            let _permit = large_read_permit(large, d.size).await?;
             cache
                 .delete_file(file_io, &d.path, d.size)
                 .await
@@ -1020,16 +1000,7 @@ async fn scan_file(
         cache.cache_keys(&c.path, &k.sig, fk);
         return Ok(scan);
     }
-    // Large files read ranges of their own: at most READ_CONCURRENCY of them at once.
-    let _permit = match c.size > WHOLE_FILE_BYTES {
-        true => Some(
-            large
-                .acquire()
-                .await
-                .map_err(|e| Error::Other(format!("lookup read limit: {e}")))?,
-        ),
-        false => None,
-    };
+    let _permit = large_read_permit(large, c.size).await?;
     let reader = open_parquet(file_io, &c.path, c.size).await?;
     let mut builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let md = builder.metadata().clone();
@@ -1180,18 +1151,17 @@ fn key_values(batches: &[RecordBatch], k: &Keys, total: usize, path: &str) -> Re
 }
 
 /// Writes the key index of a data file that no lookup has read whole yet (compaction's output),
-/// from its key column as stored. `Ok(false)`: none is written (not a single integer key of the
-/// table's current schema, fewer than [`INDEX_MIN_ROWS`] rows, keys out of order, or an index
+/// from its key column as stored. `Ok(false)`: none is written (not a single integer key of
+/// `schema`, the table's current one, fewer than [`INDEX_MIN_ROWS`] rows, keys out of order, or an index
 /// no smaller than the column).
 pub async fn write_key_index(
     file_io: &FileIO,
-    metadata: &TableMetadata,
+    schema: &iceberg::spec::Schema,
     path: &str,
     size: u64,
     rows: u64,
 ) -> Result<bool> {
     use iceberg::spec::{PrimitiveType, Type};
-    let schema = metadata.current_schema();
     let field_ids = crate::evolve::key_field_ids(schema);
     let empty: ArrayRef = match field_ids.as_slice() {
         [fid] => match schema.field_by_id(*fid).map(|f| f.field_type.as_ref()) {
@@ -1230,18 +1200,50 @@ pub async fn write_key_index(
             "{path}: {total} rows read, the manifest says {rows}"
         )));
     }
-    let KeyValues::Packed(p) = key_values(&batches, &k, total, path)? else {
-        return Ok(false);
-    };
-    let encoded = p.encode(size, &k.sig)?;
-    if encoded.len() >= key_column_bytes(&md, &leaves) {
-        return Ok(false);
+    let keys = Arc::new(FileKeys {
+        values: key_values(&batches, &k, total, path)?,
+        sorted: true,
+    });
+    store_index(
+        file_io,
+        path,
+        size,
+        k.sig,
+        keys,
+        key_column_bytes(&md, &leaves),
+    )
+    .await
+}
+
+/// Encodes the key index of `data_file` (of `file_size` bytes; keys of the types `sig` names)
+/// and uploads it beside the file, if the keys are packed and the index is smaller than
+/// `column_bytes`, the key column as the file stores it (dense or clustered keys are; random
+/// 64-bit ids need not be). `Ok(false)`: not written.
+async fn store_index(
+    file_io: &FileIO,
+    data_file: &str,
+    file_size: u64,
+    sig: String,
+    keys: Arc<FileKeys>,
+    column_bytes: usize,
+) -> Result<bool> {
+    // Compressing a large file's keys takes milliseconds: off the async workers.
+    let encoded = tokio::task::spawn_blocking(move || match &keys.values {
+        KeyValues::Packed(p) => p.encode(file_size, &sig).map(Some),
+        _ => Ok(None),
+    })
+    .await
+    .map_err(|e| Error::Other(format!("key index: {e}")))??;
+    match encoded {
+        Some(b) if b.len() < column_bytes => {
+            file_io
+                .new_output(index::index_path(data_file))?
+                .write(bytes::Bytes::from(b))
+                .await?;
+            Ok(true)
+        }
+        _ => Ok(false),
     }
-    file_io
-        .new_output(index::index_path(path))?
-        .write(bytes::Bytes::from(encoded))
-        .await?;
-    Ok(true)
 }
 
 /// Parquet leaf index of each key column, by field id.

@@ -103,9 +103,16 @@ pub struct Compact<'a> {
     options: CompactOptions,
 }
 
-/// A data file a rewrite wrote.
+/// The data files a rewrite wrote, and the schema it wrote them in (a schema change meanwhile
+/// makes the commit plan again).
 #[derive(Debug, Clone)]
-pub struct NewFile {
+pub struct Rewritten {
+    schema: iceberg::spec::SchemaRef,
+    files: Vec<NewFile>,
+}
+
+#[derive(Debug, Clone)]
+struct NewFile {
     path: String,
     size: u64,
     rows: u64,
@@ -178,7 +185,7 @@ impl<'a> Compact<'a> {
             if let Some(before) = planner.before.take() {
                 (report.data_files_before, report.delete_files_before) = before;
             }
-            let Some((group, stats, new_files)) = finished.report else {
+            let Some((group, stats, rewritten)) = finished.report else {
                 break;
             };
             if let Some(Outcome::Committed { snapshot_id, .. }) = finished.outcome {
@@ -191,7 +198,7 @@ impl<'a> Compact<'a> {
                 report.delete_files_removed += stats.removed_delete_files as usize;
                 report.bytes_rewritten += group.bytes;
                 report.records_written += stats.records;
-                report.key_indexes_written += self.write_key_indexes(&new_files).await;
+                report.key_indexes_written += self.write_key_indexes(&rewritten).await;
                 planner.budget = planner.budget.saturating_sub(group.bytes);
             }
         }
@@ -209,27 +216,18 @@ impl<'a> Compact<'a> {
     /// Writes the key indexes of the large files a committed group wrote, so that the first
     /// fresh lookup after a compaction reads an index, not the new files' key columns
     /// ([`crate::lookup::index`]). An index is a cache: a failure is logged, not returned.
-    async fn write_key_indexes(&self, files: &[NewFile]) -> usize {
-        let large: Vec<&NewFile> = files
+    async fn write_key_indexes(&self, rewritten: &Rewritten) -> usize {
+        let large: Vec<&NewFile> = rewritten
+            .files
             .iter()
             .filter(|f| f.rows >= crate::lookup::index::INDEX_MIN_ROWS)
             .collect();
-        if large.is_empty() {
-            return 0;
-        }
-        let table = match LoadedTable::load(self.catalog, &self.ident).await {
-            Ok(Some(t)) => t,
-            Ok(None) => return 0,
-            Err(e) => {
-                tracing::warn!(table = %self.ident, error = %e, "key indexes not written");
-                return 0;
-            }
-        };
-        let md = &table.metadata;
+        let schema = rewritten.schema.as_ref();
         let file_io = self.catalog.file_io();
         let written: Vec<bool> = futures::stream::iter(large)
             .map(|f| async move {
-                match crate::lookup::write_key_index(file_io, md, &f.path, f.size, f.rows).await {
+                match crate::lookup::write_key_index(file_io, schema, &f.path, f.size, f.rows).await
+                {
                     Ok(w) => w,
                     Err(e) => {
                         tracing::warn!(file = %f.path, error = %e, "key index not written");
@@ -352,7 +350,7 @@ impl<'a> Compact<'a> {
         table: &LoadedTable,
         group: &Group,
         deletes: &[LiveDelete],
-    ) -> Result<(Staged, Added, Vec<NewFile>)> {
+    ) -> Result<(Staged, Added, Rewritten)> {
         let file_io = self.catalog.file_io();
         let md = table.metadata.clone();
         let snapshot = md
@@ -440,15 +438,18 @@ impl<'a> Compact<'a> {
             summary,
             record: None,
         };
-        let new_files = written
-            .iter()
-            .map(|(_, f)| NewFile {
-                path: f.file_path().to_string(),
-                size: f.file_size_in_bytes(),
-                rows: f.record_count(),
-            })
-            .collect();
-        Ok((staged, added, new_files))
+        let rewritten = Rewritten {
+            schema: md.current_schema().clone(),
+            files: written
+                .iter()
+                .map(|(_, f)| NewFile {
+                    path: f.file_path().to_string(),
+                    size: f.file_size_in_bytes(),
+                    rows: f.record_count(),
+                })
+                .collect(),
+        };
+        Ok((staged, added, rewritten))
     }
 
     /// The group's files as of `snapshot_id`, each with its deleted positions. Deletes are
@@ -554,7 +555,7 @@ struct GroupPlanner<'a> {
 #[async_trait::async_trait]
 impl Planner for GroupPlanner<'_> {
     /// The group and what its commit adds and removes; `None`: nothing (more) to do.
-    type Report = Option<(Group, Added, Vec<NewFile>)>;
+    type Report = Option<(Group, Added, Rewritten)>;
 
     async fn plan(&mut self, table: Option<LoadedTable>) -> Result<Plan<Self::Report>> {
         let c = self.compact;
@@ -583,7 +584,7 @@ impl Planner for GroupPlanner<'_> {
             return Ok(Plan::Nothing(None));
         };
         self.groups_left -= 1;
-        let (staged, added, new_files) = c.rewrite(&table, group, &deletes).await?;
+        let (staged, added, rewritten) = c.rewrite(&table, group, &deletes).await?;
         // New files written, nothing committed yet: commits landing here get carried over.
         if let Err(e) = commit::failpoint("after-rewrite").await {
             staged.discard(c.catalog.file_io()).await;
@@ -591,7 +592,7 @@ impl Planner for GroupPlanner<'_> {
         }
         Ok(Plan::Commit(
             Box::new(staged),
-            Some((group.clone(), added, new_files)),
+            Some((group.clone(), added, rewritten)),
         ))
     }
 }
