@@ -31,6 +31,7 @@ struct Cli {
 }
 
 fn main() {
+    dms2iceberg::process::tune_allocator();
     let cli = Cli::parse();
     let level = match cli.verbose {
         0 => "warn",

@@ -43,6 +43,7 @@ pub mod lambda;
 pub mod locate;
 pub mod lookup;
 pub mod ops;
+pub mod process;
 pub mod read;
 pub(crate) mod table;
 pub(crate) mod types;

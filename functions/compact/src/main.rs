@@ -25,6 +25,7 @@ async fn init() -> Result<CompactHandler, FunctionError> {
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
+    dms2iceberg::process::tune_allocator();
     tracing_subscriber::fmt()
         .json()
         .with_current_span(false)

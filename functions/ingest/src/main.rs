@@ -21,6 +21,7 @@ async fn init() -> Result<IngestHandler, FunctionError> {
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
+    dms2iceberg::process::tune_allocator();
     let started = std::time::Instant::now();
     tracing_subscriber::fmt()
         .json()

@@ -15,8 +15,8 @@
 
 pub mod index;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Date32Type, Int32Type, Int64Type, TimestampMicrosecondType};
@@ -442,20 +442,29 @@ fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>> {
 struct Keys {
     /// Identifies the key types (cached encodings are only valid for the same types).
     sig: String,
-    /// Encoded full keys, sorted, with their index in the key batch.
-    sorted: Vec<(Vec<u8>, usize)>,
     field_ids: Vec<i32>,
     types: Vec<DataType>,
     converter: RowConverter,
-    /// Encoded full key → index in the key batch.
-    index: HashMap<Vec<u8>, usize>,
-    /// Per key column: single-column encodings, sorted, and their converter (bounds checks).
-    columns: Vec<(RowConverter, Vec<Vec<u8>>)>,
+    /// The key columns as given.
+    arrays: Vec<ArrayRef>,
+    /// Row encodings, made on first use: a single integer key, the common case, is searched
+    /// as integers and never needs them (making them was a quarter of a warm lookup).
+    encoded: OnceLock<Encoded>,
     /// First key column as plain values, sorted (row-group statistics and bloom filters).
     first: FirstColumn,
     /// A single integer key (int or long): its values with their index in the key batch,
     /// sorted by value.
     ints: Option<Vec<(i64, usize)>>,
+}
+
+/// The keys in `arrow-row` form, for keys other than a single integer column.
+struct Encoded {
+    /// Encoded full keys, sorted, with their index in the key batch.
+    sorted: Vec<(Vec<u8>, usize)>,
+    /// Encoded full key → index in the key batch.
+    index: HashMap<Vec<u8>, usize>,
+    /// Per key column: single-column encodings, sorted, and their converter (bounds checks).
+    columns: Vec<(RowConverter, Vec<Vec<u8>>)>,
 }
 
 enum FirstColumn {
@@ -470,24 +479,6 @@ impl Keys {
         let types: Vec<DataType> = arrays.iter().map(|a| a.data_type().clone()).collect();
         let converter =
             RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
-        let rows = converter.convert_columns(&arrays)?;
-        let index: HashMap<Vec<u8>, usize> = (0..rows.num_rows())
-            .map(|i| (rows.row(i).as_ref().to_vec(), i))
-            .collect();
-        let mut sorted: Vec<(Vec<u8>, usize)> =
-            index.iter().map(|(k, v)| (k.clone(), *v)).collect();
-        sorted.sort_unstable();
-        let mut columns = Vec::new();
-        for a in &arrays {
-            let c = RowConverter::new(vec![SortField::new(a.data_type().clone())])?;
-            let r = c.convert_columns(std::slice::from_ref(a))?;
-            let mut v: Vec<Vec<u8>> = (0..r.num_rows())
-                .map(|i| r.row(i).as_ref().to_vec())
-                .collect();
-            v.sort_unstable();
-            v.dedup();
-            columns.push((c, v));
-        }
         let first = match arrays.first() {
             Some(a) => first_values(a),
             None => FirstColumn::Other,
@@ -509,15 +500,48 @@ impl Keys {
         );
         Ok(Keys {
             sig,
-            sorted,
             field_ids,
             types,
             converter,
-            index,
-            columns,
+            arrays,
+            encoded: OnceLock::new(),
             first,
             ints,
         })
+    }
+
+    /// The row encodings of the keys, made by the first caller.
+    fn encoded(&self) -> Result<&Encoded> {
+        if let Some(e) = self.encoded.get() {
+            return Ok(e);
+        }
+        let rows = self.converter.convert_columns(&self.arrays)?;
+        let index: HashMap<Vec<u8>, usize> = (0..rows.num_rows())
+            .map(|i| (rows.row(i).as_ref().to_vec(), i))
+            .collect();
+        let mut sorted: Vec<(Vec<u8>, usize)> =
+            index.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        sorted.sort_unstable();
+        let mut columns = Vec::new();
+        for a in &self.arrays {
+            let c = RowConverter::new(vec![SortField::new(a.data_type().clone())])?;
+            let r = c.convert_columns(std::slice::from_ref(a))?;
+            let mut v: Vec<Vec<u8>> = (0..r.num_rows())
+                .map(|i| r.row(i).as_ref().to_vec())
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            columns.push((c, v));
+        }
+        // Another thread may have won the race; both made the same encodings.
+        let _ = self.encoded.set(Encoded {
+            sorted,
+            index,
+            columns,
+        });
+        self.encoded
+            .get()
+            .ok_or_else(|| Error::Other("key encodings were not kept".into()))
     }
 
     /// Could a file whose key columns lie within these bounds hold one of the keys?
@@ -526,6 +550,15 @@ impl Keys {
         lower: &HashMap<i32, Datum>,
         upper: &HashMap<i32, Datum>,
     ) -> Result<bool> {
+        if let (Some(ints), [fid]) = (&self.ints, self.field_ids.as_slice())
+            && let (Some(lo), Some(hi)) = (
+                lower.get(fid).and_then(datum_i64),
+                upper.get(fid).and_then(datum_i64),
+            )
+        {
+            let at = ints.partition_point(|(v, _)| *v < lo);
+            return Ok(at < ints.len() && ints[at].0 <= hi);
+        }
         for (i, fid) in self.field_ids.iter().enumerate() {
             let (Some(lo), Some(hi)) = (lower.get(fid), upper.get(fid)) else {
                 continue;
@@ -534,7 +567,7 @@ impl Keys {
             else {
                 continue;
             };
-            let sorted = &self.columns[i].1;
+            let sorted = &self.encoded()?.columns[i].1;
             let at = sorted.partition_point(|v| v.as_slice() < lo.as_slice());
             if at == sorted.len() || sorted[at].as_slice() > hi.as_slice() {
                 return Ok(false);
@@ -550,8 +583,17 @@ impl Keys {
         let Ok(a) = arrow_cast::cast(&a, &self.types[col]) else {
             return Ok(None);
         };
-        let r = self.columns[col].0.convert_columns(&[a])?;
+        let r = self.encoded()?.columns[col].0.convert_columns(&[a])?;
         Ok(Some(r.row(0).as_ref().to_vec()))
+    }
+}
+
+/// An int or long bound as i64.
+fn datum_i64(d: &Datum) -> Option<i64> {
+    match d.literal() {
+        PrimitiveLiteral::Int(v) => Some(i64::from(*v)),
+        PrimitiveLiteral::Long(v) => Some(*v),
+        _ => None,
     }
 }
 
@@ -709,12 +751,13 @@ pub async fn locate_rows(
         out.stats.key_cache_hits += scan.cache_hit as usize;
         out.stats.key_indexes_read += scan.index_read as usize;
         out.stats.key_indexes_written += scan.index_written as usize;
-        let dead = dead.get(&c.path);
-        let hits: Vec<(i64, usize)> = scan
-            .hits
+        let deleted: Vec<&[i64]> = dead
+            .get(&c.path)
             .into_iter()
-            .filter(|(pos, _)| dead.is_none_or(|d| !d.contains(pos)))
+            .flatten()
+            .filter_map(|content| content.get(&c.path).map(Vec::as_slice))
             .collect();
+        let hits = drop_deleted(scan.hits, &deleted);
         for (_, key) in &hits {
             out.found[*key] = true;
         }
@@ -829,14 +872,14 @@ async fn candidates(
     Ok((candidates, delete_files))
 }
 
-/// Positions already deleted in each candidate file.
+/// The delete files that delete rows of each candidate file (by its path).
 async fn dead_rows(
     file_io: &FileIO,
     candidates: &[Candidate],
     delete_files: &[DeleteFile],
     cache: &LookupCache,
     stats: &mut LookupStats,
-) -> Result<HashMap<String, HashSet<i64>>> {
+) -> Result<HashMap<String, Vec<Arc<DeletedPositions>>>> {
     let applies = |d: &DeleteFile, c: &Candidate| {
         d.spec_id == c.spec_id
             && d.partition == c.partition
@@ -870,7 +913,10 @@ async fn dead_rows(
         })
         .try_collect()
         .await?;
-    let mut dead: HashMap<String, HashSet<i64>> = HashMap::new();
+    // The lists themselves, not a set of their positions: a file that every commit since the
+    // last compaction deleted rows of (a full load) has hundreds of thousands, and hashing
+    // them all again on every commit was the largest cost of a warm lookup.
+    let mut dead: HashMap<String, Vec<Arc<DeletedPositions>>> = HashMap::new();
     for c in candidates {
         for (i, d) in delete_files.iter().enumerate() {
             if !applies(d, c) {
@@ -879,15 +925,46 @@ async fn dead_rows(
             let Some(content) = loaded.get(&i) else {
                 continue;
             };
-            if let Some(p) = content.get(&c.path) {
+            if content.contains_key(&c.path) {
                 dead.entry(c.path.clone())
                     .or_default()
-                    .extend(p.iter().copied());
+                    .push(content.clone());
             }
         }
     }
-
     Ok(dead)
+}
+
+/// `hits` (position, key) without the positions in `deleted` (ascending lists), in position
+/// order. One merge per list, galloping: the cost follows the number of hits when the lists
+/// are long.
+fn drop_deleted(mut hits: Vec<(i64, usize)>, deleted: &[&[i64]]) -> Vec<(i64, usize)> {
+    if deleted.is_empty() || hits.is_empty() {
+        return hits;
+    }
+    if !hits.is_sorted_by_key(|h| h.0) {
+        hits.sort_unstable_by_key(|h| h.0);
+    }
+    let mut dead = vec![false; hits.len()];
+    for list in deleted {
+        let mut j = 0usize;
+        for ((pos, _), d) in hits.iter().zip(dead.iter_mut()) {
+            let (mut lo, mut hi, mut step) = (j, j, 1usize);
+            while hi < list.len() && list[hi] < *pos {
+                lo = hi + 1;
+                hi = hi.saturating_add(step).min(list.len());
+                step = step.saturating_mul(2);
+            }
+            j = lo + list[lo..hi].partition_point(|x| x < pos);
+            if list.get(j) == Some(pos) {
+                *d = true;
+            }
+        }
+    }
+    hits.into_iter()
+        .zip(dead)
+        .filter_map(|(h, d)| (!d).then_some(h))
+        .collect()
 }
 
 /// Marks the keys whose live row is newer than their change. Only rows of change files are
@@ -985,7 +1062,7 @@ async fn scan_file(
     if let Some(fk) = cache.cached_keys(&c.path, &k.sig) {
         let mut scan = FileScan::empty();
         scan.cache_hit = true;
-        scan.hits = search(&fk, k);
+        scan.hits = search(&fk, k)?;
         return Ok(scan);
     }
     let indexable = k.ints.is_some() && c.rows >= INDEX_MIN_ROWS;
@@ -996,7 +1073,7 @@ async fn scan_file(
         });
         let mut scan = FileScan::empty();
         scan.index_read = true;
-        scan.hits = search(&fk, k);
+        scan.hits = search(&fk, k)?;
         cache.cache_keys(&c.path, &k.sig, fk);
         return Ok(scan);
     }
@@ -1066,7 +1143,7 @@ async fn scan_file(
         let values = key_values(&batches, k, total, &c.path)?;
         let sorted = values.sorted();
         let fk = Arc::new(FileKeys { values, sorted });
-        scan.hits = search(&fk, k);
+        scan.hits = search(&fk, k)?;
         // The next fresh process reads this column from a key index instead, if the index is
         // smaller than the column as stored (dense or clustered keys; not random 64-bit ids).
         if indexable && matches!(fk.values, KeyValues::Packed(_)) {
@@ -1077,6 +1154,7 @@ async fn scan_file(
         cache.cache_keys(&c.path, &k.sig, fk);
         return Ok(scan);
     }
+    let index = &k.encoded()?.index;
     for b in batches {
         let cols = key_columns_of(&b, k)?;
         let rows: Rows = k.converter.convert_columns(&cols)?;
@@ -1096,7 +1174,7 @@ async fn scan_file(
                     }
                 }
             }
-            if let Some(&key) = k.index.get(rows.row(i).as_ref()) {
+            if let Some(&key) = index.get(rows.row(i).as_ref()) {
                 scan.hits.push((rg_start + offset, key));
             }
             offset += 1;
@@ -1317,14 +1395,15 @@ impl FileScan {
 }
 
 /// Positions of the looked-up keys in a file's cached key rows.
-fn search(fk: &FileKeys, k: &Keys) -> Vec<(i64, usize)> {
+fn search(fk: &FileKeys, k: &Keys) -> Result<Vec<(i64, usize)>> {
     let rows = match (&fk.values, &k.ints) {
         (KeyValues::Rows(rows), _) => rows,
-        (KeyValues::Ints(v), Some(keys)) => return search_ints(v, fk.sorted, keys),
-        (KeyValues::Packed(p), Some(keys)) => return p.search(keys),
+        (KeyValues::Ints(v), Some(keys)) => return Ok(search_ints(v, fk.sorted, keys)),
+        (KeyValues::Packed(p), Some(keys)) => return Ok(p.search(keys)),
         // Unreachable: the cache entry's name says which form it holds (`Keys::sig`).
-        (KeyValues::Ints(_) | KeyValues::Packed(_), None) => return Vec::new(),
+        (KeyValues::Ints(_) | KeyValues::Packed(_), None) => return Ok(Vec::new()),
     };
+    let encoded = k.encoded()?;
     let mut hits = Vec::new();
     if fk.sorted {
         // Keys ascend, so each search starts where the last one ended and gallops forward:
@@ -1332,7 +1411,7 @@ fn search(fk: &FileKeys, k: &Keys) -> Vec<(i64, usize)> {
         // cache miss per probe, the largest cost of a warm lookup).
         let n = rows.num_rows();
         let mut start = 0usize;
-        for (key, idx) in &k.sorted {
+        for (key, idx) in &encoded.sorted {
             let key = key.as_slice();
             let mut step = 1usize;
             let mut lo = start;
@@ -1358,12 +1437,12 @@ fn search(fk: &FileKeys, k: &Keys) -> Vec<(i64, usize)> {
         }
     } else {
         for i in 0..rows.num_rows() {
-            if let Some(&idx) = k.index.get(rows.row(i).as_ref()) {
+            if let Some(&idx) = encoded.index.get(rows.row(i).as_ref()) {
                 hits.push((i as i64, idx));
             }
         }
     }
-    hits
+    Ok(hits)
 }
 
 /// [`search`] over a single integer key column.
@@ -1491,11 +1570,25 @@ pub async fn read_position_deletes(
         let paths = paths.as_string::<i32>();
         let pos = arrow_cast::cast(pos, &DataType::Int64)?;
         let pos = pos.as_primitive::<Int64Type>();
-        for i in 0..b.num_rows() {
-            map.entry(paths.value(i).to_string())
+        // Rows come grouped by path (the spec sorts them by path, then position).
+        let mut i = 0;
+        while i < b.num_rows() {
+            let path = paths.value(i);
+            let run = (i..b.num_rows())
+                .find(|&r| paths.value(r) != path)
+                .unwrap_or(b.num_rows());
+            map.entry(path.to_string())
                 .or_default()
-                .push(pos.value(i));
+                .extend_from_slice(&pos.values()[i..run]);
+            i = run;
         }
+    }
+    // Lookups merge these lists with sorted hits: ascending, whatever the writer did.
+    for v in map.values_mut() {
+        if !v.is_sorted() {
+            v.sort_unstable();
+        }
+        v.dedup();
     }
     Ok(map)
 }
@@ -1620,6 +1713,30 @@ mod tests {
         RecordBatch::try_from_iter([("id", a)]).expect("batch")
     }
 
+    proptest::proptest! {
+        /// Dropping deleted positions by merging sorted lists keeps exactly the hits no list
+        /// holds, whatever the order the hits come in.
+        #[test]
+        fn dropping_deleted_positions_matches_a_set(
+            hits in proptest::collection::hash_set(0i64..400, 0..120),
+            lists in proptest::collection::vec(
+                proptest::collection::btree_set(0i64..400, 0..200), 0..4),
+        ) {
+            let hits: Vec<(i64, usize)> = hits.into_iter().zip(0..).collect();
+            let lists: Vec<Vec<i64>> = lists.into_iter().map(|l| l.into_iter().collect()).collect();
+            let slices: Vec<&[i64]> = lists.iter().map(Vec::as_slice).collect();
+            let mut want: Vec<(i64, usize)> = hits
+                .iter()
+                .copied()
+                .filter(|(p, _)| !lists.iter().any(|l| l.contains(p)))
+                .collect();
+            want.sort_unstable();
+            let mut got = drop_deleted(hits, &slices);
+            got.sort_unstable();
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
+
     /// The galloping search finds exactly what a scan of every row finds, with duplicates
     /// in the file, keys before, between and after the file's range, dense and sparse keys.
     #[test]
@@ -1667,7 +1784,7 @@ mod tests {
                 ),
             ];
             for (form, (values, sorted)) in forms.into_iter().enumerate() {
-                let mut got = search(&FileKeys { values, sorted }, &k);
+                let mut got = search(&FileKeys { values, sorted }, &k).expect("search");
                 if !sorted {
                     // Back to positions in the unshuffled file.
                     for h in &mut got {
@@ -1729,7 +1846,7 @@ mod tests {
             let fk = cache
                 .cached_keys("s3://w/t/data/f.parquet", &k.sig)
                 .unwrap_or_else(|| panic!("{fids:?}: remembered keys not found by a lookup"));
-            let mut got = search(&fk, &k);
+            let mut got = search(&fk, &k).expect("search");
             got.sort_unstable();
             // Row 1 and 2 share id 5: an id-only lookup of 5 finds both rows.
             let mut want: Vec<(i64, usize)> = Vec::new();

@@ -359,6 +359,13 @@ fn leading_zeros_reason(what: &str) -> String {
 /// An integer, exactly: `12`, `+12`, `-0`, `1.0`, `+5.0656000000000000e+05`; not `007` (the
 /// zeros would be lost), not `1.5` (the fraction would be).
 fn parse_integer(s: &str, what: &str) -> Result<i64, String> {
+    match plain_integer(s) {
+        Some(v) => Ok(v),
+        None => general_integer(s, what),
+    }
+}
+
+fn general_integer(s: &str, what: &str) -> Result<i64, String> {
     let n = parse_number(s).ok_or_else(|| format!("cannot parse {VALUE} as {what}"))?;
     if n.leading_zeros {
         return Err(leading_zeros_reason(&format!("a {what} column")));
@@ -380,6 +387,63 @@ fn parse_integer(s: &str, what: &str) -> Result<i64, String> {
     i64::try_from(if n.neg { -v } else { v }).map_err(|_| out_of_range())
 }
 
+/// The sign and digits of `[+-]digits`, if `s` is written so.
+fn split_sign(s: &[u8]) -> (bool, &[u8]) {
+    match s.first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    }
+}
+
+/// [`parse_integer`] for the common case, without allocating: `[+-]digits`, at most 18 digits
+/// (always in range), no leading zeros. `None` means "take the general path", which also
+/// produces the errors; the two agree on every value this accepts.
+fn plain_integer(s: &str) -> Option<i64> {
+    let (neg, digits) = split_sign(s.as_bytes());
+    if digits.is_empty() || digits.len() > 18 || (digits.len() > 1 && digits[0] == b'0') {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + i64::from(b - b'0');
+    }
+    Some(if neg { -v } else { v })
+}
+
+/// [`parse_decimal`] for the common case, without allocating: `[+-]int[.frac]` with an
+/// integer part of at least one digit and no leading zeros, and at most `scale` fraction
+/// digits, fitting `precision`. `None` means "take the general path".
+fn plain_decimal(s: &str, precision: u32, scale: u32) -> Option<i128> {
+    let (neg, body) = split_sign(s.as_bytes());
+    let (int, frac) = match body.iter().position(|&b| b == b'.') {
+        Some(i) => (&body[..i], &body[i + 1..]),
+        None => (body, &body[body.len()..]),
+    };
+    if int.is_empty() || (int.len() > 1 && int[0] == b'0') || frac.len() > scale as usize {
+        return None;
+    }
+    // `0.5`: the integer part holds no significant digit.
+    let int_digits = if int == b"0" { 0 } else { int.len() };
+    if int_digits + scale as usize > precision as usize {
+        return None;
+    }
+    let mut v: i128 = 0;
+    for &b in int.iter().chain(frac) {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + i128::from(b - b'0');
+    }
+    for _ in frac.len()..scale as usize {
+        v *= 10;
+    }
+    Some(if neg { -v } else { v })
+}
+
 /// A float or double: any decimal number (the nearest binary value is what the type holds),
 /// `NaN` and infinities; not written with leading zeros. Returns the text to parse.
 fn parse_float<'a>(s: &'a str, what: &str) -> Result<&'a str, String> {
@@ -394,6 +458,13 @@ fn parse_float<'a>(s: &'a str, what: &str) -> Result<&'a str, String> {
 /// `-123.45` (or `-1.2345e+02`) → unscaled i128 at `scale`; digits past `scale` are refused
 /// unless they are zeros, and so are leading zeros.
 pub fn parse_decimal(s: &str, precision: u32, scale: u32) -> Result<i128, String> {
+    match plain_decimal(s, precision, scale) {
+        Some(v) => Ok(v),
+        None => general_decimal(s, precision, scale),
+    }
+}
+
+fn general_decimal(s: &str, precision: u32, scale: u32) -> Result<i128, String> {
     let n = parse_number(s)
         .ok_or_else(|| format!("cannot parse {VALUE} as decimal({precision},{scale})"))?;
     if n.leading_zeros {
@@ -435,9 +506,30 @@ pub fn format_time(micros: i64) -> String {
 const UNIX_EPOCH_DAYS_FROM_CE: i32 = 719_163;
 
 pub fn parse_date(s: &str) -> Result<i32, String> {
+    // `yyyy-MM-dd` exactly, the form DMS writes, without chrono's format interpreter (the
+    // largest cost of a timestamp column); anything else takes chrono's parser.
+    let b = s.as_bytes();
+    if b.len() == 10 && b[4] == b'-' && b[7] == b'-' {
+        let (y, m, d) = (digits(&b[0..4]), digits(&b[5..7]), digits(&b[8..10]));
+        if let (Some(y), Some(m), Some(d)) = (y, m, d) {
+            return NaiveDate::from_ymd_opt(y as i32, m as u32, d as u32)
+                .map(|d| chrono::Datelike::num_days_from_ce(&d) - UNIX_EPOCH_DAYS_FROM_CE)
+                .ok_or_else(|| format!("cannot parse {VALUE} as date (yyyy-MM-dd)"));
+        }
+    }
     let d = NaiveDate::parse_from_str(s, "%Y-%m-%d")
         .map_err(|_| format!("cannot parse {VALUE} as date (yyyy-MM-dd)"))?;
     Ok(chrono::Datelike::num_days_from_ce(&d) - UNIX_EPOCH_DAYS_FROM_CE)
+}
+
+/// The value of ASCII decimal digits (at most 18), if `b` is only digits.
+fn digits(b: &[u8]) -> Option<i64> {
+    if b.is_empty() || b.len() > 18 {
+        return None;
+    }
+    b.iter().try_fold(0i64, |v, &c| {
+        c.is_ascii_digit().then(|| v * 10 + i64::from(c - b'0'))
+    })
 }
 
 /// `HH:MM:SS[.fraction]` → microseconds since midnight.
@@ -447,8 +539,7 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
     if b.len() < 8 || b[2] != b':' || b[5] != b':' {
         return Err(err());
     }
-    let num =
-        |r: std::ops::Range<usize>| s.get(r).and_then(|x| x.parse::<i64>().ok()).ok_or_else(err);
+    let num = |r: std::ops::Range<usize>| digits(&b[r]).ok_or_else(err);
     let (h, m, sec) = (num(0..2)?, num(3..5)?, num(6..8)?);
     if h > 23 || m > 59 || sec > 59 {
         return Err(err());
@@ -462,15 +553,15 @@ fn fraction_micros(f: &str) -> Option<i64> {
     if f.is_empty() {
         return Some(0);
     }
-    let digits = f.strip_prefix('.')?;
-    if digits.is_empty() || digits.len() > 9 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+    let frac = f.strip_prefix('.')?.as_bytes();
+    if frac.is_empty() || frac.len() > 9 || !frac.iter().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    if digits.len() > 6 && digits[6..].bytes().any(|b| b != b'0') {
+    if frac.len() > 6 && frac[6..].iter().any(|&b| b != b'0') {
         return None;
     }
-    let d = &digits[..digits.len().min(6)];
-    let mut v: i64 = d.parse().ok()?;
+    let d = &frac[..frac.len().min(6)];
+    let mut v: i64 = digits(d)?;
     for _ in d.len()..6 {
         v *= 10;
     }
@@ -620,6 +711,33 @@ fn decimal_shape(s: &str) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The allocation-free paths agree with the general ones on every value they take.
+        #[test]
+        fn fast_number_paths_agree_with_the_general_ones(
+            s in "[+-]?[0-9]{0,22}(\\.[0-9]{0,6})?",
+            precision in 1u32..=38,
+            scale in 0u32..=6,
+        ) {
+            if let Some(v) = plain_integer(&s) {
+                prop_assert_eq!(Ok(v), general_integer(&s, "long"));
+            }
+            if let Some(v) = plain_decimal(&s, precision, scale.min(precision)) {
+                prop_assert_eq!(Ok(v), general_decimal(&s, precision, scale.min(precision)));
+            }
+        }
+
+        #[test]
+        fn fast_dates_agree_with_chrono(y in 0i32..10000, m in 0u32..14, d in 0u32..33) {
+            let s = format!("{y:04}-{m:02}-{d:02}");
+            let chrono = NaiveDate::parse_from_str(&s, "%Y-%m-%d")
+                .map(|d| chrono::Datelike::num_days_from_ce(&d) - UNIX_EPOCH_DAYS_FROM_CE)
+                .ok();
+            prop_assert_eq!(parse_date(&s).ok(), chrono);
+        }
+    }
 
     #[test]
     fn decimals_are_exact() {

@@ -41,9 +41,19 @@ pub const ROW_GROUP_ROWS: usize = 128 * 1024;
 pub const DELETE_FILE_PATH_ID: i32 = 2147483546;
 pub const DELETE_POS_ID: i32 = 2147483545;
 
-fn base_properties() -> parquet::file::properties::WriterPropertiesBuilder {
+/// zstd level of the files one change file's commit writes: level 1 encodes them in about
+/// two thirds of level 3's time, and they are less than 1% larger (a 10,000-row change:
+/// 218.6 KB against 216.9 KB); compaction rewrites them.
+const CHANGE_ZSTD_LEVEL: i32 = 1;
+
+/// zstd level of the files that stay: compaction's output and streamed large inputs.
+const STREAM_ZSTD_LEVEL: i32 = 3;
+
+fn base_properties(zstd_level: i32) -> parquet::file::properties::WriterPropertiesBuilder {
     WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(zstd_level).unwrap_or_default(),
+        ))
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .set_created_by(format!("dms2iceberg {}", env!("CARGO_PKG_VERSION")))
 }
@@ -120,6 +130,7 @@ pub async fn write_data_files_seen(
         target_file_size,
         full_load,
         rows.num_rows(),
+        CHANGE_ZSTD_LEVEL,
     )?;
     let batch = RecordBatch::try_new(plan.arrow_schema.clone(), rows.columns().to_vec())?;
     let parts: Vec<(Option<PartitionKey>, RecordBatch)> = plan.split(&batch)?;
@@ -176,11 +187,12 @@ impl DataFilePlan {
         target_file_size: u64,
         full_load: bool,
         rows: usize,
+        zstd_level: i32,
     ) -> Result<DataFilePlan> {
         let schema = metadata.current_schema().clone();
         let arrow_schema = Arc::new(schema_to_arrow_schema(&schema)?);
         let ndv = (rows.min(ROW_GROUP_ROWS)) as u64;
-        let mut props = base_properties();
+        let mut props = base_properties(zstd_level);
         for k in key {
             let path = ColumnPath::from(k.as_str());
             props = props
@@ -277,7 +289,15 @@ impl DataFileStream {
         rows: usize,
     ) -> Result<DataFileStream> {
         Ok(DataFileStream {
-            plan: DataFilePlan::new(file_io, metadata, key, target_file_size, full_load, rows)?,
+            plan: DataFilePlan::new(
+                file_io,
+                metadata,
+                key,
+                target_file_size,
+                full_load,
+                rows,
+                STREAM_ZSTD_LEVEL,
+            )?,
             writers: Vec::new(),
             by_partition: std::collections::HashMap::new(),
         })
@@ -380,7 +400,7 @@ pub async fn write_position_deletes(
         }
     }
     // Full paths as statistics so readers can prune delete files by `file_path` bounds.
-    let props = base_properties()
+    let props = base_properties(CHANGE_ZSTD_LEVEL)
         .set_statistics_truncate_length(None)
         .build();
     // Concurrent uploads (bounded), as for data files.

@@ -1,0 +1,21 @@
+//! Settings of the whole process, applied by the CLI and both Lambda functions as they start.
+
+/// Keeps freed memory in the process instead of handing it back to the kernel.
+///
+/// glibc's `malloc` serves a block above its mmap threshold (128 KiB to start with) from a
+/// fresh mapping and unmaps it when freed, and trims the heap top above 128 KiB. Each change
+/// file's buffers (the DMS object, Arrow builders, zstd contexts, Parquet pages) were then
+/// mapped, faulted in and zeroed by the kernel again for every file: page faults and page
+/// clearing were about a sixth of a warm change file's CPU. With a 32 MiB threshold (glibc's
+/// largest) and a 256 MiB trim threshold the next file reuses them. Resident memory stays at
+/// its high-water mark, which costs nothing on Lambda (it bills configured memory) and little
+/// in a CLI run.
+pub fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `mallopt` only sets allocator parameters; it is called before any allocation
+    // that depends on them is freed, and glibc serialises it with its own lock.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+    }
+}
