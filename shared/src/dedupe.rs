@@ -112,6 +112,9 @@ struct Keys {
     /// Before-image keys cast to the key types, and row-encoded, per before-image batch.
     before_arrays: Vec<Vec<ArrayRef>>,
     before_rows: Vec<Rows>,
+    /// A single integer key's values, per row and per before-image batch: sorting compares
+    /// them instead of row encodings (the common key; a third of dedupe's time was `memcmp`).
+    ints: Option<(Vec<i64>, Vec<Vec<i64>>)>,
 }
 
 impl Keys {
@@ -120,6 +123,37 @@ impl Keys {
             KeyRef::Row(r) => self.rows.row(r as usize),
             KeyRef::Before(b, i) => self.before_rows[b as usize].row(i as usize),
         }
+    }
+
+    /// The order of two events' keys: the order of their row encodings.
+    fn cmp(&self, a: &Event, b: &Event) -> std::cmp::Ordering {
+        match &self.ints {
+            Some((rows, befores)) => {
+                let v = |e: &Event| match e.key {
+                    KeyRef::Row(r) => rows[r as usize],
+                    KeyRef::Before(b, i) => befores[b as usize][i as usize],
+                };
+                v(a).cmp(&v(b))
+            }
+            None => self.of(a).cmp(&self.of(b)),
+        }
+    }
+}
+
+/// An int or long column's values as i64 (`None` for other types).
+fn int_values(a: &ArrayRef) -> Option<Vec<i64>> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int32Type, Int64Type};
+    match a.data_type() {
+        arrow_schema::DataType::Int64 => Some(a.as_primitive::<Int64Type>().values().to_vec()),
+        arrow_schema::DataType::Int32 => Some(
+            a.as_primitive::<Int32Type>()
+                .values()
+                .iter()
+                .map(|v| i64::from(*v))
+                .collect(),
+        ),
+        _ => None,
     }
 }
 
@@ -212,12 +246,21 @@ impl Input {
             before_rows.push(converter.convert_columns(&cast)?);
             before_arrays.push(cast);
         }
+        let ints = match arrays.as_slice() {
+            [a] => int_values(a).and_then(|rows| {
+                let befores: Option<Vec<Vec<i64>>> =
+                    before_arrays.iter().map(|b| int_values(&b[0])).collect();
+                befores.map(|b| (rows, b))
+            }),
+            _ => None,
+        };
         Ok(Keys {
             idx,
             converter,
             rows,
             before_arrays,
             before_rows,
+            ints,
         })
     }
 
@@ -315,7 +358,7 @@ impl Input {
         // small entry per change.
         let mut sorted: Vec<&Event> = events.iter().collect();
         sorted.sort_unstable_by(|a, b| {
-            keys.of(a).cmp(&keys.of(b)).then_with(|| {
+            keys.cmp(a, b).then_with(|| {
                 if a.row == b.row {
                     std::cmp::Ordering::Equal
                 } else if self.later(order, a.row as usize, b.row as usize) {
@@ -328,7 +371,10 @@ impl Input {
         let mut winners = Vec::new();
         let mut group_start = 0;
         for (i, e) in sorted.iter().enumerate() {
-            if sorted.get(i + 1).is_some_and(|n| keys.of(n) == keys.of(e)) {
+            if sorted
+                .get(i + 1)
+                .is_some_and(|n| keys.cmp(n, e) == std::cmp::Ordering::Equal)
+            {
                 continue;
             }
             let group = &sorted[group_start..=i];

@@ -374,21 +374,33 @@ impl IngestPlanner<'_> {
     ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
         let (base, changes, planned) = self.metadata_for(table.as_ref(), &read)?;
         let lookup_started = Instant::now();
-        // A reload replaces every row: nothing to look up.
-        let located = match (&table, mode) {
-            (Some(t), Mode::Changes { .. }) => self.locate(&t.metadata, &key, &read).await?,
-            _ => Located {
-                found: vec![false; read.deduped.keys.num_rows()],
-                stale: vec![false; read.deduped.keys.num_rows()],
-                ..Default::default()
-            },
+        let speculative = self.speculate(&planned, &key, &read);
+        let located = async {
+            // A reload replaces every row: nothing to look up.
+            let located = match (&table, mode) {
+                (Some(t), Mode::Changes { .. }) => self.locate(&t.metadata, &key, &read).await?,
+                _ => Located {
+                    found: vec![false; read.deduped.keys.num_rows()],
+                    stale: vec![false; read.deduped.keys.num_rows()],
+                    ..Default::default()
+                },
+            };
+            failpoint("after-lookup").await?;
+            Ok::<_, Error>(located)
+        }
+        .await;
+        let located = match located {
+            Ok(l) => l,
+            Err(e) => {
+                self.discard(speculative).await;
+                return Err(e);
+            }
         };
-        failpoint("after-lookup").await?;
         timings.lookup_us = micros(lookup_started);
         let write_started = Instant::now();
         let outcomes = KeyOutcome::of(&read.deduped, &located);
         let written = self
-            .write(&planned, &key, &read, &located, &outcomes)
+            .write(&planned, &key, &read, &located, &outcomes, speculative)
             .await?;
         timings.write_us = micros(write_started);
 
@@ -547,6 +559,7 @@ impl IngestPlanner<'_> {
         read: &ReadResult,
         located: &Located,
         outcomes: &[KeyOutcome],
+        speculative: Option<Speculative>,
     ) -> Result<Written> {
         let file_io = self.ingest.catalog.file_io();
         let mut prepared: Vec<String> = Vec::new();
@@ -563,7 +576,7 @@ impl IngestPlanner<'_> {
         ));
         let data = async {
             let data = self
-                .write_data(planned, key, read, outcomes, &mut prepared)
+                .write_data(planned, key, read, outcomes, speculative, &mut prepared)
                 .await?;
             failpoint("after-data-files").await?;
             let manifests =
@@ -642,12 +655,65 @@ impl IngestPlanner<'_> {
         }
     }
 
+    /// Starts writing the upserts as dedupe left them, as a task of its own, while the lookup
+    /// runs: only a key whose table row turns out newer than its change (ordering columns)
+    /// would be left out, and that is rare (a file delivered late, a replay). The encoding then
+    /// runs on another core beside the lookup, and on object storage the upload overlaps the
+    /// lookup's reads. A large input is written from its second pass instead.
+    fn speculate(
+        &self,
+        planned: &Arc<TableMetadata>,
+        key: &[String],
+        read: &ReadResult,
+    ) -> Option<Speculative> {
+        if read.second_pass.is_some() || read.deduped.upserts.num_rows() == 0 {
+            return None;
+        }
+        let (file_io, planned) = (self.ingest.catalog.file_io().clone(), planned.clone());
+        let (upserts, key) = (read.deduped.upserts.clone(), key.to_vec());
+        let target = self.cfg.target_file_size_bytes;
+        let full_load = self.planned.iter().all(|f| f.object.kind == FileKind::Load);
+        Some(tokio::spawn(async move {
+            let seen = std::sync::Mutex::new(Vec::new());
+            let files = write_data_files_seen(
+                &file_io,
+                &planned,
+                &upserts,
+                &key,
+                target,
+                full_load,
+                &|path, rows| {
+                    if let Ok(mut s) = seen.lock() {
+                        s.push((path.to_string(), rows.clone()));
+                    }
+                },
+            )
+            .await?;
+            let seen = seen.into_inner().unwrap_or_default();
+            Ok((files, seen))
+        }))
+    }
+
+    /// Deletes what a speculative write wrote (the commit it was for failed before its write).
+    async fn discard(&self, speculative: Option<Speculative>) {
+        let Some(Ok(Ok((files, _)))) = (match speculative {
+            Some(s) => Some(s.await),
+            None => None,
+        }) else {
+            return;
+        };
+        for (_, f) in files {
+            let _ = self.ingest.catalog.file_io().delete(f.file_path()).await;
+        }
+    }
+
     async fn write_data(
         &self,
         planned: &Arc<TableMetadata>,
         key: &[String],
         read: &ReadResult,
         outcomes: &[KeyOutcome],
+        speculative: Option<Speculative>,
         prepared: &mut Vec<String>,
     ) -> Result<Vec<(i32, DataFile)>> {
         let file_io = self.ingest.catalog.file_io();
@@ -674,6 +740,23 @@ impl IngestPlanner<'_> {
             }
         };
         let Some(pass) = &read.second_pass else {
+            if let Some(spec) = speculative {
+                let (data, seen_parts) = spec
+                    .await
+                    .map_err(|e| Error::Other(format!("writing data files: {e}")))??;
+                if write.iter().all(|w| *w) {
+                    prepared.extend(data.iter().map(|(_, f)| f.file_path().to_string()));
+                    for (path, rows) in &seen_parts {
+                        seen(path, rows);
+                    }
+                    return Ok(data);
+                }
+                // Some keys are stale: their rows must not be in the files. Written again
+                // below without them; these were never referenced.
+                for (_, f) in &data {
+                    let _ = file_io.delete(f.file_path()).await;
+                }
+            }
             let upserts = if write.iter().any(|w| !w) {
                 let keep = arrow_array::BooleanArray::from(write);
                 arrow_select::filter::filter_record_batch(&deduped.upserts, &keep)?
@@ -841,6 +924,15 @@ fn check_ids_kept(ours: &iceberg::spec::Schema, theirs: &iceberg::spec::Schema) 
 }
 
 type Manifests = Vec<iceberg::spec::ManifestFile>;
+
+/// The data files of a speculative write ([`IngestPlanner::speculate`]), with the rows of each
+/// file that holds a whole partition (for the lookup cache).
+type Speculative = tokio::task::JoinHandle<
+    Result<(
+        Vec<(i32, DataFile)>,
+        Vec<(String, arrow_array::RecordBatch)>,
+    )>,
+>;
 
 /// What the delete branch of [`IngestPlanner::write`] wrote, step by step: a failed step leaves
 /// what the steps before it wrote, for the caller to delete.
