@@ -58,6 +58,9 @@ pub struct PackedKeys {
     /// LEB128 varints of `key[i] - key[i - 1]` for every key that does not start a block.
     deltas: Vec<u8>,
     len: usize,
+    /// Per block: its keys are consecutive integers (every delta is 1), as in a full load of
+    /// dense ids. A search computes a key's place in such a block instead of decoding it.
+    dense: Vec<bool>,
 }
 
 /// Builds [`PackedKeys`] from keys in ascending order.
@@ -93,8 +96,22 @@ impl PackedBuilder {
     pub fn finish(mut self) -> PackedKeys {
         self.keys.deltas.shrink_to_fit();
         self.keys.heads.shrink_to_fit();
+        self.keys.dense = dense_blocks(&self.keys.heads, &self.keys.deltas);
         self.keys
     }
+}
+
+/// Which blocks hold consecutive integers: every delta of the block is the one byte `1`.
+fn dense_blocks(heads: &[(i64, u64)], deltas: &[u8]) -> Vec<bool> {
+    (0..heads.len())
+        .map(|b| {
+            let start = heads[b].1 as usize;
+            let end = heads.get(b + 1).map_or(deltas.len(), |h| h.1 as usize);
+            deltas
+                .get(start..end)
+                .is_some_and(|d| d.iter().all(|&x| x == 1))
+        })
+        .collect()
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -181,7 +198,31 @@ impl PackedKeys {
 
     /// Memory held.
     pub fn size(&self) -> usize {
-        self.heads.capacity() * std::mem::size_of::<(i64, u64)>() + self.deltas.capacity()
+        self.heads.capacity() * std::mem::size_of::<(i64, u64)>()
+            + self.deltas.capacity()
+            + self.dense.capacity()
+    }
+
+    /// In a dense block, moves the cursor to `key` (above the cursor's key) if the block holds
+    /// it, else to the block's last key: where decoding one delta at a time would stop.
+    fn skip_dense(&self, c: &mut Cursor<'_>, key: i64) {
+        let b = c.pos / BLOCK;
+        if !self.dense.get(b).copied().unwrap_or(false) {
+            return;
+        }
+        let (head, start) = self.heads[b];
+        let block_len = (self.len - b * BLOCK).min(BLOCK);
+        // Keys head, head + 1, ..., head + block_len - 1; the cursor is at one of them.
+        let want = (i128::from(key) - i128::from(head)).min(block_len as i128 - 1);
+        let now = (c.pos - b * BLOCK) as i128;
+        if want <= now {
+            return;
+        }
+        let off = want as usize;
+        c.pos = b * BLOCK + off;
+        c.value = head.wrapping_add(off as i64);
+        // One byte per delta: the next one to read is the `off`-th.
+        c.at = start as usize + off;
     }
 
     /// Positions of `keys` (ascending by value, distinct; each with its index in the caller's
@@ -216,6 +257,7 @@ impl PackedKeys {
                         None => break,
                     }
                 }
+                self.skip_dense(&mut c, key);
                 while c.value < key {
                     if !c.advance() {
                         // Past the last key: so is every key still to come.
@@ -319,10 +361,12 @@ impl PackedKeys {
             prev_at = at;
             heads.push((first, at));
         }
+        let dense = dense_blocks(&heads, deltas);
         Ok(Some(PackedKeys {
             heads,
             deltas: deltas.to_vec(),
             len,
+            dense,
         }))
     }
 }
@@ -442,6 +486,37 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        /// Runs of consecutive keys (dense blocks, searched without decoding) broken by gaps
+        /// and repeated keys (blocks that are not dense).
+        #[test]
+        fn search_of_dense_runs_matches_a_scan(
+            start in -1000i64..1000,
+            runs in proptest::collection::vec((1usize..300, 0i64..3, 0usize..3), 1..6),
+            wanted in proptest::collection::btree_set(-1100i64..2900, 0..200),
+        ) {
+            let mut v = Vec::new();
+            let mut next = start;
+            for (len, gap, repeats) in runs {
+                for _ in 0..len {
+                    v.push(next);
+                    next += 1;
+                }
+                for _ in 0..repeats {
+                    v.push(next - 1);
+                }
+                next += gap;
+            }
+            let keys: Vec<(i64, usize)> =
+                wanted.into_iter().enumerate().map(|(i, k)| (k, i)).collect();
+            let p = pack(&v);
+            prop_assert_eq!(p.search(&keys), scan(&v, &keys));
+            let back = PackedKeys::decode(&p.encode(7, "s").unwrap(), 7, v.len() as u64, "s")
+                .unwrap()
+                .unwrap();
+            prop_assert_eq!(back.search(&keys), scan(&v, &keys));
+        }
+
         #[test]
         fn search_matches_a_scan(
             mut v in proptest::collection::vec(prop_oneof![
