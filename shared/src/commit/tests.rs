@@ -997,3 +997,49 @@ async fn compaction_leaves_key_indexes_for_the_large_files_it_writes() {
     want.sort();
     assert_eq!(lab.rows().await, want);
 }
+
+/// The upserts are written while the lookup runs. When the lookup finds a key whose table
+/// row is newer than its change (ordering column), the files written before it knew are
+/// rewritten without that key and deleted: the table holds the newer row and no file is left
+/// unreferenced.
+#[tokio::test]
+async fn files_written_during_the_lookup_are_replaced_when_a_key_turns_out_stale() {
+    let mut lab = Lab::new("speculative-stale");
+    lab.config = Config::from_toml(
+        "[tables.\"s.t\"]\nprimary_key = [\"id\"]\nordering_column = \"ts\"\n",
+    )
+    .unwrap();
+    let write = |name: &str, rows: &str| {
+        let path = lab.dir.join("dms/s/t").join(name);
+        std::fs::write(&path, format!("Op,id,v,ts\n{rows}")).unwrap();
+        input(&path)
+    };
+    let load = write(
+        "LOAD00000001.csv",
+        "I,1,a,2022-03-01 00:00:00\nI,2,b,2022-03-01 00:00:00\nI,3,c,2022-03-01 00:00:00\n",
+    );
+    lab.ingest(vec![load]).await;
+    let newer = write("20220302-1134010000.csv", "U,1,x,2022-03-02 11:34:05\n");
+    lab.ingest(vec![newer]).await;
+    // A later file that carries an older change of key 1 (a replay) and a new one of key 2.
+    let older = write(
+        "20220302-1134020000.csv",
+        "U,1,y,2022-03-02 11:34:03\nU,2,b2,2022-03-02 11:34:03\n",
+    );
+    let report = Ingest::new(&lab.catalog, &lab.config)
+        .execute("s", "t", vec![older], |_| {})
+        .await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let stale: usize = report.commits.iter().map(|c| c.stale_changes).sum();
+    assert_eq!(stale, 1, "the replayed change of key 1 is stale");
+    assert_eq!(lab.rows().await, vec!["1=x", "2=b2", "3=c"]);
+    let orphans = crate::ops::maintain::Orphans::new(&lab.catalog, lab.ident.clone(), 0)
+        .execute()
+        .await
+        .unwrap();
+    assert!(
+        orphans.orphans.is_empty(),
+        "files left unreferenced: {:?}",
+        orphans.orphans
+    );
+}
