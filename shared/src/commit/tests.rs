@@ -1005,10 +1005,9 @@ async fn compaction_leaves_key_indexes_for_the_large_files_it_writes() {
 #[tokio::test]
 async fn files_written_during_the_lookup_are_replaced_when_a_key_turns_out_stale() {
     let mut lab = Lab::new("speculative-stale");
-    lab.config = Config::from_toml(
-        "[tables.\"s.t\"]\nprimary_key = [\"id\"]\nordering_column = \"ts\"\n",
-    )
-    .unwrap();
+    lab.config =
+        Config::from_toml("[tables.\"s.t\"]\nprimary_key = [\"id\"]\nordering_column = \"ts\"\n")
+            .unwrap();
     let write = |name: &str, rows: &str| {
         let path = lab.dir.join("dms/s/t").join(name);
         std::fs::write(&path, format!("Op,id,v,ts\n{rows}")).unwrap();
