@@ -20,6 +20,7 @@ use arrow_schema::SchemaRef;
 
 use crate::error::{Error, InputError, Result};
 use crate::locate::FileKind;
+use crate::lookup::int_values;
 use crate::read::{ChangeBatch, Op, position};
 
 /// One input file's rows, already aligned to the commit's schema.
@@ -137,23 +138,6 @@ impl Keys {
             }
             None => self.of(a).cmp(&self.of(b)),
         }
-    }
-}
-
-/// An int or long column's values as i64 (`None` for other types).
-fn int_values(a: &ArrayRef) -> Option<Vec<i64>> {
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::{Int32Type, Int64Type};
-    match a.data_type() {
-        arrow_schema::DataType::Int64 => Some(a.as_primitive::<Int64Type>().values().to_vec()),
-        arrow_schema::DataType::Int32 => Some(
-            a.as_primitive::<Int32Type>()
-                .values()
-                .iter()
-                .map(|v| i64::from(*v))
-                .collect(),
-        ),
-        _ => None,
     }
 }
 

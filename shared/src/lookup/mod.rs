@@ -598,7 +598,7 @@ fn datum_i64(d: &Datum) -> Option<i64> {
 }
 
 /// An int or long column's values as i64.
-fn int_values(a: &ArrayRef) -> Option<Vec<i64>> {
+pub(crate) fn int_values(a: &ArrayRef) -> Option<Vec<i64>> {
     match a.data_type() {
         DataType::Int64 => Some(a.as_primitive::<Int64Type>().values().to_vec()),
         DataType::Int32 => Some(

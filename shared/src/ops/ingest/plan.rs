@@ -580,37 +580,29 @@ impl IngestPlanner<'_> {
                 .await?;
             failpoint("after-data-files").await?;
             let manifests =
-                commit::write_manifests(file_io, planned, snapshot_id, &data, &[], None).await;
+                commit::write_manifests(file_io, planned, snapshot_id, &data, &[], None).await?;
+            prepared.extend(manifests.iter().map(|m| m.manifest_path.clone()));
             Ok::<_, Error>((data, manifests))
         }
         .await;
         // Whatever the delete branch wrote is in `prepared` before any error is returned.
-        let deletes = match delete_branch.await {
-            Ok(b) => {
-                if let Some(d) = &b.files {
-                    prepared.extend(d.iter().map(|(_, f)| f.file_path().to_string()));
-                    self.remember_deletes(d, &located.deletes);
-                }
-                if let Some(Ok(m)) = &b.manifests {
-                    prepared.extend(m.iter().map(|m| m.manifest_path.clone()));
-                }
-                b.result()
-            }
-            Err(e) => Err(Error::Other(format!("writing delete files: {e}"))),
-        };
-        if let Ok((_, Ok(m))) = &data {
-            prepared.extend(m.iter().map(|m| m.manifest_path.clone()));
+        let deletes = delete_branch.await.unwrap_or_else(|e| {
+            DeleteBranch::failed(Error::Other(format!("writing delete files: {e}")))
+        });
+        prepared.extend(deletes.files.iter().map(|(_, f)| f.file_path().to_string()));
+        prepared.extend(deletes.manifests.iter().map(|m| m.manifest_path.clone()));
+        if !deletes.files.is_empty() {
+            self.remember_deletes(&deletes.files, &located.deletes);
         }
-        let result = (|| {
-            let (data, data_manifests) = data?;
-            let (deletes, delete_manifests) = deletes?;
-            let mut manifests = data_manifests?;
-            manifests.extend(delete_manifests);
-            Ok::<_, Error>((data, deletes, snapshot_id, manifests))
-        })();
-        let result = match result {
-            Ok(r) => failpoint("after-manifests").await.map(|()| r),
-            Err(e) => Err(e),
+        let result = match (data, deletes.error) {
+            (Err(e), _) | (Ok(_), Some(e)) => Err(e),
+            (Ok((data, mut manifests)), None) => {
+                manifests.extend(deletes.manifests);
+                match failpoint("after-manifests").await {
+                    Ok(()) => Ok((data, deletes.files, snapshot_id, manifests)),
+                    Err(e) => Err(e),
+                }
+            }
         };
         match result {
             Ok((data, deletes, snapshot_id, manifests)) => Ok(Written {
@@ -696,14 +688,11 @@ impl IngestPlanner<'_> {
 
     /// Deletes what a speculative write wrote (the commit it was for failed before its write).
     async fn discard(&self, speculative: Option<Speculative>) {
-        let Some(Ok(Ok((files, _)))) = (match speculative {
-            Some(s) => Some(s.await),
-            None => None,
-        }) else {
-            return;
-        };
-        for (_, f) in files {
-            let _ = self.ingest.catalog.file_io().delete(f.file_path()).await;
+        let Some(s) = speculative else { return };
+        if let Ok(Ok((files, _))) = s.await {
+            for (_, f) in files {
+                let _ = self.ingest.catalog.file_io().delete(f.file_path()).await;
+            }
         }
     }
 
@@ -934,22 +923,20 @@ type Speculative = tokio::task::JoinHandle<
     )>,
 >;
 
-/// What the delete branch of [`IngestPlanner::write`] wrote, step by step: a failed step leaves
-/// what the steps before it wrote, for the caller to delete.
+/// What the delete branch of [`IngestPlanner::write`] wrote, and the error that stopped it:
+/// what it wrote before an error is the caller's to delete.
 struct DeleteBranch {
-    files: Option<Vec<(i32, DataFile)>>,
-    manifests: Option<Result<Manifests>>,
+    files: Vec<(i32, DataFile)>,
+    manifests: Manifests,
     error: Option<Error>,
 }
 
 impl DeleteBranch {
-    fn result(self) -> Result<(Vec<(i32, DataFile)>, Manifests)> {
-        if let Some(e) = self.error {
-            return Err(e);
-        }
-        match (self.files, self.manifests) {
-            (Some(f), Some(m)) => Ok((f, m?)),
-            _ => Err(Error::Other("the delete branch did not finish".into())),
+    fn failed(e: Error) -> DeleteBranch {
+        DeleteBranch {
+            files: Vec::new(),
+            manifests: Vec::new(),
+            error: Some(e),
         }
     }
 }
@@ -962,23 +949,18 @@ async fn delete_branch(
     snapshot_id: i64,
 ) -> DeleteBranch {
     let mut out = DeleteBranch {
-        files: None,
-        manifests: None,
+        files: Vec::new(),
+        manifests: Vec::new(),
         error: None,
     };
-    match write_position_deletes(&file_io, &planned, &deletes).await {
-        Ok(f) => out.files = Some(f),
-        Err(e) => {
-            out.error = Some(e);
-            return out;
-        }
+    let steps = async {
+        out.files = write_position_deletes(&file_io, &planned, &deletes).await?;
+        failpoint("after-delete-files").await?;
+        out.manifests =
+            commit::write_manifests(&file_io, &planned, snapshot_id, &[], &out.files, None).await?;
+        Ok::<_, Error>(())
     }
-    if let Err(e) = failpoint("after-delete-files").await {
-        out.error = Some(e);
-        return out;
-    }
-    let files = out.files.as_deref().unwrap_or_default();
-    out.manifests =
-        Some(commit::write_manifests(&file_io, &planned, snapshot_id, &[], files, None).await);
+    .await;
+    out.error = steps.err();
     out
 }
