@@ -33,6 +33,29 @@ pub struct CsvFile {
     key_len: usize,
     /// The DMS `schema.table` (names the config section in messages).
     source: String,
+    /// How the input may be held in memory and parsed in parts on several threads, if at all.
+    split: Option<SplitLimits>,
+}
+
+/// How far an input is split for a parse on several threads.
+#[derive(Clone, Copy, Debug)]
+struct SplitLimits {
+    /// At most this many parts.
+    parts: usize,
+    /// Parts of at least this many bytes.
+    min_part_bytes: usize,
+}
+
+impl SplitLimits {
+    /// One part per core (up to 8), of at least 256 KiB: a smaller part gains less than the
+    /// thread costs.
+    fn for_this_machine() -> SplitLimits {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        SplitLimits {
+            parts: cores.min(8),
+            min_part_bytes: 256 << 10,
+        }
+    }
 }
 
 type Reader = csv::Reader<Box<dyn Read + Send>>;
@@ -181,7 +204,15 @@ impl CsvFile {
             }),
             key_len,
             source: cfg.source.clone(),
+            split: None,
         })
+    }
+
+    /// Lets `read` hold the input in memory and parse it in parts on several threads (when it
+    /// is large enough and the machine has the cores). For inputs whose rows are all kept in
+    /// memory anyway: the parts' batches are held until every part is parsed.
+    pub fn allow_split(&mut self) {
+        self.split = Some(SplitLimits::for_this_machine());
     }
 
     pub fn layout(&self) -> &Layout {
@@ -194,7 +225,12 @@ impl CsvFile {
     }
 
     fn records(&self) -> Result<Records> {
-        let (mut reader, lines) = reader(&self.data, &self.label, &self.delimiter)?;
+        self.records_of(&self.data)
+    }
+
+    /// The records of `data`, this file's bytes (or a copy of them held in memory).
+    fn records_of(&self, data: &SourceData) -> Result<Records> {
+        let (mut reader, lines) = reader(data, &self.label, &self.delimiter)?;
         if self.has_header {
             let mut skip = csv::ByteRecord::new();
             reader
@@ -206,6 +242,8 @@ impl CsvFile {
             label: self.label.clone(),
             fields: self.fields,
             lines,
+            line_base: 0,
+            boundary: None,
         })
     }
 
@@ -292,8 +330,13 @@ impl CsvFile {
             .zip(&declared)
             .map(|(((_, name), t), d)| type_hint(&self.source, name, t, d.is_some()))
             .collect();
-        let records = self.records()?;
-        Ok(Box::new(CsvBatches {
+        let parts = self.split_parts()?;
+        let records = match &parts {
+            Some(p) => p.first_records(&self)?,
+            None => self.records()?,
+        };
+        let parts = parts.filter(|p| !p.starts.is_empty());
+        let first = CsvBatches {
             declared,
             hints,
             records,
@@ -306,7 +349,40 @@ impl CsvFile {
             before: before.zip(before_schema).map(|(c, s)| (c, key_types, s)),
             quarantine: self.quarantine,
             done: false,
-        }))
+        };
+        match parts {
+            Some(p) => Ok(Box::new(p.batches(first, self.fields, self.delimiter[0]))),
+            None => Ok(Box::new(first)),
+        }
+    }
+
+    /// The input held in memory and where to split it for a parse on several threads (no
+    /// split when it is too small), if it may be held.
+    fn split_parts(&self) -> Result<Option<Split>> {
+        let Some(limits) = self.split else {
+            return Ok(None);
+        };
+        if limits.parts < 2 || self.delimiter.len() != 1 {
+            return Ok(None);
+        }
+        let (gzip, len) = (self.data.is_gzip()?, self.data.len()?);
+        // A gzipped input is held decompressed whatever its size (it is read once, that way),
+        // if it is small enough not to be likely to exceed the limit once decompressed (that
+        // would decompress it twice).
+        if (!gzip && len < limits.min_part_bytes as u64 * 2) || (gzip && len > SPLIT_MAX_BYTES / 16)
+        {
+            return Ok(None);
+        }
+        let Some(data) = self.data.in_memory(SPLIT_MAX_BYTES) else {
+            return Ok(None);
+        };
+        // Held decompressed: bytes that still look like gzip would be gunzipped again.
+        if data.starts_with(&GZIP_MAGIC) {
+            return Ok(None);
+        }
+        let parts = limits.parts.min(data.len() / limits.min_part_bytes.max(1));
+        let starts = split_points(&data, parts);
+        Ok(Some(Split { data, starts }))
     }
 }
 
@@ -344,13 +420,18 @@ fn reader(data: &SourceData, label: &str, delimiter: &[u8]) -> Result<(Reader, A
             MultiByteDelimiter::<Box<dyn Read + Send>>::SEPARATOR,
         ),
     };
+    Ok(csv_reader(input, delimiter))
+}
+
+/// The parser over a stream that is ready to parse (no byte order mark, one-byte delimiter).
+fn csv_reader(input: Box<dyn Read + Send>, delimiter: u8) -> (Reader, Arc<Mutex<Lines>>) {
     let lines = Arc::new(Mutex::new(Lines::default()));
     let tracked = LineTracker {
         inner: input,
         lines: lines.clone(),
         offset: 0,
     };
-    Ok((
+    (
         csv::ReaderBuilder::new()
             .has_headers(false)
             .flexible(true)
@@ -359,7 +440,7 @@ fn reader(data: &SourceData, label: &str, delimiter: &[u8]) -> Result<(Reader, A
             .buffer_capacity(1 << 16)
             .from_reader(Box::new(tracked) as Box<dyn Read + Send>),
         lines,
-    ))
+    )
 }
 
 /// Newline positions of the stream the parser reads: a record's line is one more than the
@@ -400,11 +481,10 @@ impl<R: Read> Read for LineTracker<R> {
             .lines
             .lock()
             .map_err(|_| std::io::Error::other("line index poisoned"))?;
-        for (i, b) in buf[..n].iter().enumerate() {
-            if *b == b'\n' {
-                lines.pending.push_back(self.offset + i as u64);
-            }
-        }
+        let offset = self.offset;
+        lines
+            .pending
+            .extend(memchr::memchr_iter(b'\n', &buf[..n]).map(|i| offset + i as u64));
         self.offset += n as u64;
         if self.offset - lines.record_start > MAX_RECORD_BYTES + (1 << 16) {
             return Err(std::io::Error::other(format!(
@@ -601,11 +681,31 @@ struct Records {
     label: String,
     fields: usize,
     lines: Arc<Mutex<Lines>>,
+    /// Lines of the file before this stream (a later part of a split parse).
+    line_base: u64,
+    /// Where the next part of a split parse takes over.
+    boundary: Option<Boundary>,
+}
+
+/// Where a part of a split parse hands over to the next part (see `SplitBatches`).
+struct Boundary {
+    /// Offset, in this part's stream, where the next part's stream starts: just after a newline.
+    at: u64,
+    /// Whether a record of this part starts there, so that the next part's records are this
+    /// file's records from there on. `None` until a record reaches it.
+    clean: Option<bool>,
 }
 
 impl Records {
     /// Next record; returns the line it starts on.
     fn next(&mut self, rec: &mut csv::ByteRecord) -> Result<Option<u64>> {
+        if self
+            .boundary
+            .as_ref()
+            .is_some_and(|b| b.clean == Some(true))
+        {
+            return Ok(None);
+        }
         let read = self.reader.read_byte_record(rec);
         let got = match read {
             Ok(g) => g,
@@ -618,8 +718,12 @@ impl Records {
                     .map(|mut l| l.line_of(self.reader.position().byte()))
                     .ok();
                 return Err(match (csv_error(&self.label, e), line) {
-                    (Error::Input(mut ie), Some(line)) if ie.position.is_none() => {
-                        ie.position = Some(Position::Line(line));
+                    (Error::Input(mut ie), Some(line)) => {
+                        ie.position = Some(match ie.position {
+                            Some(Position::Line(l)) => Position::Line(self.line_base + l),
+                            Some(p) => p,
+                            None => Position::Line(self.line_base + line),
+                        });
                         Error::Input(ie)
                     }
                     (e, _) => e,
@@ -630,12 +734,26 @@ impl Records {
             return Ok(None);
         }
         let byte = rec.position().map_or(0, |p| p.byte());
+        if let Some(b) = self.boundary.as_mut()
+            && b.clean.is_none()
+            && byte + 1 >= b.at
+        {
+            // After a CRLF (or blank lines) the parser places a record at the newline before its
+            // first byte, which is one byte before the boundary at most when the next part
+            // starts with it. Any other position past it means the guessed split was inside a
+            // record: this part then reads on to the end.
+            let clean = byte == b.at || byte + 1 == b.at;
+            b.clean = Some(clean);
+            if clean {
+                return Ok(None);
+            }
+        }
         let line = self
             .lines
             .lock()
             .map_err(|_| Error::Other("line index poisoned".into()))?
             .line_of(byte);
-        Ok(Some(line))
+        Ok(Some(self.line_base + line))
     }
 
     /// A record with the wrong number of fields.
@@ -832,6 +950,34 @@ impl CsvBatches {
     }
 }
 
+impl CsvBatches {
+    /// The same reading of other records (another part of a split parse).
+    fn with_records(&self, records: Records) -> CsvBatches {
+        CsvBatches {
+            declared: self.declared.clone(),
+            hints: self.hints.clone(),
+            records,
+            label: self.label.clone(),
+            null_value: self.null_value.clone(),
+            op_index: self.op_index,
+            data_cols: self.data_cols.clone(),
+            types: self.types.clone(),
+            schema: self.schema.clone(),
+            before: self.before.clone(),
+            quarantine: self.quarantine,
+            done: false,
+        }
+    }
+
+    /// Every batch up to the boundary (or the end, or the first error), and whether the
+    /// boundary was clean.
+    fn parse_all(mut self) -> (Vec<Result<ChangeBatch>>, Option<bool>) {
+        let batches: Vec<_> = self.by_ref().collect();
+        let clean = self.records.boundary.as_ref().and_then(|b| b.clean);
+        (batches, clean)
+    }
+}
+
 impl Iterator for CsvBatches {
     type Item = Result<ChangeBatch>;
     fn next(&mut self) -> Option<Self::Item> {
@@ -849,6 +995,155 @@ impl Iterator for CsvBatches {
                 Some(Err(e))
             }
         }
+    }
+}
+
+/// Largest input (decompressed) held in memory to be parsed in parts; larger ones stream.
+const SPLIT_MAX_BYTES: u64 = 64 << 20;
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// Offsets at which to start the parts after the first: each just after a newline that is
+/// outside quotes if every quote so far opened or closed a quoted field. That is a guess (a
+/// quote inside an unquoted field is data), which the parse checks: a part whose last record
+/// does not end at the next part's start reads on to the end of the input instead.
+fn split_points(data: &[u8], parts: usize) -> Vec<usize> {
+    let mut starts = Vec::new();
+    // Parity of the quotes in data[..counted].
+    let (mut odd, mut counted) = (false, 0usize);
+    for i in 1..parts {
+        let target = data.len() / parts * i;
+        if target <= counted {
+            continue;
+        }
+        odd ^= memchr::memchr_iter(b'"', &data[counted..target]).count() % 2 == 1;
+        let mut pos = target;
+        let start = loop {
+            let Some(k) = memchr::memchr2(b'"', b'\n', &data[pos..]) else {
+                break None;
+            };
+            let at = pos + k;
+            pos = at + 1;
+            if data[at] == b'"' {
+                odd = !odd;
+            } else if !odd {
+                break Some(pos);
+            }
+        };
+        match start {
+            Some(s) if s < data.len() => {
+                starts.push(s);
+                counted = s;
+            }
+            _ => break,
+        }
+    }
+    starts
+}
+
+/// An input held in memory and where its parts start.
+struct Split {
+    data: bytes::Bytes,
+    /// Start of every part after the first.
+    starts: Vec<usize>,
+}
+
+impl Split {
+    /// The first part's records: from the start (byte order mark and header skipped as usual)
+    /// up to the second part, if any.
+    fn first_records(&self, file: &CsvFile) -> Result<Records> {
+        let mut records = file.records_of(&SourceData::Bytes(self.data.clone()))?;
+        // The parser's offsets start after a byte order mark.
+        let bom = if self.data.starts_with(&[0xEF, 0xBB, 0xBF]) {
+            3
+        } else {
+            0
+        };
+        records.boundary = self.starts.first().map(|&s| Boundary {
+            at: (s - bom) as u64,
+            clean: None,
+        });
+        Ok(records)
+    }
+
+    /// The batches of every part, `first` being the first part's.
+    fn batches(self, first: CsvBatches, fields: usize, delimiter: u8) -> SplitBatches {
+        let mut parts = vec![first];
+        let mut newlines = 0u64;
+        let mut counted = 0usize;
+        for (i, &start) in self.starts.iter().enumerate() {
+            newlines += memchr::memchr_iter(b'\n', &self.data[counted..start]).count() as u64;
+            counted = start;
+            let input = Box::new(std::io::Cursor::new(self.data.slice(start..)));
+            let (reader, lines) = csv_reader(input, delimiter);
+            let boundary = self.starts.get(i + 1).map(|next| Boundary {
+                at: (next - start) as u64,
+                clean: None,
+            });
+            let records = Records {
+                reader,
+                label: parts[0].label.clone(),
+                fields,
+                lines,
+                line_base: newlines,
+                boundary,
+            };
+            parts.push(parts[0].with_records(records));
+        }
+        SplitBatches {
+            parts,
+            out: std::collections::VecDeque::new(),
+            parsed: false,
+        }
+    }
+}
+
+/// A CSV input parsed in parts, one thread per part; yields the batches in file order. A part
+/// that ends in an error ends the input there (what a single parse would report first); a part
+/// whose records did not end exactly at the next part's start has read on to the end, and the
+/// later parts are discarded.
+struct SplitBatches {
+    parts: Vec<CsvBatches>,
+    out: std::collections::VecDeque<Result<ChangeBatch>>,
+    parsed: bool,
+}
+
+impl SplitBatches {
+    fn parse(&mut self) {
+        let parts = std::mem::take(&mut self.parts);
+        let parsed: Vec<(Vec<Result<ChangeBatch>>, Option<bool>)> = std::thread::scope(|s| {
+            let mut parts = parts.into_iter();
+            let first = parts.next();
+            let handles: Vec<_> = parts.map(|p| s.spawn(move || p.parse_all())).collect();
+            let mut all = Vec::with_capacity(handles.len() + 1);
+            all.extend(first.map(CsvBatches::parse_all));
+            for h in handles {
+                all.push(h.join().unwrap_or_else(|_| {
+                    (
+                        vec![Err(Error::Other("CSV parser thread panicked".into()))],
+                        None,
+                    )
+                }));
+            }
+            all
+        });
+        for (batches, clean) in parsed {
+            let failed = batches.last().is_some_and(|b| b.is_err());
+            self.out.extend(batches);
+            if failed || clean != Some(true) {
+                break;
+            }
+        }
+    }
+}
+
+impl Iterator for SplitBatches {
+    type Item = Result<ChangeBatch>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if !self.parsed {
+            self.parsed = true;
+            self.parse();
+        }
+        self.out.pop_front()
     }
 }
 
@@ -1188,5 +1483,181 @@ mod tests {
         assert!(e.contains("empty"), "{e}");
         let e = read_all(open(b"Op,id,v\nI,1,\"unterminated\n", &cfg()).unwrap(), &[]);
         assert!(e.is_ok() || e.unwrap_err().to_string().contains("line"));
+    }
+
+    /// Everything a read yields, as text: the error it ends with (a reader stops there, so
+    /// that is all), or per row its op, line and values, then the rows set aside; and how many
+    /// batches it took.
+    fn outcome(text: &[u8], cfg: &TableConfig, parts: Option<usize>) -> (Vec<String>, usize) {
+        let mut src = match open(text, cfg) {
+            Ok(s) => s,
+            Err(e) => return (vec![format!("open: {e}")], 0),
+        };
+        if let (SourceFile::Csv(c), Some(parts)) = (&mut src, parts) {
+            c.split = Some(SplitLimits {
+                parts,
+                min_part_bytes: 1,
+            });
+        }
+        let types = [("id", PrimitiveType::Long)];
+        let cols = src.columns();
+        let t = cols
+            .iter()
+            .map(|c| {
+                types
+                    .iter()
+                    .find(|(n, _)| *n == c.name)
+                    .map_or(PrimitiveType::String, |(_, t)| t.clone())
+            })
+            .collect();
+        let (mut out, mut set_aside) = (Vec::new(), Vec::new());
+        let mut batches = 0;
+        let iter = match src.read(t, vec![PrimitiveType::Long]) {
+            Ok(i) => i,
+            Err(e) => return (vec![format!("read: {e}")], 0),
+        };
+        for b in iter {
+            let b = match b {
+                Ok(b) => b,
+                Err(e) => return (vec![format!("error: {e}")], batches),
+            };
+            batches += 1;
+            for r in &b.rejected {
+                set_aside.push(format!("rejected: {} {:?}", r.error, r.record));
+            }
+            for row in 0..b.data.num_rows() {
+                let values: Vec<String> = b
+                    .data
+                    .columns()
+                    .iter()
+                    .map(|c| {
+                        arrow_cast::display::array_value_to_string(c, row)
+                            .unwrap_or_else(|e| e.to_string())
+                    })
+                    .collect();
+                out.push(format!(
+                    "{:?} line {} {values:?}",
+                    b.ops[row], b.positions[row]
+                ));
+            }
+        }
+        out.extend(set_aside);
+        (out, batches)
+    }
+
+    /// A well-formed file of `rows` change rows, with `end` after each.
+    fn well_formed(rows: usize, end: &str) -> Vec<u8> {
+        let mut t = format!("Op,id,a,b{end}");
+        for i in 0..rows {
+            t.push_str(&format!("U,{i},\"x, {i}\",\"two{end}lines\"{end}"));
+        }
+        t.into_bytes()
+    }
+
+    #[test]
+    fn a_split_parse_reads_each_part_on_its_own_and_matches_one_parse() {
+        for end in ["\n", "\r\n"] {
+            let text = well_formed(1000, end);
+            let (one, one_batches) = outcome(&text, &cfg(), None);
+            assert_eq!(one.len(), 1000);
+            assert_eq!(one_batches, 1);
+            let (split, batches) = outcome(&text, &cfg(), Some(4));
+            assert_eq!(split, one, "line ending {end:?}");
+            assert_eq!(batches, 4, "every part was used (line ending {end:?})");
+        }
+    }
+
+    #[test]
+    fn a_gzipped_input_is_split_once_decompressed() {
+        let text = well_formed(1000, "\n");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&text).unwrap();
+        let gz = gz.finish().unwrap();
+        let (one, _) = outcome(&text, &cfg(), None);
+        let (split, batches) = outcome(&gz, &cfg(), Some(3));
+        assert_eq!(split, one);
+        assert_eq!(batches, 3);
+    }
+
+    #[test]
+    fn a_split_guessed_inside_a_record_falls_back_to_one_parse() {
+        // A quote inside an unquoted field is data, not the start of a quoted field: counting
+        // quotes then guesses the splits inside records, which the parse must notice.
+        let mut text = b"Op,id,a,b\nI,0,ab\"c,x\n".to_vec();
+        text.extend_from_slice(&well_formed(1000, "\n")[b"Op,id,a,b\n".len()..]);
+        let (one, _) = outcome(&text, &cfg(), None);
+        assert_eq!(one.len(), 1001);
+        let (split, batches) = outcome(&text, &cfg(), Some(4));
+        assert_eq!(split, one);
+        assert_eq!(batches, 1, "the first part read on to the end");
+    }
+
+    #[test]
+    fn a_split_parse_reports_the_first_bad_row_in_file_order() {
+        let mut text = well_formed(1000, "\n");
+        // Bad rows near the start and the end: the first one is reported.
+        let s = String::from_utf8(text.clone()).unwrap();
+        let s = s
+            .replacen("U,5,", "U,five,", 1)
+            .replacen("U,990,", "Q,990,", 1);
+        text = s.into_bytes();
+        let (one, _) = outcome(&text, &cfg(), None);
+        let (split, _) = outcome(&text, &cfg(), Some(4));
+        assert_eq!(split, one);
+        assert!(one.last().unwrap().contains("line 12"), "{:?}", one.last());
+        let mut q = cfg();
+        q.bad_rows = crate::config::BadRows::Quarantine;
+        let (one, _) = outcome(&text, &q, None);
+        let (split, _) = outcome(&text, &q, Some(4));
+        assert_eq!(split, one);
+        assert_eq!(one.iter().filter(|r| r.starts_with("rejected")).count(), 2);
+    }
+
+    fn field() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            "[a-z ]{0,4}",
+            "[a-z\",\n]{0,6}".prop_map(|v| format!("\"{}\"", v.replace('"', "\"\""))),
+            "[a-z]{1,3}\"[a-z]{0,2}",
+        ]
+    }
+
+    fn token() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => (
+                prop::sample::select(vec!["I", "U", "D", "X"]),
+                prop::sample::select(vec!["1", "22", "x", ""]),
+                field(),
+                field(),
+                prop::sample::select(vec!["\n", "\r\n", "\n\n", "\r"]),
+            )
+                .prop_map(|(op, id, a, b, end)| format!("{op},{id},{a},{b}{end}")),
+            1 => "[a1,\"\n\r IU]{0,12}",
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever the bytes (quotes in odd places, CR, CRLF, blank lines, wrong field counts,
+        /// bad values), a parse in parts yields what one parse yields: the same rows, lines,
+        /// rows set aside and error.
+        #[test]
+        fn a_split_parse_yields_what_one_parse_yields(
+            bom in proptest::bool::ANY,
+            tokens in proptest::collection::vec(token(), 0..60),
+            parts in 2usize..7,
+            quarantine in proptest::bool::ANY,
+        ) {
+            let mut text = if bom { vec![0xEF, 0xBB, 0xBF] } else { Vec::new() };
+            text.extend_from_slice(b"Op,id,a,b\n");
+            text.extend(tokens.concat().into_bytes());
+            let mut c = cfg();
+            if quarantine {
+                c.bad_rows = crate::config::BadRows::Quarantine;
+            }
+            let (one, _) = outcome(&text, &c, None);
+            let (split, _) = outcome(&text, &c, Some(parts));
+            proptest::prop_assert_eq!(split, one);
+        }
     }
 }

@@ -158,6 +158,30 @@ impl SourceData {
         }
     }
 
+    /// The bytes (gunzipped) held in memory, if they are at most `max` bytes and readable; a
+    /// file that is not is left to a streaming read, which reports what is wrong with it.
+    pub fn in_memory(&self, max: u64) -> Option<Bytes> {
+        let gzip = self.is_gzip().ok()?;
+        if !gzip && self.len().ok()? > max {
+            return None;
+        }
+        match self {
+            SourceData::Bytes(b) if !gzip => Some(b.clone()),
+            SourceData::Path(p) if !gzip => std::fs::read(p).ok().map(Bytes::from),
+            _ => {
+                // Text compresses about tenfold: room for that, at most `max`.
+                let room = self.len().ok()?.saturating_mul(10).min(max + 1);
+                let mut held = Vec::with_capacity(usize::try_from(room).ok()?);
+                self.open(&self.label(), max)
+                    .ok()?
+                    .take(max + 1)
+                    .read_to_end(&mut held)
+                    .ok()?;
+                (held.len() as u64 <= max).then(|| Bytes::from(held))
+            }
+        }
+    }
+
     /// Whether the data starts with the gzip magic bytes.
     pub fn is_gzip(&self) -> Result<bool> {
         let mut head = [0u8; 2];
@@ -358,6 +382,14 @@ impl SourceFile {
 
     /// Streams the rows, each data column converted to `types[i]` (one per [`Self::columns`]),
     /// before-image key columns to `key_types` (one per key column).
+    /// Lets a CSV input be held in memory and parsed on several threads (see
+    /// `CsvFile::allow_split`).
+    pub fn allow_split(&mut self) {
+        if let SourceFile::Csv(c) = self {
+            c.allow_split();
+        }
+    }
+
     pub fn read(
         self,
         types: Vec<PrimitiveType>,

@@ -311,10 +311,12 @@ impl<'a> Ingest<'a> {
                 }) => {
                     report.snapshot_id = Some(snapshot_id);
                     report.attempts = attempts;
-                    report.timings.commit_us = report::micros(started)
+                    let total_us = report::micros(started);
+                    report.timings.total_us = total_us;
+                    report.timings.commit_us = total_us
                         .saturating_sub(report.timings.load_us + report.timings.read_us)
                         .saturating_sub(report.timings.lookup_us + report.timings.write_us);
-                    report.elapsed_ms = started.elapsed().as_millis() as u64;
+                    report.elapsed_ms = total_us / 1000;
                     tracing::info!(
                         table = %ident, files = ?report.files, rows_read = report.rows_read,
                         inserted = report.inserted, updated = report.updated, deleted = report.deleted,

@@ -112,13 +112,17 @@ pub(super) fn read_files(
         None
     };
     let mut all_types: Vec<Vec<PrimitiveType>> = Vec::with_capacity(files.len());
-    for (src, f) in opened.into_iter().zip(&files) {
+    for (mut src, f) in opened.into_iter().zip(&files) {
         let types: Vec<PrimitiveType> = src
             .columns()
             .iter()
             .map(|c| primitive(&schema, &c.name))
             .collect::<Result<_>>()?;
         all_types.push(types.clone());
+        // Every row is held until the dedupe anyway: the input may be too.
+        if !large {
+            src.allow_split();
+        }
         let mut batches = Vec::new();
         for b in src.read(types, key_types.clone())? {
             let mut b = align(b?, &processing)?;

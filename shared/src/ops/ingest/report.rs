@@ -78,6 +78,9 @@ pub struct Timings {
     pub write_us: u64,
     /// Manifest list, metadata and the catalog's compare-and-swap (with its retries).
     pub commit_us: u64,
+    /// The whole commit, from the start of its last attempt (the steps' sum; `elapsed_ms` is
+    /// this in whole milliseconds, rounded down).
+    pub total_us: u64,
 }
 
 pub(super) fn micros(since: Instant) -> u64 {
