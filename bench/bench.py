@@ -84,8 +84,15 @@ def measure(cmd: list[str], timeout: float, env: dict | None = None,
     Peak RSS is the kernel's high-water mark of the process's own memory (`VmHWM` in
     /proc/<pid>/status), read every 10 ms until it exits. Not wait4's ru_maxrss: Linux carries
     the parent's high-water mark across fork and exec into the child's maxrss, so a child of a
-    large Python process (this one, after reading a 10M-row table) reported the parent's size."""
+    large Python process (this one, after reading a 10M-row table) reported the parent's size.
+
+    Without `RUST_BACKTRACE` (unless `env` says otherwise), as a Lambda function runs: with it
+    set, a library that builds an error it then drops captures a backtrace each time (iceberg's
+    metadata-location parser does, on every commit)."""
     import tempfile
+    if env is None:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("RUST_BACKTRACE", "RUST_LIB_BACKTRACE")}
     fo = tempfile.TemporaryFile("w+")
     fe = tempfile.TemporaryFile("w+")
     started = time.perf_counter()

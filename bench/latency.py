@@ -167,7 +167,9 @@ class Aws:
         return self.control(f"trace?since={i}")["requests"]
 
     def env(self, endpoint: str) -> dict:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        # Without RUST_BACKTRACE, as in Lambda (see bench.py `measure`).
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("AWS_") and k not in ("RUST_BACKTRACE", "RUST_LIB_BACKTRACE")}
         env.update(CREDS)
         env.update({"AWS_ENDPOINT_URL": endpoint, "DMS2ICEBERG_S3_PATH_STYLE": "true"})
         return env

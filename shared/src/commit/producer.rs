@@ -163,6 +163,34 @@ pub(super) async fn build_attempt(
             additional_properties: props,
         })
         .build();
+    // The manifest list needs only the entries: it is written by a task of its own while the
+    // metadata is built and written (the local filesystem's writes and fsyncs block the thread
+    // they run on; on S3 the two uploads overlap either way).
+    let write_list = {
+        let (file_io, list_path, entries) = (file_io.clone(), list_path.clone(), entries.clone());
+        let (snapshot_id, parent_id) =
+            (staged.snapshot_id, parent.as_ref().map(|p| p.snapshot_id()));
+        tokio::spawn(async move {
+            let mut writer = ManifestListWriter::v2(
+                file_io.new_output(&list_path)?.writer().await?,
+                snapshot_id,
+                parent_id,
+                sequence_number,
+            );
+            writer.add_manifests(entries.into_iter())?;
+            writer.close().await?;
+            Ok::<_, Error>(())
+        })
+    };
+    // A task spawned from a worker waits in that worker's next slot, which no other worker
+    // takes: yielding lets this worker start the list while this task moves to the queue
+    // that the other worker takes from.
+    tokio::task::yield_now().await;
+    let list_written = async move {
+        write_list
+            .await
+            .map_err(|e| Error::Other(format!("writing the manifest list: {e}")))?
+    };
     let built = async {
         let mut builder = staged
             .changes
@@ -196,6 +224,8 @@ pub(super) async fn build_attempt(
     let (metadata, location) = match built {
         Ok(b) => b,
         Err(e) => {
+            // The list is deleted once its write is over, not while it may still be written.
+            let _ = list_written.await;
             for f in &written {
                 let _ = file_io.delete(f).await;
             }
@@ -204,24 +234,13 @@ pub(super) async fn build_attempt(
     };
     // The manifest list and metadata.json in flight together: the metadata names the list by
     // its path, and nothing can read either before the swap makes the metadata current.
-    let write_list = async {
-        let mut writer = ManifestListWriter::v2(
-            file_io.new_output(&list_path)?.writer().await?,
-            staged.snapshot_id,
-            parent.as_ref().map(|p| p.snapshot_id()),
-            sequence_number,
-        );
-        writer.add_manifests(entries.iter().cloned())?;
-        writer.close().await?;
-        Ok::<_, Error>(())
-    };
     let write_metadata = async {
         metadata
             .write_to(file_io, &MetadataLocation::from_str(&location)?)
             .await?;
         Ok::<_, Error>(())
     };
-    let (list, meta) = tokio::join!(write_list, write_metadata);
+    let (list, meta) = tokio::join!(list_written, write_metadata);
     let result = match list.and(meta) {
         Ok(()) => failpoint("after-manifest-list").await,
         Err(e) => Err(e),

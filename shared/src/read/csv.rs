@@ -443,12 +443,13 @@ fn csv_reader(input: Box<dyn Read + Send>, delimiter: u8) -> (Reader, Arc<Mutex<
     )
 }
 
-/// Newline positions of the stream the parser reads: a record's line is one more than the
-/// newlines before its first byte, whatever quoted newlines or CRLF endings came before.
+/// Line-break positions of the stream the parser reads: a record's line is one more than the
+/// newlines before its first byte, whatever quoted newlines, CRLF endings or blank lines came
+/// before.
 #[derive(Default)]
 struct Lines {
-    /// Offsets of newlines read but not yet before an asked position.
-    pending: std::collections::VecDeque<u64>,
+    /// Offsets of the CRs and LFs read but not yet before an asked position (`true`: an LF).
+    pending: std::collections::VecDeque<(u64, bool)>,
     /// Newlines before `asked`.
     before: u64,
     /// Start of the record being read: bytes past it count toward the record-size cap.
@@ -456,15 +457,26 @@ struct Lines {
 }
 
 impl Lines {
+    /// The line of the record the parser places at `byte`.
     fn line_of(&mut self, byte: u64) -> u64 {
-        // After a CR the parser starts the next record at the LF that follows: a newline at the
-        // record's start offset is still before it.
-        while self.pending.front().is_some_and(|&n| n <= byte) {
-            self.pending.pop_front();
-            self.before += 1;
+        while self.pending.front().is_some_and(|&(o, _)| o < byte) {
+            self.count_front();
+        }
+        // The parser places a record where it started looking for one: after a CR at the LF
+        // that follows, before any blank lines. Its first byte is the first that is neither.
+        let mut at = byte;
+        while self.pending.front().is_some_and(|&(o, _)| o == at) {
+            self.count_front();
+            at += 1;
         }
         self.record_start = byte;
         self.before + 1
+    }
+
+    fn count_front(&mut self) {
+        if let Some((_, lf)) = self.pending.pop_front() {
+            self.before += u64::from(lf);
+        }
     }
 }
 
@@ -481,10 +493,10 @@ impl<R: Read> Read for LineTracker<R> {
             .lines
             .lock()
             .map_err(|_| std::io::Error::other("line index poisoned"))?;
-        let offset = self.offset;
-        lines
-            .pending
-            .extend(memchr::memchr_iter(b'\n', &buf[..n]).map(|i| offset + i as u64));
+        let (offset, read) = (self.offset, &buf[..n]);
+        lines.pending.extend(
+            memchr::memchr2_iter(b'\r', b'\n', read).map(|i| (offset + i as u64, read[i] == b'\n')),
+        );
         self.offset += n as u64;
         if self.offset - lines.record_start > MAX_RECORD_BYTES + (1 << 16) {
             return Err(std::io::Error::other(format!(
@@ -1565,6 +1577,16 @@ mod tests {
             assert_eq!(split, one, "line ending {end:?}");
             assert_eq!(batches, 4, "every part was used (line ending {end:?})");
         }
+    }
+
+    #[test]
+    fn a_record_after_blank_lines_is_placed_on_its_own_line() {
+        // The parser places a record where it started looking for one: after a CRLF, at the
+        // LF, before any blank lines (a split parse, starting after them, showed it).
+        let text = b"Op,id,a,b\r\nI,1,x,y\r\n\n\r\nI,2,x,y\n\nI,3,x,y\r\n";
+        let (rows, _) = outcome(text, &cfg(), None);
+        let lines: Vec<&str> = rows.iter().map(|r| r.split(' ').nth(2).unwrap()).collect();
+        assert_eq!(lines, vec!["2", "5", "7"], "{rows:?}");
     }
 
     #[test]

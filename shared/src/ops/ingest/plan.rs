@@ -375,6 +375,12 @@ impl IngestPlanner<'_> {
         let (base, changes, planned) = self.metadata_for(table.as_ref(), &read)?;
         let lookup_started = Instant::now();
         let speculative = self.speculate(&planned, &key, &read);
+        // Tokio runs a task spawned from a worker in that worker's next slot, which no other
+        // worker may steal: the lookup, CPU work without an await in between, would hold the
+        // speculative write back until it ended (profiled: the data file was encoded after the
+        // lookup, not beside it). Yielding once lets the write start; this task goes to the
+        // queue that the other worker takes from.
+        tokio::task::yield_now().await;
         let located = async {
             // A reload replaces every row: nothing to look up.
             let located = match (&table, mode) {
@@ -574,6 +580,9 @@ impl IngestPlanner<'_> {
             located.deletes.clone(),
             snapshot_id,
         ));
+        // Lets the delete branch start on this worker while this task moves to where the
+        // other worker takes tasks from (see `stage_read`).
+        tokio::task::yield_now().await;
         let data = async {
             let data = self
                 .write_data(planned, key, read, outcomes, speculative, &mut prepared)
