@@ -625,8 +625,9 @@ def floor(reqs: list[dict], c: Case) -> dict:
                         key reads (∥: delete files, data-file footer → key column chunk)
       read side, warm:  GetTable (the cached metadata is current: nothing else to read)
       ∥ LIST the DMS folder → DMS object
-      then, named chain: data + delete files (∥) → manifests (∥) → manifest list →
-                         metadata.json → UpdateTable
+      then, named chain: data + delete files (∥) → manifests (∥) → manifest list ∥
+                         metadata.json (the metadata names the list by its path: both are
+                         written together) → UpdateTable
       or, one write wave: data, delete files, manifests, manifest list, metadata.json (∥:
                          their contents are in memory before the first upload) → UpdateTable
     """
@@ -657,8 +658,9 @@ def floor(reqs: list[dict], c: Case) -> dict:
     data_put = max(size("S3 PUT data file"), size("S3 PUT delete file"))
     writes_named = [("data + delete files", t("S3 PUT", data_put)),
                     ("manifests", t("S3 PUT", size("S3 PUT manifest"))),
-                    ("manifest list", t("S3 PUT", size("S3 PUT manifest list"))),
-                    ("metadata.json", t("S3 PUT", size("S3 PUT metadata.json"))),
+                    ("manifest list ∥ metadata.json",
+                     max(t("S3 PUT", size("S3 PUT manifest list")),
+                         t("S3 PUT", size("S3 PUT metadata.json")))),
                     ("UpdateTable", t("Glue UpdateTable"))]
     all_put = max([data_put, size("S3 PUT manifest"), size("S3 PUT manifest list"),
                    size("S3 PUT metadata.json")])
