@@ -129,18 +129,17 @@ impl Keys {
     /// The order of two events' keys: the order of their row encodings.
     fn cmp(&self, a: &Event, b: &Event) -> std::cmp::Ordering {
         match &self.ints {
-            Some(_) => self.int(a).cmp(&self.int(b)),
+            Some(ints) => int_key(ints, a).cmp(&int_key(ints, b)),
             None => self.of(a).cmp(&self.of(b)),
         }
     }
+}
 
-    /// An event's key as an integer (a single integer key; 0 otherwise).
-    fn int(&self, e: &Event) -> i64 {
-        match (&self.ints, e.key) {
-            (Some((rows, _)), KeyRef::Row(r)) => rows[r as usize],
-            (Some((_, befores)), KeyRef::Before(b, i)) => befores[b as usize][i as usize],
-            (None, _) => 0,
-        }
+/// An event's value of a single integer key (`Keys::ints`).
+fn int_key((rows, befores): &(Vec<i64>, Vec<Vec<i64>>), e: &Event) -> i64 {
+    match e.key {
+        KeyRef::Row(r) => rows[r as usize],
+        KeyRef::Before(b, i) => befores[b as usize][i as usize],
     }
 }
 
@@ -346,11 +345,11 @@ impl Input {
         let sorted: Vec<&Event> = match &keys.ints {
             // A single integer key: sorting plain (value, index) pairs is several times faster
             // than comparing through the events.
-            Some(_) => {
+            Some(ints) => {
                 let mut pairs: Vec<(i64, u32)> = events
                     .iter()
                     .enumerate()
-                    .map(|(i, e)| (keys.int(e), i as u32))
+                    .map(|(i, e)| (int_key(ints, e), i as u32))
                     .collect();
                 pairs.sort_unstable();
                 pairs.iter().map(|&(_, i)| &events[i as usize]).collect()

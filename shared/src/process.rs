@@ -1,4 +1,5 @@
-//! Settings of the whole process, applied by the CLI and both Lambda functions as they start.
+//! How the process runs: settings the CLI and both Lambda functions apply as they start, and
+//! how work is put beside the task that starts it.
 
 /// Keeps freed memory in the process instead of handing it back to the kernel.
 ///
@@ -18,4 +19,22 @@ pub fn tune_allocator() {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
     }
+}
+
+/// Spawns `work` to run beside the calling task, and yields once so that it starts.
+///
+/// Tokio keeps a task spawned from a worker in that worker's next-task slot, which no other
+/// worker takes from: if the caller then runs CPU work without an await (a lookup, or writes
+/// and fsyncs on a local warehouse, which block), the spawned work waits until it ends. A
+/// profile showed the speculative data file encoded after the lookup instead of beside it.
+/// Yielding lets this worker start the spawned work while the caller moves to the queue the
+/// other workers take from.
+pub async fn spawn_beside<F>(work: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handle = tokio::spawn(work);
+    tokio::task::yield_now().await;
+    handle
 }

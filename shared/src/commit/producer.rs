@@ -170,7 +170,7 @@ pub(super) async fn build_attempt(
         let (file_io, list_path, entries) = (file_io.clone(), list_path.clone(), entries.clone());
         let (snapshot_id, parent_id) =
             (staged.snapshot_id, parent.as_ref().map(|p| p.snapshot_id()));
-        tokio::spawn(async move {
+        crate::process::spawn_beside(async move {
             let mut writer = ManifestListWriter::v2(
                 file_io.new_output(&list_path)?.writer().await?,
                 snapshot_id,
@@ -181,11 +181,8 @@ pub(super) async fn build_attempt(
             writer.close().await?;
             Ok::<_, Error>(())
         })
+        .await
     };
-    // A task spawned from a worker waits in that worker's next slot, which no other worker
-    // takes: yielding lets this worker start the list while this task moves to the queue
-    // that the other worker takes from.
-    tokio::task::yield_now().await;
     let list_written = async move {
         write_list
             .await

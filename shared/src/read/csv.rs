@@ -11,7 +11,7 @@ use iceberg::spec::PrimitiveType;
 
 use super::layout::{Layout, Role};
 use super::text::{ColumnBuilder, TypeGuess};
-use super::{BATCH_ROWS, ChangeBatch, DEFAULT_MAX_DECOMPRESSED_BYTES, Op, SourceData};
+use super::{BATCH_ROWS, ChangeBatch, DEFAULT_MAX_DECOMPRESSED_BYTES, GZIP_MAGIC, Op, SourceData};
 use crate::config::TableConfig;
 use crate::error::{Error, InputError, Position, Rejected, Result, VALUE};
 use crate::locate::DmsObject;
@@ -351,7 +351,7 @@ impl CsvFile {
             done: false,
         };
         match parts {
-            Some(p) => Ok(Box::new(p.batches(first, self.fields, self.delimiter[0]))),
+            Some(p) => Ok(Box::new(p.batches(first, self.delimiter[0]))),
             None => Ok(Box::new(first)),
         }
     }
@@ -365,15 +365,9 @@ impl CsvFile {
         if limits.parts < 2 || self.delimiter.len() != 1 {
             return Ok(None);
         }
-        let (gzip, len) = (self.data.is_gzip()?, self.data.len()?);
-        // A gzipped input is held decompressed whatever its size (it is read once, that way),
-        // if it is small enough not to be likely to exceed the limit once decompressed (that
-        // would decompress it twice).
-        if (!gzip && len < limits.min_part_bytes as u64 * 2) || (gzip && len > SPLIT_MAX_BYTES / 16)
-        {
-            return Ok(None);
-        }
-        let Some(data) = self.data.in_memory(SPLIT_MAX_BYTES) else {
+        // Held whatever its size (a small input is read whole either way), up to a limit;
+        // gzipped, if it is unlikely to exceed that limit once decompressed.
+        let Some(data) = self.data.in_memory(SPLIT_MAX_BYTES, SPLIT_MAX_BYTES / 16) else {
             return Ok(None);
         };
         // Held decompressed: bytes that still look like gzip would be gunzipped again.
@@ -406,11 +400,7 @@ fn reader(data: &SourceData, label: &str, delimiter: &[u8]) -> Result<(Reader, A
             Err(e) => return Err(Error::io(label.to_string(), e)),
         }
     }
-    let skip = if got == 3 && head == [0xEF, 0xBB, 0xBF] {
-        3
-    } else {
-        0
-    };
+    let skip = if got == 3 && head == UTF8_BOM { 3 } else { 0 };
     let input: Box<dyn Read + Send> =
         Box::new(std::io::Cursor::new(head[skip..got].to_vec()).chain(input));
     let (input, delimiter): (Box<dyn Read + Send>, u8) = match delimiter {
@@ -960,9 +950,7 @@ impl CsvBatches {
             .collect();
         Ok(Some(batch.filter(&keep)?))
     }
-}
 
-impl CsvBatches {
     /// The same reading of other records (another part of a split parse).
     fn with_records(&self, records: Records) -> CsvBatches {
         CsvBatches {
@@ -1012,7 +1000,8 @@ impl Iterator for CsvBatches {
 
 /// Largest input (decompressed) held in memory to be parsed in parts; larger ones stream.
 const SPLIT_MAX_BYTES: u64 = 64 << 20;
-const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+/// A UTF-8 byte order mark, which is not data.
+const UTF8_BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
 
 /// Offsets at which to start the parts after the first: each just after a newline that is
 /// outside quotes if every quote so far opened or closed a quoted field. That is a guess (a
@@ -1065,8 +1054,8 @@ impl Split {
     fn first_records(&self, file: &CsvFile) -> Result<Records> {
         let mut records = file.records_of(&SourceData::Bytes(self.data.clone()))?;
         // The parser's offsets start after a byte order mark.
-        let bom = if self.data.starts_with(&[0xEF, 0xBB, 0xBF]) {
-            3
+        let bom = if self.data.starts_with(&UTF8_BOM) {
+            UTF8_BOM.len()
         } else {
             0
         };
@@ -1078,7 +1067,7 @@ impl Split {
     }
 
     /// The batches of every part, `first` being the first part's.
-    fn batches(self, first: CsvBatches, fields: usize, delimiter: u8) -> SplitBatches {
+    fn batches(self, first: CsvBatches, delimiter: u8) -> SplitBatches {
         let mut parts = vec![first];
         let mut newlines = 0u64;
         let mut counted = 0usize;
@@ -1094,7 +1083,7 @@ impl Split {
             let records = Records {
                 reader,
                 label: parts[0].label.clone(),
-                fields,
+                fields: parts[0].records.fields,
                 lines,
                 line_base: newlines,
                 boundary,
@@ -1198,18 +1187,21 @@ mod tests {
 
     /// Reads with all columns typed as given (by name), keys as long.
     fn read_all(src: SourceFile, types: &[(&str, PrimitiveType)]) -> Result<Vec<ChangeBatch>> {
-        let cols = src.columns();
-        let t = cols
+        let t = column_types(&src, types);
+        src.read(t, vec![PrimitiveType::Long])?.collect()
+    }
+
+    /// The type of each of `src`'s columns: as given by name, else string.
+    fn column_types(src: &SourceFile, types: &[(&str, PrimitiveType)]) -> Vec<PrimitiveType> {
+        src.columns()
             .iter()
             .map(|c| {
                 types
                     .iter()
                     .find(|(n, _)| *n == c.name)
-                    .map(|(_, t)| t.clone())
-                    .unwrap_or(PrimitiveType::String)
+                    .map_or(PrimitiveType::String, |(_, t)| t.clone())
             })
-            .collect();
-        src.read(t, vec![PrimitiveType::Long])?.collect()
+            .collect()
     }
 
     #[test]
@@ -1511,17 +1503,7 @@ mod tests {
                 min_part_bytes: 1,
             });
         }
-        let types = [("id", PrimitiveType::Long)];
-        let cols = src.columns();
-        let t = cols
-            .iter()
-            .map(|c| {
-                types
-                    .iter()
-                    .find(|(n, _)| *n == c.name)
-                    .map_or(PrimitiveType::String, |(_, t)| t.clone())
-            })
-            .collect();
+        let t = column_types(&src, &[("id", PrimitiveType::Long)]);
         let (mut out, mut set_aside) = (Vec::new(), Vec::new());
         let mut batches = 0;
         let iter = match src.read(t, vec![PrimitiveType::Long]) {

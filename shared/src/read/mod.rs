@@ -33,6 +33,9 @@ pub const MAX_COLUMNS: usize = 4096;
 /// Rows per batch: small enough to bound memory, large enough to amortise per-batch work.
 pub const BATCH_ROWS: usize = 8192;
 
+/// The first bytes of a gzip stream.
+pub(crate) const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
 /// Cap on the decompressed size of a gzip file (a gzip bomb fails instead of filling memory or
 /// disk); DMS files are at most 1 GB uncompressed by default (`MaxFileSize`).
 pub const DEFAULT_MAX_DECOMPRESSED_BYTES: u64 = 8 << 30;
@@ -158,11 +161,13 @@ impl SourceData {
         }
     }
 
-    /// The bytes (gunzipped) held in memory, if they are at most `max` bytes and readable; a
-    /// file that is not is left to a streaming read, which reports what is wrong with it.
-    pub fn in_memory(&self, max: u64) -> Option<Bytes> {
-        let gzip = self.is_gzip().ok()?;
-        if !gzip && self.len().ok()? > max {
+    /// The bytes (gunzipped) held in memory, if they are at most `max` bytes (and, gzipped, at
+    /// most `max_gzipped` as stored: one likely to exceed `max` once decompressed would be
+    /// decompressed twice) and readable; a file that is not is left to a streaming read, which
+    /// reports what is wrong with it.
+    pub fn in_memory(&self, max: u64, max_gzipped: u64) -> Option<Bytes> {
+        let (gzip, len) = (self.is_gzip().ok()?, self.len().ok()?);
+        if len > if gzip { max_gzipped } else { max } {
             return None;
         }
         match self {
@@ -170,7 +175,7 @@ impl SourceData {
             SourceData::Path(p) if !gzip => std::fs::read(p).ok().map(Bytes::from),
             _ => {
                 // Text compresses about tenfold: room for that, at most `max`.
-                let room = self.len().ok()?.saturating_mul(10).min(max + 1);
+                let room = len.saturating_mul(10).min(max + 1);
                 let mut held = Vec::with_capacity(usize::try_from(room).ok()?);
                 self.open(&self.label(), max)
                     .ok()?
@@ -187,7 +192,7 @@ impl SourceData {
         let mut head = [0u8; 2];
         let n =
             read_full(&mut self.open_raw()?, &mut head).map_err(|e| Error::io(self.label(), e))?;
-        Ok(n == 2 && head == [0x1f, 0x8b])
+        Ok(n == 2 && head == GZIP_MAGIC)
     }
 
     pub fn is_empty(&self) -> Result<bool> {
@@ -240,7 +245,7 @@ impl SourceData {
         }
         let head = std::io::Cursor::new(magic[..got].to_vec());
         let chained = head.chain(raw);
-        if got == 2 && magic == [0x1f, 0x8b] {
+        if got == 2 && magic == GZIP_MAGIC {
             Ok(Box::new(CappedReader {
                 inner: flate2::read::MultiGzDecoder::new(chained),
                 left: max_decompressed,
@@ -380,8 +385,6 @@ impl SourceFile {
         }
     }
 
-    /// Streams the rows, each data column converted to `types[i]` (one per [`Self::columns`]),
-    /// before-image key columns to `key_types` (one per key column).
     /// Lets a CSV input be held in memory and parsed on several threads (see
     /// `CsvFile::allow_split`).
     pub fn allow_split(&mut self) {
@@ -390,6 +393,8 @@ impl SourceFile {
         }
     }
 
+    /// Streams the rows, each data column converted to `types[i]` (one per [`Self::columns`]),
+    /// before-image key columns to `key_types` (one per key column).
     pub fn read(
         self,
         types: Vec<PrimitiveType>,

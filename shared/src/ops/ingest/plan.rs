@@ -23,6 +23,7 @@ use crate::error::{Error, Rejected, Result};
 use crate::evolve;
 use crate::locate::FileKind;
 use crate::lookup::{Located, locate_rows};
+use crate::process::spawn_beside;
 use crate::table::{LoadedTable, keys};
 use crate::write::{write_data_files_seen, write_position_deletes};
 
@@ -374,13 +375,7 @@ impl IngestPlanner<'_> {
     ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
         let (base, changes, planned) = self.metadata_for(table.as_ref(), &read)?;
         let lookup_started = Instant::now();
-        let speculative = self.speculate(&planned, &key, &read);
-        // Tokio runs a task spawned from a worker in that worker's next slot, which no other
-        // worker may steal: the lookup, CPU work without an await in between, would hold the
-        // speculative write back until it ended (profiled: the data file was encoded after the
-        // lookup, not beside it). Yielding once lets the write start; this task goes to the
-        // queue that the other worker takes from.
-        tokio::task::yield_now().await;
+        let speculative = self.speculate(&planned, &key, &read).await;
         let located = async {
             // A reload replaces every row: nothing to look up.
             let located = match (&table, mode) {
@@ -574,15 +569,13 @@ impl IngestPlanner<'_> {
         // The delete branch runs as its own task, so that its Parquet encoding and, on a local
         // warehouse, its blocking writes and fsyncs run on another core beside the data
         // file's instead of after them (on S3 the uploads overlapped already).
-        let delete_branch = tokio::spawn(delete_branch(
+        let delete_branch = spawn_beside(delete_branch(
             file_io.clone(),
             planned.clone(),
             located.deletes.clone(),
             snapshot_id,
-        ));
-        // Lets the delete branch start on this worker while this task moves to where the
-        // other worker takes tasks from (see `stage_read`).
-        tokio::task::yield_now().await;
+        ))
+        .await;
         let data = async {
             let data = self
                 .write_data(planned, key, read, outcomes, speculative, &mut prepared)
@@ -661,7 +654,7 @@ impl IngestPlanner<'_> {
     /// would be left out, and that is rare (a file delivered late, a replay). The encoding then
     /// runs on another core beside the lookup, and on object storage the upload overlaps the
     /// lookup's reads. A large input is written from its second pass instead.
-    fn speculate(
+    async fn speculate(
         &self,
         planned: &Arc<TableMetadata>,
         key: &[String],
@@ -674,25 +667,28 @@ impl IngestPlanner<'_> {
         let (upserts, key) = (read.deduped.upserts.clone(), key.to_vec());
         let target = self.cfg.target_file_size_bytes;
         let full_load = self.planned.iter().all(|f| f.object.kind == FileKind::Load);
-        Some(tokio::spawn(async move {
-            let seen = std::sync::Mutex::new(Vec::new());
-            let files = write_data_files_seen(
-                &file_io,
-                &planned,
-                &upserts,
-                &key,
-                target,
-                full_load,
-                &|path, rows| {
-                    if let Ok(mut s) = seen.lock() {
-                        s.push((path.to_string(), rows.clone()));
-                    }
-                },
-            )
-            .await?;
-            let seen = seen.into_inner().unwrap_or_default();
-            Ok((files, seen))
-        }))
+        Some(
+            spawn_beside(async move {
+                let seen = std::sync::Mutex::new(Vec::new());
+                let files = write_data_files_seen(
+                    &file_io,
+                    &planned,
+                    &upserts,
+                    &key,
+                    target,
+                    full_load,
+                    &|path, rows| {
+                        if let Ok(mut s) = seen.lock() {
+                            s.push((path.to_string(), rows.clone()));
+                        }
+                    },
+                )
+                .await?;
+                let seen = seen.into_inner().unwrap_or_default();
+                Ok((files, seen))
+            })
+            .await,
+        )
     }
 
     /// Deletes what a speculative write wrote (the commit it was for failed before its write).
