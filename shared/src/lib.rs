@@ -45,6 +45,7 @@ pub mod lookup;
 pub mod ops;
 pub mod process;
 pub mod read;
+pub(crate) mod spill;
 pub(crate) mod table;
 pub(crate) mod types;
 pub(crate) mod write;

@@ -35,6 +35,28 @@ pub struct CsvFile {
     source: String,
     /// How the input may be held in memory and parsed in parts on several threads, if at all.
     split: Option<SplitLimits>,
+    /// Columns whose values are observed while read (their type is a guess).
+    observe: Option<Observe>,
+}
+
+/// Columns whose type was guessed from a file's first records (a new table's or new column's
+/// type): while the file is read, every value of them is observed, so that the reader can tell
+/// whether the whole file fits the guess. A value that does not fit ends the read (`misfit`):
+/// the file is to be read again with the types the whole file gives.
+#[derive(Clone, Debug)]
+pub struct Observe {
+    /// Data column positions (as in `SourceFile::columns`).
+    pub columns: Vec<usize>,
+    pub seen: std::sync::Arc<std::sync::Mutex<Observed>>,
+}
+
+/// What an observed read saw.
+#[derive(Debug, Default)]
+pub struct Observed {
+    /// Per observed column, what its values fit.
+    pub guesses: Vec<TypeGuess>,
+    /// A value did not fit its column's guessed type: the read ended early.
+    pub misfit: bool,
 }
 
 /// How far an input is split for a parse on several threads.
@@ -205,7 +227,23 @@ impl CsvFile {
             key_len,
             source: cfg.source.clone(),
             split: None,
+            observe: None,
         })
+    }
+
+    /// Observes the values of some columns while reading (see [`Observe`]).
+    pub fn observe(&mut self, o: Observe) {
+        self.observe = Some(o);
+    }
+
+    /// The types of `names` guessed from the first `records` records (the rest of the file is
+    /// observed while it is read: [`Observe`]).
+    pub fn infer_types_from_start(
+        &self,
+        names: &[String],
+        records: usize,
+    ) -> Result<Vec<PrimitiveType>> {
+        self.infer(names, Some(records))
     }
 
     /// Lets `read` hold the input in memory and parse it in parts on several threads (when it
@@ -249,6 +287,10 @@ impl CsvFile {
 
     /// Types of the data columns `names`, from every value in the file.
     pub fn infer_types(&self, names: &[String]) -> Result<Vec<PrimitiveType>> {
+        self.infer(names, None)
+    }
+
+    fn infer(&self, names: &[String], max_records: Option<usize>) -> Result<Vec<PrimitiveType>> {
         let idx: Vec<usize> = names
             .iter()
             .map(|n| {
@@ -262,7 +304,11 @@ impl CsvFile {
         let mut guesses = vec![TypeGuess::default(); names.len()];
         let mut records = self.records()?;
         let mut rec = csv::ByteRecord::new();
-        while let Some(line) = records.next(&mut rec)? {
+        let mut left = max_records.unwrap_or(usize::MAX);
+        while left > 0
+            && let Some(line) = records.next(&mut rec)?
+        {
+            left -= 1;
             if records.count_error(&rec, line).is_some() {
                 continue;
             }
@@ -348,6 +394,7 @@ impl CsvFile {
             schema,
             before: before.zip(before_schema).map(|(c, s)| (c, key_types, s)),
             quarantine: self.quarantine,
+            observe: self.observe,
             done: false,
         };
         match parts {
@@ -806,6 +853,7 @@ struct CsvBatches {
     before: Option<(Vec<usize>, Vec<PrimitiveType>, arrow_schema::SchemaRef)>,
     /// Bad-row policy `quarantine`: set bad rows aside instead of failing.
     quarantine: bool,
+    observe: Option<Observe>,
     done: bool,
 }
 
@@ -829,6 +877,12 @@ impl CsvBatches {
         };
         let mut ops = Vec::with_capacity(BATCH_ROWS);
         let mut positions = Vec::with_capacity(BATCH_ROWS);
+        let observed: Vec<usize> = self
+            .observe
+            .as_ref()
+            .map(|o| o.columns.clone())
+            .unwrap_or_default();
+        let mut guesses = vec![TypeGuess::default(); observed.len()];
         let mut rec = csv::ByteRecord::new();
         let mut rejected: Vec<Rejected> = Vec::new();
         // Rows appended to the builders but set aside (a value failed half-way through).
@@ -888,7 +942,11 @@ impl CsvBatches {
                 None => Op::Insert,
             };
             let mut failed: Option<InputError> = None;
-            for ((b, (i, name)), hint) in builders.iter_mut().zip(&self.data_cols).zip(&self.hints)
+            for (c, ((b, (i, name)), hint)) in builders
+                .iter_mut()
+                .zip(&self.data_cols)
+                .zip(&self.hints)
+                .enumerate()
             {
                 if failed.is_some() {
                     b.push_null();
@@ -896,7 +954,16 @@ impl CsvBatches {
                 }
                 let v = rec.get(*i).unwrap_or_default();
                 let v = (v != self.null_value.as_slice()).then_some(v);
+                let watched = observed.iter().position(|o| *o == c);
+                if let (Some(k), Some(v)) = (watched, v) {
+                    guesses[k].observe(v);
+                }
                 if let Err(e) = b.push(v) {
+                    if watched.is_some() {
+                        // The guess from the first records is wrong: read again.
+                        self.end_observing(&guesses, true);
+                        return Ok(None);
+                    }
                     b.push_null();
                     failed = Some(at(name, e, hint.as_ref()));
                 }
@@ -922,6 +989,7 @@ impl CsvBatches {
             ops.push(op);
             positions.push(line);
         }
+        self.end_observing(&guesses, false);
         if ops.is_empty() && rejected.is_empty() {
             return Ok(None);
         }
@@ -951,6 +1019,23 @@ impl CsvBatches {
         Ok(Some(batch.filter(&keep)?))
     }
 
+    /// Adds a batch's observations to what the read saw; `misfit` ends the read.
+    fn end_observing(&mut self, guesses: &[TypeGuess], misfit: bool) {
+        let Some(o) = &self.observe else { return };
+        if let Ok(mut seen) = o.seen.lock() {
+            if seen.guesses.len() < guesses.len() {
+                seen.guesses.resize(guesses.len(), TypeGuess::default());
+            }
+            for (s, g) in seen.guesses.iter_mut().zip(guesses) {
+                s.merge(g);
+            }
+            seen.misfit |= misfit;
+        }
+        if misfit {
+            self.done = true;
+        }
+    }
+
     /// The same reading of other records (another part of a split parse).
     fn with_records(&self, records: Records) -> CsvBatches {
         CsvBatches {
@@ -965,6 +1050,7 @@ impl CsvBatches {
             schema: self.schema.clone(),
             before: self.before.clone(),
             quarantine: self.quarantine,
+            observe: self.observe.clone(),
             done: false,
         }
     }

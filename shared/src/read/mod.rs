@@ -16,7 +16,7 @@ use arrow_array::RecordBatch;
 use bytes::Bytes;
 use iceberg::spec::PrimitiveType;
 
-pub use self::csv::CsvFile;
+pub use self::csv::{CsvFile, Observe, Observed};
 pub use self::layout::{Layout, Role};
 pub use self::parquet::ParquetFile;
 use crate::config::TableConfig;
@@ -390,6 +390,13 @@ impl SourceFile {
     pub fn allow_split(&mut self) {
         if let SourceFile::Csv(c) = self {
             c.allow_split();
+        }
+    }
+
+    /// Observes the values of some columns while reading (CSV; a Parquet file is typed).
+    pub fn observe(&mut self, o: Observe) {
+        if let SourceFile::Csv(c) = self {
+            c.observe(o);
         }
     }
 

@@ -623,6 +623,63 @@ pub struct TypeGuess {
 
 impl TypeGuess {
     pub fn observe(&mut self, v: &[u8]) {
+        // Only text fits any more: no value can change the guess.
+        if self.only_text() {
+            self.seen = true;
+            return;
+        }
+        // A plain integer after the first value (the common column) can only widen the
+        // decimal digits: every other check would give what it gave before. Inference
+        // runs over every value of a full load, so this path is most of its time.
+        if self.seen
+            && self.not_bool
+            && self.not_timestamp
+            && self.not_date
+            && !(self.not_long || self.not_decimal || self.not_double)
+            && v.first() != Some(&b'+')
+            && let Ok(s) = std::str::from_utf8(v)
+            && plain_integer(s).is_some()
+        {
+            let digits = s
+                .strip_prefix('-')
+                .unwrap_or(s)
+                .trim_start_matches('0')
+                .len() as u32;
+            self.max_int_digits = self.max_int_digits.max(digits);
+            if self.max_scale + self.max_int_digits > 38 {
+                self.not_decimal = true;
+            }
+            return;
+        }
+        self.observe_general(v);
+    }
+
+    fn only_text(&self) -> bool {
+        self.not_bool
+            && self.not_long
+            && self.not_decimal
+            && self.not_double
+            && self.not_timestamp
+            && self.not_date
+    }
+
+    /// What the values of two parts of one column fit together.
+    pub fn merge(&mut self, other: &TypeGuess) {
+        self.seen |= other.seen;
+        self.not_bool |= other.not_bool;
+        self.not_long |= other.not_long;
+        self.not_decimal |= other.not_decimal;
+        self.not_double |= other.not_double;
+        self.not_timestamp |= other.not_timestamp;
+        self.not_date |= other.not_date;
+        self.max_scale = self.max_scale.max(other.max_scale);
+        self.max_int_digits = self.max_int_digits.max(other.max_int_digits);
+        if self.max_scale + self.max_int_digits > 38 {
+            self.not_decimal = true;
+        }
+    }
+
+    fn observe_general(&mut self, v: &[u8]) {
         let Ok(s) = std::str::from_utf8(v) else {
             self.seen = true;
             self.not_bool = true;
@@ -736,6 +793,39 @@ mod tests {
                 .map(|d| chrono::Datelike::num_days_from_ce(&d) - UNIX_EPOCH_DAYS_FROM_CE)
                 .ok();
             prop_assert_eq!(parse_date(&s).ok(), chrono);
+        }
+    }
+
+    proptest! {
+        /// Observing values one by one gives the guess the general path gives, whichever
+        /// shortcut a value takes, and a guess over two parts merged is the guess over all.
+        #[test]
+        fn type_guess_shortcuts_and_merges_agree(
+            values in proptest::collection::vec(
+                prop_oneof![
+                    "[+-]?[0-9]{1,20}",
+                    "[+-]?[0-9]{1,5}\\.[0-9]{0,4}",
+                    "(true|false|TRUE)",
+                    "2022-0[1-9]-[0-2][1-9]( 1[0-9]:[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?)?",
+                    "[ a-z0-9.]{0,6}",
+                ],
+                0..40,
+            ),
+            cut in 0usize..40,
+        ) {
+            let mut fast = TypeGuess::default();
+            let mut general = TypeGuess::default();
+            for v in &values {
+                fast.observe(v.as_bytes());
+                general.observe_general(v.as_bytes());
+            }
+            prop_assert_eq!(fast.result(), general.result());
+            let cut = cut.min(values.len());
+            let (mut a, mut b) = (TypeGuess::default(), TypeGuess::default());
+            values[..cut].iter().for_each(|v| a.observe(v.as_bytes()));
+            values[cut..].iter().for_each(|v| b.observe(v.as_bytes()));
+            a.merge(&b);
+            prop_assert_eq!(a.result(), general.result());
         }
     }
 

@@ -41,25 +41,24 @@ pub const ROW_GROUP_ROWS: usize = 128 * 1024;
 pub const DELETE_FILE_PATH_ID: i32 = 2147483546;
 pub const DELETE_POS_ID: i32 = 2147483545;
 
-/// How a file's columns are encoded: the files one change file's commit writes are encoded
-/// for speed (compaction rewrites them), the files that stay for size.
+/// How a file's columns are encoded. zstd level 1 everywhere: it encodes in about two thirds
+/// of level 3's time for about 1% more bytes (a 1 GB full load: 2.99 against 4.30 s on one
+/// core, 193 against 191 MB; see bench/RESULTS.md).
 #[derive(Debug, Clone, Copy)]
 enum Encoding {
-    /// zstd level 1 and no dictionary pages. Level 1 encodes in about two thirds of level
-    /// 3's time for less than 1% more bytes. Without dictionaries a 10,000-row change's data
-    /// file took 12.4–12.9 ms per file against 13.2–13.7 ms and was smaller (166.8 KB against
-    /// 218.6 KB; its delete file 14.2 KB against 26.3 KB): a dictionary costs a hash of every
-    /// value, and zstd finds the repeats of a low-cardinality column by itself.
+    /// No dictionary pages: the files one change file's commit writes (compaction rewrites
+    /// them). A dictionary costs a hash of every value, and zstd finds the repeats of a
+    /// low-cardinality column by itself (a 10,000-row change: 166.8 KB against 218.6 KB).
     Change,
-    /// zstd level 3 with dictionary pages (readers filter dictionary-encoded columns without
-    /// decoding them): compaction's output and streamed large inputs.
+    /// Dictionary pages (readers filter dictionary-encoded columns without decoding them):
+    /// full loads, compaction's output and other streamed inputs, the files that stay.
     Kept,
 }
 
 fn base_properties(encoding: Encoding) -> parquet::file::properties::WriterPropertiesBuilder {
     let (level, dictionary) = match encoding {
         Encoding::Change => (1, false),
-        Encoding::Kept => (3, true),
+        Encoding::Kept => (1, true),
     };
     WriterProperties::builder()
         .set_compression(Compression::ZSTD(
@@ -435,6 +434,31 @@ pub async fn write_position_deletes(
     Ok(written.into_iter().flatten().collect())
 }
 
+/// Rows of a position-delete file written at once.
+const DELETE_CHUNK_ROWS: usize = 64 * 1024;
+
+/// Writes the collected `(path, position)` rows and empties the lists.
+async fn write_delete_rows(
+    w: &mut DataWriter,
+    pk: &Option<PartitionKey>,
+    arrow_schema: &Arc<arrow_schema::Schema>,
+    paths: &mut Vec<&str>,
+    positions: &mut Vec<i64>,
+) -> Result<()> {
+    if positions.is_empty() {
+        return Ok(());
+    }
+    let batch = RecordBatch::try_new(
+        arrow_schema.clone(),
+        vec![
+            Arc::new(StringArray::from(std::mem::take(paths))) as ArrayRef,
+            Arc::new(Int64Array::from(std::mem::take(positions))) as ArrayRef,
+        ],
+    )?;
+    w.write(pk, &batch).await?;
+    Ok(())
+}
+
 /// The delete-file schema, in Iceberg and Arrow form, and the writer properties.
 struct DeleteSchema {
     props: WriterProperties,
@@ -466,23 +490,6 @@ async fn write_delete_file(
             partition.clone(),
         )
     });
-    let mut paths: Vec<&str> = Vec::new();
-    let mut positions: Vec<i64> = Vec::new();
-    for (path, d) in files {
-        let mut p = d.positions.clone();
-        p.sort_unstable();
-        p.dedup();
-        paths.extend(std::iter::repeat_n(path.as_str(), p.len()));
-        positions.extend(p);
-    }
-    let count = positions.len() as u64;
-    let batch = RecordBatch::try_new(
-        arrow_schema.clone(),
-        vec![
-            Arc::new(StringArray::from(paths)) as ArrayRef,
-            Arc::new(Int64Array::from(positions)) as ArrayRef,
-        ],
-    )?;
     let mut w = RollingFileWriterBuilder::new(
         ParquetWriterBuilder::new(props.clone(), delete_schema.clone()),
         usize::MAX,
@@ -495,7 +502,25 @@ async fn write_delete_file(
         ),
     )
     .build();
-    w.write(&pk, &batch).await?;
+    // Written a chunk of rows at a time: a large input can delete millions of rows, and each
+    // row repeats its data file's path.
+    let mut count = 0u64;
+    let mut paths: Vec<&str> = Vec::new();
+    let mut positions: Vec<i64> = Vec::new();
+    for (path, d) in files {
+        let mut p = d.positions.clone();
+        p.sort_unstable();
+        p.dedup();
+        count += p.len() as u64;
+        for chunk in p.chunks(DELETE_CHUNK_ROWS) {
+            paths.extend(std::iter::repeat_n(path.as_str(), chunk.len()));
+            positions.extend_from_slice(chunk);
+            if positions.len() >= DELETE_CHUNK_ROWS {
+                write_delete_rows(&mut w, &pk, &arrow_schema, &mut paths, &mut positions).await?;
+            }
+        }
+    }
+    write_delete_rows(&mut w, &pk, &arrow_schema, &mut paths, &mut positions).await?;
     for mut b in w.close().await? {
         b.content(DataContentType::PositionDeletes)
             .partition(partition.clone())

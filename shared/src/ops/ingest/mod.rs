@@ -19,6 +19,7 @@ mod plan;
 mod read;
 mod report;
 mod second_pass;
+mod stream;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -105,6 +106,8 @@ pub struct Ingest<'a> {
     objects: Arc<dyn ObjectSource>,
     files_per_commit: usize,
     preloaded: std::sync::Mutex<Option<Option<LoadedTable>>>,
+    /// Where a streamed input spills its sorted runs.
+    spool: std::path::PathBuf,
 }
 
 impl<'a> Ingest<'a> {
@@ -116,7 +119,16 @@ impl<'a> Ingest<'a> {
             objects: Arc::new(LocalFiles),
             files_per_commit: 1,
             preloaded: std::sync::Mutex::new(None),
+            spool: std::env::temp_dir().join("dms2iceberg"),
         }
+    }
+
+    /// Where a streamed input (a full load, a large change file) spills its sorted runs
+    /// (default: `dms2iceberg` in the system's temporary folder). Spilled files are unlinked as
+    /// soon as they are created: nothing is left behind.
+    pub fn spool(mut self, dir: std::path::PathBuf) -> Self {
+        self.spool = dir;
+        self
     }
 
     /// Where objects are fetched from (default: keys are local paths).

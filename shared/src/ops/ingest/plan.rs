@@ -11,7 +11,7 @@ use iceberg::TableIdent;
 use iceberg::spec::{DataFile, TableMetadata, TableMetadataBuilder};
 use tracing::{info, warn};
 
-use super::read::{ReadResult, read_files};
+use super::read::{Inference, ReadResult, read_files};
 use super::report::{CommitReport, Status, Timings, micros};
 use super::{FileInput, Ingest};
 use crate::commit::{
@@ -26,6 +26,10 @@ use crate::lookup::{Located, locate_rows};
 use crate::process::spawn_beside;
 use crate::table::{LoadedTable, keys};
 use crate::write::{write_data_files_seen, write_position_deletes};
+
+/// Records a new CSV column's type is guessed from before the file streams (the rest of the
+/// file is checked as it is read).
+const INFER_FROM_RECORDS: usize = 100_000;
 
 /// How the selected inputs apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,6 +234,36 @@ fn applied_input(f: &FileInput) -> AppliedInput {
     }
 }
 
+/// What [`IngestPlanner::staged`] makes a commit of.
+struct Staging<'a> {
+    base: Base,
+    changes: MetadataChanges,
+    planned: Arc<TableMetadata>,
+    record: AppliedRecord,
+    carried: Vec<crate::commit::record::LoadFile>,
+    mode: Mode,
+    written: Written,
+    /// Data files the commit's position deletes point into.
+    referenced: std::collections::BTreeSet<String>,
+    change: &'a evolve::SchemaChange,
+    rows_rejected: usize,
+    max_seq: Option<String>,
+}
+
+/// A running MD5 digest of an input: (hex, bytes).
+type Digest = tokio::task::JoinHandle<Result<(String, u64)>>;
+
+/// What [`IngestPlanner::stream`] settled and did: the schema read, the base and planned
+/// metadata, the pipeline's result, and whether a file was read again with other types.
+type StreamedStage = (
+    super::read::Prepared,
+    Base,
+    MetadataChanges,
+    Arc<TableMetadata>,
+    super::stream::Streamed,
+    bool,
+);
+
 /// Everything a commit writes, before it is staged.
 struct Written {
     data: Vec<(i32, DataFile)>,
@@ -300,6 +334,14 @@ impl IngestPlanner<'_> {
             }
         }
         let result = async {
+            if self.streams(&inputs, mode)? {
+                // LOAD files are known by content too (a reload reuses their names): their
+                // digests are computed beside the stream, on another thread.
+                let digests = self.digests(&inputs);
+                return self
+                    .stage_streamed(table, record, carried, mode, key, inputs, digests, timings)
+                    .await;
+            }
             // LOAD files are known by content too: a reload reuses their names.
             for f in inputs.iter_mut().take(self.planned.len()) {
                 if f.object.kind == FileKind::Load && f.meta.md5.is_none() {
@@ -373,7 +415,8 @@ impl IngestPlanner<'_> {
         read: ReadResult,
         timings: &mut Timings,
     ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
-        let (base, changes, planned) = self.metadata_for(table.as_ref(), &read)?;
+        let (base, changes, planned) =
+            self.metadata_for(table.as_ref(), &read.schema, &read.change)?;
         let lookup_started = Instant::now();
         let speculative = self.speculate(&planned, &key, &read).await;
         let located = async {
@@ -404,13 +447,48 @@ impl IngestPlanner<'_> {
             .write(&planned, &key, &read, &located, &outcomes, speculative)
             .await?;
         timings.write_us = micros(write_started);
-
         let mut report = CommitReport::passed_over(&self.planned, Status::Applied, self.started);
-        report.late = mode == Mode::Changes { late: true };
-        report.reload = mode == Mode::Reload;
         report.rows_read = read.deduped.rows_read;
         report.read_twice = read.second_pass.is_some();
         count_rows(&mut report, &outcomes);
+        report.lookup = located.stats.clone();
+        let referenced = located.deletes.keys().cloned().collect();
+        let staged = self.staged(
+            Staging {
+                base,
+                changes,
+                planned,
+                record,
+                carried,
+                mode,
+                written,
+                referenced,
+                change: &read.change,
+                rows_rejected: read.rejected.len(),
+                max_seq: read.max_seq.clone(),
+            },
+            &mut report,
+        )?;
+        Ok((staged, report, read.rejected))
+    }
+
+    /// The commit of what was written, and its report (row counts filled in by the caller).
+    fn staged(&self, s: Staging<'_>, report: &mut CommitReport) -> Result<Staged> {
+        let Staging {
+            base,
+            changes,
+            planned,
+            record,
+            carried,
+            mode,
+            written,
+            referenced,
+            change,
+            rows_rejected,
+            max_seq,
+        } = s;
+        report.late = mode == Mode::Changes { late: true };
+        report.reload = mode == Mode::Reload;
         report.data_files = written.data.len();
         report.delete_files = written.deletes.len();
         report.partitions = written
@@ -420,24 +498,21 @@ impl IngestPlanner<'_> {
             .map(|(spec, f)| (*spec, f.partition()))
             .collect::<HashSet<_>>()
             .len();
-        report.columns_added = read.change.added.clone();
-        report.columns_promoted = read
-            .change
+        report.columns_added = change.added.clone();
+        report.columns_promoted = change
             .promoted
             .iter()
             .map(|(n, a, b)| format!("{n}: {a} -> {b}"))
             .collect();
-        report.lookup = located.stats.clone();
-        report.rows_rejected = read.rejected.len();
-
+        report.rows_rejected = rows_rejected;
         let change = match mode {
             Mode::Reload => Change::Reload,
             Mode::Changes { .. } => Change::RowDelta {
-                referenced_data_files: located.deletes.keys().cloned().collect(),
+                referenced_data_files: referenced,
             },
         };
-        let summary = self.summary(&report)?;
-        let staged = Staged {
+        let summary = self.summary(report)?;
+        Ok(Staged {
             ident: self.ident.clone(),
             base,
             changes,
@@ -453,21 +528,269 @@ impl IngestPlanner<'_> {
                 inputs: self.planned.iter().map(applied_input).collect(),
                 reload: mode == Mode::Reload,
                 carried,
-                change_seq: read.max_seq.clone(),
-                window: cfg_window(self.cfg),
+                change_seq: max_seq,
+                window: self.cfg.applied_record_files,
             }),
+        })
+    }
+
+    /// Whether the input is applied by the streamed path ([`super::stream`]): every full load
+    /// (its files can be of any size), and change files larger than `large_input_bytes`. A
+    /// late file re-merged with later ones keeps the in-memory path.
+    fn streams(&self, inputs: &[FileInput], mode: Mode) -> Result<bool> {
+        if mode == (Mode::Changes { late: true }) {
+            return Ok(false);
+        }
+        if inputs.iter().all(|f| f.object.kind == FileKind::Load) {
+            return Ok(true);
+        }
+        let bytes: u64 = inputs
+            .iter()
+            .map(|f| f.data.as_ref().map_or(Ok(0), |d| d.len()))
+            .sum::<Result<u64>>()?;
+        Ok(bytes > self.cfg.large_input_bytes)
+    }
+
+    /// The MD5 of each planned LOAD file that has none yet, computed on blocking threads.
+    fn digests(&self, inputs: &[FileInput]) -> Vec<(String, Digest)> {
+        inputs
+            .iter()
+            .take(self.planned.len())
+            .filter(|f| f.object.kind == FileKind::Load && f.meta.md5.is_none())
+            .filter_map(|f| {
+                let data = f.data.clone()?;
+                let label = f.object.key.clone();
+                Some((
+                    f.object.key.clone(),
+                    tokio::task::spawn_blocking(move || data.md5(&label)),
+                ))
+            })
+            .collect()
+    }
+
+    /// Reads, settles, looks up and writes the input as a stream in bounded memory.
+    #[allow(clippy::too_many_arguments)]
+    async fn stage_streamed(
+        &mut self,
+        table: Option<LoadedTable>,
+        record: AppliedRecord,
+        carried: Vec<crate::commit::record::LoadFile>,
+        mode: Mode,
+        key: Vec<String>,
+        mut inputs: Vec<FileInput>,
+        digests: Vec<(String, Digest)>,
+        timings: &mut Timings,
+    ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
+        let started = Instant::now();
+        let streamed = self.stream(table.as_ref(), mode, &key, &mut inputs).await;
+        // The digests are awaited whatever happened (their threads read the inputs).
+        let mut digested = Vec::new();
+        for (k, d) in digests {
+            let d = d
+                .await
+                .map_err(|e| Error::Other(format!("digest task failed: {e}")))
+                .and_then(|d| d);
+            digested.push((k, d));
+        }
+        let (prepared, base, changes, planned, streamed, retyped) = streamed?;
+        for (k, d) in digested {
+            let (md5, size) = d?;
+            if let Some(p) = self.planned.iter_mut().find(|p| p.object.key == k) {
+                p.meta.md5 = Some(md5);
+                p.meta.size.get_or_insert(size);
+            }
+        }
+        timings.read_us = micros(started);
+        let write_started = Instant::now();
+        let written = self
+            .write_streamed(&planned, &streamed.data, &streamed.deletes)
+            .await?;
+        timings.write_us = micros(write_started);
+        let c = &streamed.counts;
+        let mut report = CommitReport::passed_over(&self.planned, Status::Applied, self.started);
+        report.rows_read = c.rows_read;
+        report.inserted = c.inserted;
+        report.updated = c.updated;
+        report.deleted = c.deleted;
+        report.deletes_of_absent_keys = c.deletes_of_absent_keys;
+        report.stale_changes = c.stale;
+        report.duplicate_keys = c.duplicates;
+        report.streamed = true;
+        report.read_twice = streamed.restarts > 0 || retyped;
+        report.spilled_bytes = streamed.spilled_bytes;
+        report.lookup = streamed.lookup.clone();
+        if c.duplicates > 0 {
+            warn!(table = %self.ident, rows = c.duplicates, files = ?self.planned.iter().map(|f| &f.object.key).collect::<Vec<_>>(), "rows of a key replaced by a later row of the same key in the same input (the last one in DMS order is kept)");
+        }
+        let staged = self.staged(
+            Staging {
+                base,
+                changes,
+                planned,
+                record,
+                carried,
+                mode,
+                written,
+                referenced: streamed.deletes.keys().cloned().collect(),
+                change: &prepared.change,
+                rows_rejected: streamed.rejected.len(),
+                max_seq: streamed.max_seq.clone(),
+            },
+            &mut report,
+        )?;
+        Ok((staged, report, streamed.rejected))
+    }
+
+    /// Settles the schema and runs the streamed pipeline ([`super::stream`]), again with the
+    /// types of a file's whole content when its first records gave the wrong ones.
+    async fn stream(
+        &self,
+        table: Option<&LoadedTable>,
+        mode: Mode,
+        key: &[String],
+        inputs: &mut [FileInput],
+    ) -> Result<StreamedStage> {
+        let key = key.to_vec();
+        inputs.sort_by(|a, b| a.object.order.cmp(&b.object.order));
+        let cfg = TableConfig {
+            primary_key: Some(key.clone()),
+            ..self.cfg.clone()
         };
-        Ok((staged, report, read.rejected))
+        let current = table.map(|t| {
+            (
+                t.metadata.current_schema().as_ref().clone(),
+                t.metadata.last_column_id(),
+            )
+        });
+        // New CSV columns are typed from their file's first records, and the rest of the file
+        // is checked while it streams; a file that does not fit is streamed again with the
+        // types of all its values (what inferring from the whole file first would have given).
+        let mut inference = Inference::Start {
+            records: INFER_FROM_RECORDS,
+        };
+        let mut retyped = false;
+        loop {
+            let prepared = {
+                let (cfg, key, inputs, inference) =
+                    (cfg.clone(), key.clone(), inputs.to_vec(), inference.clone());
+                let current = current.clone();
+                tokio::task::spawn_blocking(move || {
+                    super::read::prepare(&cfg, &key, current, &inputs, &inference)
+                })
+                .await
+                .map_err(|e| Error::Other(format!("reader task failed: {e}")))??
+            };
+            let (base, changes, planned) =
+                self.metadata_for(table, &prepared.schema, &prepared.change)?;
+            let spec = super::stream::StreamSpec {
+                from_load: inputs.iter().all(|f| f.object.kind == FileKind::Load),
+                cfg: cfg.clone(),
+                files: inputs.to_vec(),
+                table_columns: prepared.table_columns.clone(),
+                types: prepared.types.clone(),
+                key: key.clone(),
+                key_types: prepared.key_types.clone(),
+                processing: prepared.processing.clone(),
+                order_columns: prepared.order_columns.clone(),
+                spool: self.ingest.spool.clone(),
+                sort_budget: usize::try_from(self.cfg.large_input_bytes / 2).unwrap_or(usize::MAX),
+                inferred: prepared.inferred.clone(),
+            };
+            // A reload replaces every row: nothing to look up.
+            let lookup_base = match (table, mode) {
+                (Some(t), Mode::Changes { .. }) => Some(t.metadata.clone()),
+                _ => None,
+            };
+            let file_io = self.ingest.catalog.file_io().clone();
+            let cache = self.ingest.cache.clone();
+            let target_file_size = self.cfg.target_file_size_bytes;
+            let planned_md = planned.clone();
+            let handle = tokio::runtime::Handle::current();
+            let ran = tokio::task::spawn_blocking(move || {
+                let target = super::stream::Target {
+                    file_io: &file_io,
+                    planned: planned_md,
+                    base: lookup_base,
+                    cache: &cache,
+                    target_file_size,
+                };
+                super::stream::run(&spec, &target, &handle)
+            })
+            .await
+            .map_err(|e| Error::Other(format!("streamed read failed: {e}")))??;
+            match ran {
+                super::stream::Ran::Done(s) => {
+                    return Ok((prepared, base, changes, planned, s, retyped));
+                }
+                super::stream::Ran::Retype(r) => {
+                    retyped = true;
+                    info!(table = %self.ident, columns = ?r.keys().map(|(_, c)| c).collect::<Vec<_>>(), "a column's values do not all fit the type its first records gave: reading again");
+                    let mut types = match inference {
+                        Inference::Given { types, .. } => types,
+                        _ => BTreeMap::new(),
+                    };
+                    types.extend(r);
+                    inference = Inference::Given {
+                        records: INFER_FROM_RECORDS,
+                        types,
+                    };
+                }
+            }
+        }
+    }
+
+    /// The delete files of a streamed input and the manifests of its files (its data files
+    /// are written already); on an error every file is deleted.
+    async fn write_streamed(
+        &self,
+        planned: &Arc<TableMetadata>,
+        data: &[(i32, DataFile)],
+        deletes: &BTreeMap<String, crate::write::FileDeletes>,
+    ) -> Result<Written> {
+        let file_io = self.ingest.catalog.file_io();
+        let snapshot_id = commit::new_snapshot_id(Some(planned));
+        let mut prepared: Vec<String> = data
+            .iter()
+            .map(|(_, f)| f.file_path().to_string())
+            .collect();
+        let result = async {
+            failpoint("after-data-files").await?;
+            let delete_files = write_position_deletes(file_io, planned, deletes).await?;
+            prepared.extend(delete_files.iter().map(|(_, f)| f.file_path().to_string()));
+            failpoint("after-delete-files").await?;
+            let manifests =
+                commit::write_manifests(file_io, planned, snapshot_id, data, &delete_files, None)
+                    .await?;
+            prepared.extend(manifests.iter().map(|m| m.manifest_path.clone()));
+            failpoint("after-manifests").await?;
+            Ok::<_, Error>((delete_files, manifests))
+        }
+        .await;
+        match result {
+            Ok((delete_files, manifests)) => Ok(Written {
+                data: data.to_vec(),
+                deletes: delete_files,
+                snapshot_id,
+                manifests,
+                prepared,
+            }),
+            Err(e) => {
+                for p in &prepared {
+                    let _ = file_io.delete(p).await;
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Metadata the files are written against: the new table, or the current one changed.
     fn metadata_for(
         &self,
         table: Option<&LoadedTable>,
-        read: &ReadResult,
+        schema: &iceberg::spec::Schema,
+        change: &evolve::SchemaChange,
     ) -> Result<(Base, MetadataChanges, Arc<TableMetadata>)> {
         let cfg = self.cfg;
-        let schema = &read.schema;
         match table {
             None => {
                 let spec = evolve::partition_spec(
@@ -506,7 +829,7 @@ impl IngestPlanner<'_> {
             }
             Some(t) => {
                 let mut changes = MetadataChanges::default();
-                if !read.change.is_empty() {
+                if !change.is_empty() {
                     changes.schema = Some(schema.clone());
                 }
                 if let Some(p) = &cfg.partition_by {
@@ -811,10 +1134,6 @@ impl IngestPlanner<'_> {
         );
         Ok(p)
     }
-}
-
-fn cfg_window(cfg: &TableConfig) -> usize {
-    cfg.applied_record_files
 }
 
 /// The table's key (identifier fields), else the configured one.

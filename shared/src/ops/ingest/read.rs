@@ -1,6 +1,7 @@
 //! Reading a commit's input: open every file, settle the table schema (new columns, type
 //! promotions), read the rows aligned to it, and deduplicate per key (blocking I/O and CPU).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -57,39 +58,17 @@ pub(super) fn read_files(
             .map(|(i, _)| i)
             .collect()
     });
-    let table_name = cfg.target();
-    let Settled {
+    let Prepared {
         schema,
         change,
         opened,
         table_columns,
-    } = settle_schema(cfg, key, current, &files)?;
-    for k in key {
-        if schema.field_by_name(k).is_none() {
-            return Err(Error::Schema {
-                table: table_name.clone(),
-                reason: format!(
-                    "primary key column `{k}` is not in the file (check `primary_key` in the config)"
-                ),
-            });
-        }
-    }
-    let processing = processing_schema(&schema)?;
-    let key_types: Vec<PrimitiveType> = key
-        .iter()
-        .map(|k| primitive(&schema, k))
-        .collect::<Result<_>>()?;
-    let order_columns = cfg.ordering_columns();
-    if let Some(c) = order_columns
-        .iter()
-        .find(|c| schema.field_by_name(c).is_none())
-    {
-        return Err(Error::Config(format!(
-            "table {table_name}: ordering column `{c}` (ordering_column / change_sequence_column / \
-             commit_timestamp_column under [tables.\"{}\"]) is not in the files",
-            cfg.source
-        )));
-    }
+        types: all_types,
+        key_types,
+        processing,
+        order_columns,
+        ..
+    } = prepare(cfg, key, current, &files, &Inference::Whole)?;
     let mut changes = Vec::with_capacity(opened.len());
     let mut max_seq: Option<String> = None;
     let mut rejected: Vec<Rejected> = Vec::new();
@@ -111,14 +90,8 @@ pub(super) fn read_files(
     } else {
         None
     };
-    let mut all_types: Vec<Vec<PrimitiveType>> = Vec::with_capacity(files.len());
-    for (mut src, f) in opened.into_iter().zip(&files) {
-        let types: Vec<PrimitiveType> = src
-            .columns()
-            .iter()
-            .map(|c| primitive(&schema, &c.name))
-            .collect::<Result<_>>()?;
-        all_types.push(types.clone());
+    for ((mut src, f), types) in opened.into_iter().zip(&files).zip(&all_types) {
+        let types = types.clone();
         // Every row is held until the dedupe anyway: the input may be too.
         if !large {
             src.allow_split();
@@ -181,6 +154,105 @@ pub(super) fn read_files(
     })
 }
 
+/// How the types of new CSV columns (a new table's, or columns a file adds) are inferred.
+#[derive(Debug, Clone)]
+pub(super) enum Inference {
+    /// From every value of the file that introduces the column (a pass over the file).
+    Whole,
+    /// From the first `records` records; the rest is observed while the file is read, and a
+    /// file that turns out not to fit is read again with [`Inference::Given`].
+    Start { records: usize },
+    /// As a whole-file inference found them: per file (index in DMS order), column → type.
+    /// Columns not listed are inferred from the start, as with `Start`.
+    Given {
+        records: usize,
+        types: BTreeMap<(usize, String), PrimitiveType>,
+    },
+}
+
+/// What reading a commit's input needs once its schema is settled.
+pub(super) struct Prepared {
+    /// The table schema after this commit.
+    pub(super) schema: Schema,
+    pub(super) change: SchemaChange,
+    pub(super) opened: Vec<SourceFile>,
+    /// The table's columns before this input (names for headerless files).
+    pub(super) table_columns: Option<Vec<String>>,
+    /// Per file, per column: the type it is read as.
+    pub(super) types: Vec<Vec<PrimitiveType>>,
+    pub(super) key_types: Vec<PrimitiveType>,
+    /// The table schema as plain nullable Arrow fields: what batches are aligned to.
+    pub(super) processing: SchemaRef,
+    pub(super) order_columns: Vec<String>,
+    /// Per file: the columns (positions) whose type was inferred from the file's first records.
+    pub(super) inferred: Vec<Vec<usize>>,
+}
+
+/// Opens every file, settles the schema and checks the key and ordering columns are in it.
+/// `cfg` has the table's key as `primary_key`.
+pub(super) fn prepare(
+    cfg: &TableConfig,
+    key: &[String],
+    current: Option<(Schema, i32)>,
+    files: &[FileInput],
+    inference: &Inference,
+) -> Result<Prepared> {
+    let table_name = cfg.target();
+    let Settled {
+        schema,
+        change,
+        opened,
+        table_columns,
+        inferred,
+    } = settle_schema(cfg, key, current, files, inference)?;
+    for k in key {
+        if schema.field_by_name(k).is_none() {
+            return Err(Error::Schema {
+                table: table_name.clone(),
+                reason: format!(
+                    "primary key column `{k}` is not in the file (check `primary_key` in the config)"
+                ),
+            });
+        }
+    }
+    let processing = processing_schema(&schema)?;
+    let key_types: Vec<PrimitiveType> = key
+        .iter()
+        .map(|k| primitive(&schema, k))
+        .collect::<Result<_>>()?;
+    let order_columns = cfg.ordering_columns();
+    if let Some(c) = order_columns
+        .iter()
+        .find(|c| schema.field_by_name(c).is_none())
+    {
+        return Err(Error::Config(format!(
+            "table {table_name}: ordering column `{c}` (ordering_column / change_sequence_column / \
+             commit_timestamp_column under [tables.\"{}\"]) is not in the files",
+            cfg.source
+        )));
+    }
+    let types = opened
+        .iter()
+        .map(|src| {
+            src.columns()
+                .iter()
+                .map(|c| primitive(&schema, &c.name))
+                .collect::<Result<Vec<_>>>()
+        })
+        .collect::<Result<_>>()?;
+    Ok(Prepared {
+        schema,
+        change,
+        opened,
+        table_columns,
+        types,
+        key_types,
+        processing,
+        order_columns,
+        inferred,
+    })
+}
+
 /// The files opened, and the table schema once every file's columns are in it.
 struct Settled {
     schema: Schema,
@@ -188,6 +260,8 @@ struct Settled {
     opened: Vec<SourceFile>,
     /// The table's columns before this input (names for headerless files).
     table_columns: Option<Vec<String>>,
+    /// Per file: columns whose type was inferred from the file's first records.
+    inferred: Vec<Vec<usize>>,
 }
 
 /// Opens every file and evolves the schema by its columns, in DMS order.
@@ -196,6 +270,7 @@ fn settle_schema(
     key: &[String],
     current: Option<(Schema, i32)>,
     files: &[FileInput],
+    inference: &Inference,
 ) -> Result<Settled> {
     let table_name = cfg.target();
     let mut schema: Option<Schema> = current.as_ref().map(|(s, _)| s.clone());
@@ -209,7 +284,8 @@ fn settle_schema(
             .collect()
     });
     let mut opened = Vec::with_capacity(files.len());
-    for f in files {
+    let mut inferred = Vec::with_capacity(files.len());
+    for (fi, f) in files.iter().enumerate() {
         let data = f
             .data
             .clone()
@@ -220,7 +296,8 @@ fn settle_schema(
                 .column(dup)
                 .into());
         }
-        let typed = column_types(&src, schema.as_ref(), cfg)?;
+        let (typed, from_start) = column_types(&src, schema.as_ref(), cfg, fi, inference)?;
+        inferred.push(from_start);
         match &schema {
             None => {
                 let s = evolve::initial_schema(&typed, key, &table_name)?;
@@ -246,16 +323,20 @@ fn settle_schema(
         change,
         opened,
         table_columns,
+        inferred,
     })
 }
 
 /// The type of every column of `src`: the table's where the column exists (text), else the
-/// file's declared type, a configured one, or inferred from the file.
+/// file's declared type, a configured one, or inferred from the file (as `inference` says).
+/// Also: the columns whose type was guessed from the file's first records.
 fn column_types(
     src: &SourceFile,
     schema: Option<&Schema>,
     cfg: &TableConfig,
-) -> Result<Vec<(String, PrimitiveType)>> {
+    file: usize,
+    inference: &Inference,
+) -> Result<(Vec<(String, PrimitiveType)>, Vec<usize>)> {
     let cols = src.columns();
     let mut typed: Vec<(String, Option<PrimitiveType>)> = Vec::with_capacity(cols.len());
     for c in &cols {
@@ -283,33 +364,43 @@ fn column_types(
         };
         typed.push((c.name.clone(), t));
     }
-    let unknown: Vec<String> = typed
-        .iter()
-        .filter(|(_, t)| t.is_none())
-        .map(|(n, _)| n.clone())
-        .collect();
-    let inferred = if unknown.is_empty() {
-        vec![]
-    } else if cfg.infer_types {
-        src.infer_types(&unknown)?
-    } else {
-        vec![PrimitiveType::String; unknown.len()]
+    let given = |name: &String| match inference {
+        Inference::Given { types, .. } => types.get(&(file, name.clone())).cloned(),
+        _ => None,
     };
-    let mut inferred = inferred.into_iter();
-    Ok(typed
+    for (n, t) in typed.iter_mut() {
+        if t.is_none() && cfg.infer_types {
+            *t = given(n);
+        }
+    }
+    let unknown: Vec<usize> = (0..typed.len()).filter(|&i| typed[i].1.is_none()).collect();
+    let names: Vec<String> = unknown.iter().map(|&i| typed[i].0.clone()).collect();
+    let (inferred, from_start) = if unknown.is_empty() {
+        (vec![], vec![])
+    } else if !cfg.infer_types {
+        (vec![PrimitiveType::String; unknown.len()], vec![])
+    } else {
+        match (inference, src) {
+            (
+                Inference::Start { records } | Inference::Given { records, .. },
+                SourceFile::Csv(c),
+            ) => (c.infer_types_from_start(&names, *records)?, unknown.clone()),
+            _ => (src.infer_types(&names)?, vec![]),
+        }
+    };
+    for (&i, t) in unknown.iter().zip(inferred) {
+        typed[i].1 = Some(t);
+    }
+    let typed = typed
         .into_iter()
-        .map(|(n, t)| {
-            let t = t
-                .or_else(|| inferred.next())
-                .unwrap_or(PrimitiveType::String);
-            (n, t)
-        })
-        .collect())
+        .map(|(n, t)| (n, t.unwrap_or(PrimitiveType::String)))
+        .collect();
+    Ok((typed, from_start))
 }
 
 /// Quarantine: rows whose key (or, in a change file, ordering column) is NULL cannot be
 /// applied; set them aside with `reason`.
-fn reject_null_keys(
+pub(super) fn reject_null_keys(
     b: ChangeBatch,
     key: &[String],
     f: &FileInput,

@@ -36,9 +36,17 @@ pub struct CommitReport {
     /// Why a file was skipped, superseded or not applied, when it was not simply applied before.
     pub note: Option<String>,
     pub rows_read: usize,
-    /// The input was larger than `large_input_bytes`: deduplicated on its key columns, then
-    /// its winning rows were read a second time.
+    /// The input was applied as a stream in bounded memory (every full load, and change
+    /// files larger than `large_input_bytes`).
+    pub streamed: bool,
+    /// The input was read a second time: a streamed input that turned out not to be in key
+    /// order (it was then sorted), or a large late input.
     pub read_twice: bool,
+    /// Bytes of sorted runs a streamed input spilled to the spool folder.
+    pub spilled_bytes: u64,
+    /// Rows of a key replaced by a later row of the same key in the same input (a full load
+    /// holding a key twice: the last in DMS order is kept).
+    pub duplicate_keys: usize,
     pub inserted: usize,
     pub updated: usize,
     pub deleted: usize,
@@ -98,7 +106,10 @@ impl CommitReport {
             loud: false,
             note: None,
             rows_read: 0,
+            streamed: false,
             read_twice: false,
+            spilled_bytes: 0,
+            duplicate_keys: 0,
             inserted: 0,
             updated: 0,
             deleted: 0,

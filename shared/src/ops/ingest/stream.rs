@@ -1,0 +1,1015 @@
+//! The streamed commit: an input of any size applied in bounded memory.
+//!
+//! A full load (every LOAD file) and a change input larger than `large_input_bytes` are never
+//! held whole. One thread reads the files (CSV parsed, Parquet decoded) into batches in the
+//! table's types, each row tagged with its `Op` and its place in the input (a sequence number);
+//! another sorts them by key, settles each key (its last change wins, as in [`crate::dedupe`]),
+//! looks the settled keys up in the table a chunk at a time and writes the upserts into data
+//! files as they come.
+//!
+//! Sorting costs nothing when the input is in key order already (a full load of a table
+//! unloaded in key order: MySQL, SQL Server): the rows go straight through. The first row out
+//! of order starts the input over through [`crate::spill`], which sorts runs of half of
+//! `large_input_bytes` (64 MiB by default) and spills them to the spool folder, then merges
+//! them. Restarting
+//! (rather than merging what was already written) keeps one path for every row; it costs the
+//! part read before the disorder, which for a change file is its first batch.
+//!
+//! Memory: the sort budget, one batch per spilled run while merging, a lookup chunk of
+//! [`LOOKUP_CHUNK`] settled keys, and the open row group of each partition's data file.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int64Type, UInt8Type};
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt8Array, UInt64Array};
+use arrow_row::{OwnedRow, RowConverter, Rows, SortField};
+use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef};
+use iceberg::io::FileIO;
+use iceberg::spec::{DataFile, PrimitiveType, TableMetadata};
+
+use super::FileInput;
+use super::read::{align, reject_null_keys};
+use crate::config::{BadRows, TableConfig};
+use crate::error::{Error, InputError, Rejected, Result};
+use crate::locate::FileKind;
+use crate::lookup::{LookupCache, LookupStats, StaleCheck, locate_rows};
+use crate::read::{ChangeBatch, Observe, Observed, Op, SourceFile};
+use crate::spill::{SortSpec, Sorter};
+use crate::write::{DataFileStream, FileDeletes};
+
+/// Settled keys looked up in the table at once.
+pub(crate) const LOOKUP_CHUNK: usize = 128 * 1024;
+/// Batches read ahead of the sorter.
+const READ_AHEAD: usize = 4;
+
+/// Names of the two columns rows carry besides the table's.
+const OP_COLUMN: &str = "__dms2iceberg_op";
+const SEQ_COLUMN: &str = "__dms2iceberg_seq";
+
+/// What the streamed pipeline reads and where it writes.
+pub(super) struct StreamSpec {
+    /// The table's settings, with its key as `primary_key`.
+    pub(super) cfg: TableConfig,
+    /// The inputs, in DMS order, fetched.
+    pub(super) files: Vec<FileInput>,
+    /// The table's columns before this input (names for headerless files).
+    pub(super) table_columns: Option<Vec<String>>,
+    /// Per file, per column: the type it is read as.
+    pub(super) types: Vec<Vec<PrimitiveType>>,
+    pub(super) key: Vec<String>,
+    pub(super) key_types: Vec<PrimitiveType>,
+    /// The table's schema (after this commit) as plain nullable Arrow fields.
+    pub(super) processing: SchemaRef,
+    pub(super) order_columns: Vec<String>,
+    /// Every input is a full-load file (commits never mix the two kinds).
+    pub(super) from_load: bool,
+    /// Where sorted runs are spilled.
+    pub(super) spool: PathBuf,
+    /// Bytes of rows sorted in memory before a run is spilled.
+    pub(super) sort_budget: usize,
+    /// Per file: columns whose type was guessed from the file's first records (observed while
+    /// read).
+    pub(super) inferred: Vec<Vec<usize>>,
+}
+
+/// Types a whole-file inference gives, per (file, column), where the guess from the first
+/// records was wrong.
+pub(super) type Retype = BTreeMap<(usize, String), PrimitiveType>;
+
+/// How [`run`] ended.
+pub(super) enum Ran {
+    Done(Streamed),
+    /// A file does not fit the types guessed from its first records: settle the schema again
+    /// with these types and run again.
+    Retype(Retype),
+}
+
+/// Where the streamed pipeline looks keys up and writes files.
+pub(super) struct Target<'a> {
+    pub(super) file_io: &'a FileIO,
+    /// The metadata files are written against (the table after this commit's schema change).
+    pub(super) planned: Arc<TableMetadata>,
+    /// The table as planned against, when it has rows to look up.
+    pub(super) base: Option<Arc<TableMetadata>>,
+    pub(super) cache: &'a LookupCache,
+    pub(super) target_file_size: u64,
+}
+
+/// What the streamed pipeline did.
+#[derive(Debug, Default)]
+pub(super) struct Streamed {
+    pub(super) data: Vec<(i32, DataFile)>,
+    pub(super) deletes: BTreeMap<String, FileDeletes>,
+    pub(super) counts: Counts,
+    pub(super) lookup: LookupStats,
+    pub(super) max_seq: Option<String>,
+    pub(super) rejected: Vec<Rejected>,
+    /// Bytes of sorted runs spilled to the spool folder.
+    pub(super) spilled_bytes: u64,
+    /// Times the input was started over (it was not in key order).
+    pub(super) restarts: u32,
+}
+
+/// Rows by outcome.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Counts {
+    pub(super) rows_read: usize,
+    pub(super) inserted: usize,
+    pub(super) updated: usize,
+    pub(super) deleted: usize,
+    pub(super) deletes_of_absent_keys: usize,
+    pub(super) stale: usize,
+    /// Rows of a key that a later row of the same key in this input replaced.
+    pub(super) duplicates: usize,
+}
+
+/// Applies the input: reads, sorts, settles, looks up and writes. Blocking (run it on a
+/// blocking thread); async I/O goes through `handle`.
+pub(super) fn run(
+    spec: &StreamSpec,
+    target: &Target<'_>,
+    handle: &tokio::runtime::Handle,
+) -> Result<Ran> {
+    let mut restarts = 0;
+    let mut sort = false;
+    loop {
+        match attempt(spec, target, handle, sort)? {
+            Attempt::Done(mut s) => {
+                s.restarts = restarts;
+                return Ok(Ran::Done(s));
+            }
+            Attempt::OutOfOrder => {
+                restarts += 1;
+                sort = true;
+            }
+            Attempt::Retype(r) => return Ok(Ran::Retype(r)),
+        }
+    }
+}
+
+enum Attempt {
+    Done(Streamed),
+    /// Rows came out of key order while they went straight through: start over, sorting.
+    OutOfOrder,
+    Retype(Retype),
+}
+
+fn attempt(
+    spec: &StreamSpec,
+    target: &Target<'_>,
+    handle: &tokio::runtime::Handle,
+    sort: bool,
+) -> Result<Attempt> {
+    let schema = row_schema(&spec.processing);
+    let mut output = Output::new(spec, target, &schema)?;
+    let (tx, rx) = sync_channel::<Result<RecordBatch>>(READ_AHEAD);
+    let (consumed, read) = std::thread::scope(|s| {
+        let reader = s.spawn(|| read_rows(spec, &schema, tx));
+        // A consumer that stops early drops the receiver: the reader stops at its next batch.
+        let consumed = consume(spec, handle, &schema, rx, sort, &mut output);
+        let read = reader
+            .join()
+            .unwrap_or_else(|_| Err(Error::Other("the reader thread panicked".into())));
+        (consumed, read)
+    });
+    // The reader's error is the one to report (the consumer only saw the input stop).
+    match (consumed, read) {
+        (
+            _,
+            Ok(ReadSummary {
+                retype: Some(r), ..
+            }),
+        ) => {
+            handle.block_on(output.abort());
+            Ok(Attempt::Retype(r))
+        }
+        (_, Err(e)) | (Err(e), Ok(_)) => {
+            handle.block_on(output.abort());
+            Err(e)
+        }
+        (Ok(Flow::OutOfOrder), Ok(_)) => {
+            handle.block_on(output.abort());
+            Ok(Attempt::OutOfOrder)
+        }
+        (Ok(Flow::Done), Ok(read)) => {
+            let mut streamed = handle.block_on(output.finish())?;
+            streamed.counts.rows_read = read.rows;
+            streamed.max_seq = read.max_seq;
+            streamed.rejected = read.rejected;
+            Ok(Attempt::Done(streamed))
+        }
+    }
+}
+
+/// The schema rows flow in: the table's columns, then `Op` and the sequence number.
+fn row_schema(processing: &SchemaRef) -> SchemaRef {
+    let mut fields: Vec<Field> = processing
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new(OP_COLUMN, DataType::UInt8, false));
+    fields.push(Field::new(SEQ_COLUMN, DataType::UInt64, false));
+    Arc::new(ArrowSchema::new(fields))
+}
+
+/// What the reader saw besides the rows.
+struct ReadSummary {
+    rows: usize,
+    max_seq: Option<String>,
+    rejected: Vec<Rejected>,
+    /// A file did not fit the types guessed from its first records: it stopped there.
+    retype: Option<Retype>,
+}
+
+/// Reads every input in DMS order and sends its rows. Stops quietly when the receiver is gone.
+fn read_rows(
+    spec: &StreamSpec,
+    schema: &SchemaRef,
+    tx: SyncSender<Result<RecordBatch>>,
+) -> Result<ReadSummary> {
+    let mut summary = ReadSummary {
+        rows: 0,
+        max_seq: None,
+        rejected: Vec::new(),
+        retype: None,
+    };
+    let stop = |tx: &SyncSender<Result<RecordBatch>>| {
+        // Stops the consumer; what happened is returned from here.
+        let _ = tx.send(Err(Error::Other("the input could not be read".into())));
+    };
+    let mut seq = 0u64;
+    for (i, f) in spec.files.iter().enumerate() {
+        let data = f
+            .data
+            .clone()
+            .ok_or_else(|| Error::Other(format!("{} was not fetched", f.object.key)))?;
+        let mut src = SourceFile::open(&f.object, data, &spec.cfg, spec.table_columns.as_deref())?;
+        let observed = (!spec.inferred[i].is_empty()).then(|| {
+            let o = Observe {
+                columns: spec.inferred[i].clone(),
+                seen: Arc::new(Mutex::new(Observed::default())),
+            };
+            src.observe(o.clone());
+            o
+        });
+        let names: Vec<String> = src.columns().iter().map(|c| c.name.clone()).collect();
+        for b in src.read(spec.types[i].clone(), spec.key_types.clone())? {
+            let rows = b.and_then(|b| {
+                let b = checked(spec, f, b, &mut summary)?;
+                summary.rows += b.data.num_rows();
+                tagged(spec, schema, b, &mut seq)
+            });
+            match rows {
+                Ok(rows) => {
+                    if tx.send(Ok(rows)).is_err() {
+                        return Ok(summary);
+                    }
+                }
+                Err(e) => {
+                    stop(&tx);
+                    return Err(e);
+                }
+            }
+        }
+        if let Some(o) = observed
+            && let Some(r) = retype(spec, i, &names, &o)?
+        {
+            stop(&tx);
+            summary.retype = Some(r);
+            return Ok(summary);
+        }
+    }
+    Ok(summary)
+}
+
+/// Whether file `i` fits the types guessed from its first records; if not, the types of the
+/// whole file (observed, or when the read stopped at a value that did not fit, inferred again
+/// from the whole file).
+fn retype(spec: &StreamSpec, i: usize, names: &[String], o: &Observe) -> Result<Option<Retype>> {
+    let (misfit, observed): (bool, Vec<PrimitiveType>) = {
+        let seen = o
+            .seen
+            .lock()
+            .map_err(|_| Error::Other("observed types poisoned".into()))?;
+        (
+            seen.misfit,
+            seen.guesses.iter().map(|g| g.result()).collect(),
+        )
+    };
+    let columns: Vec<String> = o.columns.iter().map(|&c| names[c].clone()).collect();
+    let whole = if misfit {
+        let f = &spec.files[i];
+        let data = f
+            .data
+            .clone()
+            .ok_or_else(|| Error::Other(format!("{} was not fetched", f.object.key)))?;
+        SourceFile::open(&f.object, data, &spec.cfg, spec.table_columns.as_deref())?
+            .infer_types(&columns)?
+    } else {
+        observed
+    };
+    let guessed: Vec<&PrimitiveType> = o.columns.iter().map(|&c| &spec.types[i][c]).collect();
+    if !misfit && whole.iter().eq(guessed.iter().copied()) {
+        return Ok(None);
+    }
+    Ok(Some(
+        columns
+            .into_iter()
+            .zip(whole)
+            .map(|(c, t)| ((i, c), t))
+            .collect(),
+    ))
+}
+
+/// A batch aligned to the table, its bad rows dealt with as the table's policy says.
+fn checked(
+    spec: &StreamSpec,
+    f: &FileInput,
+    b: ChangeBatch,
+    summary: &mut ReadSummary,
+) -> Result<ChangeBatch> {
+    let mut b = align(b, &spec.processing)?;
+    summary.rejected.append(&mut b.rejected);
+    let change_file = f.object.kind == FileKind::Cdc;
+    if spec.cfg.bad_rows == BadRows::Quarantine {
+        b = reject_null_keys(
+            b,
+            &spec.key,
+            f,
+            &mut summary.rejected,
+            "primary key value is NULL",
+        )?;
+        if change_file {
+            let why = "a change row has no value in an ordering column";
+            b = reject_null_keys(b, &spec.order_columns, f, &mut summary.rejected, why)?;
+        }
+    } else {
+        refuse_nulls(&b, &spec.key, f, "primary key value is NULL")?;
+        if change_file {
+            refuse_nulls(
+                &b,
+                &spec.order_columns,
+                f,
+                "a change row has no value in an ordering column: its place among the changes \
+                 of its key is unknown (set `bad_rows = \"quarantine\"` to set such rows aside)",
+            )?;
+        }
+    }
+    if let Some(c) = &spec.cfg.change_sequence_column
+        && let Some(col) = b.data.column_by_name(c)
+        && let Some(m) = col.as_string::<i32>().iter().flatten().max()
+        && summary.max_seq.as_deref().is_none_or(|x| m > x)
+    {
+        summary.max_seq = Some(m.to_string());
+    }
+    Ok(b)
+}
+
+/// The first row with a NULL in one of `columns` is an input error naming it.
+fn refuse_nulls(b: &ChangeBatch, columns: &[String], f: &FileInput, reason: &str) -> Result<()> {
+    for c in columns {
+        let Some(col) = b.data.column_by_name(c) else {
+            continue;
+        };
+        if col.null_count() == 0 {
+            continue;
+        }
+        if let Some(r) = (0..col.len()).find(|&r| col.is_null(r)) {
+            return Err(InputError::new(&f.object.key, reason)
+                .at(crate::read::position(f.object.format, b.positions[r]))
+                .column(c.as_str())
+                .into());
+        }
+    }
+    Ok(())
+}
+
+/// The batch's rows with their `Op` and sequence number; an update whose before-image key
+/// differs from its key also deletes the old key (a row of its own, at the same place).
+fn tagged(
+    spec: &StreamSpec,
+    schema: &SchemaRef,
+    b: ChangeBatch,
+    seq: &mut u64,
+) -> Result<RecordBatch> {
+    let n = b.data.num_rows();
+    let seqs = UInt64Array::from_iter_values(*seq..*seq + n as u64);
+    *seq += n as u64;
+    let ops = UInt8Array::from_iter_values(b.ops.iter().map(|o| *o as u8));
+    let mut columns: Vec<ArrayRef> = b.data.columns().to_vec();
+    columns.push(Arc::new(ops));
+    columns.push(Arc::new(seqs));
+    let rows = RecordBatch::try_new(schema.clone(), columns)?;
+    match &b.before {
+        Some(before) => {
+            let moved = moved_keys(spec, &rows, before, &b.ops)?;
+            match moved {
+                Some(m) => Ok(arrow_select::concat::concat_batches(schema, [&rows, &m])?),
+                None => Ok(rows),
+            }
+        }
+        None => Ok(rows),
+    }
+}
+
+/// Rows deleting the old key of each update whose before-image key differs from its key.
+fn moved_keys(
+    spec: &StreamSpec,
+    rows: &RecordBatch,
+    before: &RecordBatch,
+    ops: &[Op],
+) -> Result<Option<RecordBatch>> {
+    let key_idx: Vec<usize> = spec
+        .key
+        .iter()
+        .map(|k| rows.schema().index_of(k))
+        .collect::<std::result::Result<_, _>>()?;
+    let keys: Vec<ArrayRef> = key_idx.iter().map(|&i| rows.column(i).clone()).collect();
+    let cast: Vec<ArrayRef> = before
+        .columns()
+        .iter()
+        .zip(&keys)
+        .map(|(b, k)| arrow_cast::cast(b, k.data_type()))
+        .collect::<std::result::Result<_, _>>()?;
+    let conv = RowConverter::new(
+        keys.iter()
+            .map(|k| SortField::new(k.data_type().clone()))
+            .collect(),
+    )?;
+    let (new, old) = (conv.convert_columns(&keys)?, conv.convert_columns(&cast)?);
+    let at: Vec<u32> = (0..rows.num_rows())
+        .filter(|&r| {
+            // A before-image that is NULL tells nothing: no move.
+            ops[r] == Op::Update && cast.iter().all(|a| !a.is_null(r)) && old.row(r) != new.row(r)
+        })
+        .map(|r| r as u32)
+        .collect();
+    if at.is_empty() {
+        return Ok(None);
+    }
+    let idx = arrow_array::UInt32Array::from(at);
+    let taken = arrow_select::take::take_record_batch(rows, &idx)?;
+    let mut columns = taken.columns().to_vec();
+    for (&k, c) in key_idx.iter().zip(&cast) {
+        columns[k] = arrow_select::take::take(c, &idx, None)?;
+    }
+    let op = rows.num_columns() - 2;
+    columns[op] = Arc::new(UInt8Array::from(vec![Op::Delete as u8; idx.len()]));
+    Ok(Some(RecordBatch::try_new(rows.schema(), columns)?))
+}
+
+/// How the consumer ended.
+enum Flow {
+    Done,
+    /// Rows came out of key order while going straight through.
+    OutOfOrder,
+}
+
+/// Sorts (or checks the order of) the rows, settles each key and hands the winners on.
+fn consume(
+    spec: &StreamSpec,
+    handle: &tokio::runtime::Handle,
+    schema: &SchemaRef,
+    rx: Receiver<Result<RecordBatch>>,
+    sort: bool,
+    output: &mut Output<'_>,
+) -> Result<Flow> {
+    let key_idx = output.key_idx.clone();
+    let seq = schema.fields().len() - 1;
+    let mut winners = Winners::new(schema, &key_idx, &output.order_idx)?;
+    let mut settle = |b: RecordBatch, output: &mut Output<'_>| -> Result<()> {
+        if let Some(w) = winners.push(b)? {
+            handle.block_on(output.push(w))?;
+        }
+        Ok(())
+    };
+    if sort {
+        let mut sorter = Sorter::new(
+            schema.clone(),
+            SortSpec {
+                key: key_idx.clone(),
+                seq,
+            },
+            spec.sort_budget,
+            &spec.spool,
+        )?;
+        for b in rx {
+            sorter.push(b?)?;
+        }
+        output.spilled_bytes = sorter.spilled_bytes;
+        for b in sorter.finish()? {
+            settle(b?, output)?;
+        }
+    } else {
+        let mut order = KeyOrder::new(schema, &key_idx)?;
+        for b in rx {
+            let b = b?;
+            if !order.continues(&b)? {
+                return Ok(Flow::OutOfOrder);
+            }
+            settle(b, output)?;
+        }
+    }
+    if let Some(w) = winners.finish()? {
+        handle.block_on(output.push(w))?;
+    }
+    output.duplicates = winners.duplicates;
+    Ok(Flow::Done)
+}
+
+/// Keys of a batch in a form comparable across batches: a single Int64 key as integers, any
+/// other key row-encoded.
+enum BatchKeys {
+    Ints(Vec<i64>),
+    Rows(Rows),
+}
+
+struct KeyCodec {
+    idx: Vec<usize>,
+    /// `None`: a single Int64 key.
+    rows: Option<RowConverter>,
+}
+
+impl KeyCodec {
+    fn new(schema: &SchemaRef, idx: &[usize]) -> Result<KeyCodec> {
+        let single_int = matches!(idx, [k] if schema.field(*k).data_type() == &DataType::Int64);
+        let rows = if single_int {
+            None
+        } else {
+            Some(RowConverter::new(
+                idx.iter()
+                    .map(|&k| SortField::new(schema.field(k).data_type().clone()))
+                    .collect(),
+            )?)
+        };
+        Ok(KeyCodec {
+            idx: idx.to_vec(),
+            rows,
+        })
+    }
+
+    fn keys(&self, b: &RecordBatch) -> Result<BatchKeys> {
+        match &self.rows {
+            None => Ok(BatchKeys::Ints(
+                b.column(self.idx[0])
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec(),
+            )),
+            Some(conv) => {
+                let cols: Vec<ArrayRef> = self.idx.iter().map(|&k| b.column(k).clone()).collect();
+                Ok(BatchKeys::Rows(conv.convert_columns(&cols)?))
+            }
+        }
+    }
+}
+
+/// Checks that rows arrive in key order (equal keys together), across batches.
+struct KeyOrder {
+    codec: KeyCodec,
+    last_int: Option<i64>,
+    last_row: Option<OwnedRow>,
+}
+
+impl KeyOrder {
+    fn new(schema: &SchemaRef, idx: &[usize]) -> Result<KeyOrder> {
+        Ok(KeyOrder {
+            codec: KeyCodec::new(schema, idx)?,
+            last_int: None,
+            last_row: None,
+        })
+    }
+
+    /// Whether `b` continues the order so far (its rows and its first against the last seen).
+    fn continues(&mut self, b: &RecordBatch) -> Result<bool> {
+        if b.num_rows() == 0 {
+            return Ok(true);
+        }
+        match self.codec.keys(b)? {
+            BatchKeys::Ints(v) => {
+                let ordered = v.is_sorted() && self.last_int.is_none_or(|l| l <= v[0]);
+                self.last_int = v.last().copied();
+                Ok(ordered)
+            }
+            BatchKeys::Rows(rows) => {
+                let first_ok = self
+                    .last_row
+                    .as_ref()
+                    .is_none_or(|l| l.row() <= rows.row(0));
+                let ordered =
+                    first_ok && (1..rows.num_rows()).all(|i| rows.row(i - 1) <= rows.row(i));
+                self.last_row = Some(rows.row(rows.num_rows() - 1).owned());
+                Ok(ordered)
+            }
+        }
+    }
+}
+
+/// Settles sorted rows: of the rows of one key, the last change wins (by the ordering columns,
+/// then input order). A key's rows may span batches: the last key of a batch waits for the next.
+struct Winners {
+    schema: SchemaRef,
+    codec: KeyCodec,
+    order: Option<(Vec<usize>, RowConverter)>,
+    carry: Option<RecordBatch>,
+    duplicates: usize,
+}
+
+impl Winners {
+    fn new(schema: &SchemaRef, key_idx: &[usize], order_idx: &[usize]) -> Result<Winners> {
+        let order = if order_idx.is_empty() {
+            None
+        } else {
+            let conv = RowConverter::new(
+                order_idx
+                    .iter()
+                    .map(|&i| SortField::new(schema.field(i).data_type().clone()))
+                    .collect(),
+            )?;
+            Some((order_idx.to_vec(), conv))
+        };
+        Ok(Winners {
+            schema: schema.clone(),
+            codec: KeyCodec::new(schema, key_idx)?,
+            order,
+            carry: None,
+            duplicates: 0,
+        })
+    }
+
+    /// The winners of the keys `b` completes.
+    fn push(&mut self, b: RecordBatch) -> Result<Option<RecordBatch>> {
+        let b = match self.carry.take() {
+            Some(c) => arrow_select::concat::concat_batches(&self.schema, [&c, &b])?,
+            None => b,
+        };
+        self.settle(b, false)
+    }
+
+    /// The winner of the last key.
+    fn finish(&mut self) -> Result<Option<RecordBatch>> {
+        match self.carry.take() {
+            Some(c) => self.settle(c, true),
+            None => Ok(None),
+        }
+    }
+
+    fn settle(&mut self, b: RecordBatch, last: bool) -> Result<Option<RecordBatch>> {
+        let n = b.num_rows();
+        if n == 0 {
+            return Ok(None);
+        }
+        let keys = self.codec.keys(&b)?;
+        let same = |i: usize| match &keys {
+            BatchKeys::Ints(v) => v[i] == v[i - 1],
+            BatchKeys::Rows(r) => r.row(i) == r.row(i - 1),
+        };
+        let order = match &self.order {
+            Some((idx, conv)) => {
+                let cols: Vec<ArrayRef> = idx.iter().map(|&i| b.column(i).clone()).collect();
+                Some(conv.convert_columns(&cols)?)
+            }
+            None => None,
+        };
+        let mut picked: Vec<u32> = Vec::with_capacity(n);
+        let mut start = 0usize;
+        for i in 1..=n {
+            if i < n && same(i) {
+                continue;
+            }
+            if i == n && !last {
+                // The last key may go on in the next batch.
+                self.carry = Some(b.slice(start, n - start));
+                break;
+            }
+            let winner = match &order {
+                // Input order breaks ties: the later of equal ordering values wins.
+                Some(o) => (start..i)
+                    .max_by(|&x, &y| o.row(x).cmp(&o.row(y)).then(x.cmp(&y)))
+                    .unwrap_or(i - 1),
+                None => i - 1,
+            };
+            self.duplicates += i - start - 1;
+            picked.push(winner as u32);
+            start = i;
+        }
+        if picked.is_empty() {
+            return Ok(None);
+        }
+        let idx = arrow_array::UInt32Array::from(picked);
+        Ok(Some(arrow_select::take::take_record_batch(&b, &idx)?))
+    }
+}
+
+/// Settled rows looked up a chunk at a time, the upserts written.
+struct Output<'a> {
+    target: &'a Target<'a>,
+    sink: DataFileStream,
+    /// Columns of the table, in the rows.
+    data_idx: Vec<usize>,
+    key_idx: Vec<usize>,
+    /// Key field ids in the base table (for lookups).
+    key_ids: Vec<i32>,
+    /// Field ids of the ordering columns in the base table (`None`: a column it lacks).
+    order_ids: Vec<Option<i32>>,
+    order_idx: Vec<usize>,
+    from_load: bool,
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
+    deletes: BTreeMap<String, FileDeletes>,
+    counts: Counts,
+    lookup: LookupStats,
+    spilled_bytes: u64,
+    duplicates: usize,
+}
+
+impl<'a> Output<'a> {
+    fn new(spec: &StreamSpec, target: &'a Target<'a>, schema: &SchemaRef) -> Result<Output<'a>> {
+        let key_idx: Vec<usize> = spec
+            .key
+            .iter()
+            .map(|k| schema.index_of(k))
+            .collect::<std::result::Result<_, _>>()?;
+        let sink = DataFileStream::new(
+            target.file_io,
+            &target.planned,
+            &spec.key,
+            target.target_file_size,
+            spec.from_load,
+            usize::MAX,
+        )?;
+        let (key_ids, order_ids) = match &target.base {
+            Some(md) => {
+                let s = md.current_schema();
+                let key_ids = spec
+                    .key
+                    .iter()
+                    .map(|k| {
+                        s.field_id_by_name(k)
+                            .ok_or_else(|| Error::Other(format!("key column `{k}` not in table")))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let order_ids = spec
+                    .order_columns
+                    .iter()
+                    .map(|c| s.field_id_by_name(c))
+                    .collect();
+                (key_ids, order_ids)
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        Ok(Output {
+            target,
+            sink,
+            data_idx: (0..spec.processing.fields().len()).collect(),
+            key_idx,
+            key_ids,
+            order_ids,
+            order_idx: spec
+                .order_columns
+                .iter()
+                .map(|c| schema.index_of(c))
+                .collect::<std::result::Result<_, _>>()?,
+            from_load: spec.from_load,
+            pending: Vec::new(),
+            pending_rows: 0,
+            deletes: BTreeMap::new(),
+            counts: Counts::default(),
+            lookup: LookupStats::default(),
+            spilled_bytes: 0,
+            duplicates: 0,
+        })
+    }
+
+    async fn push(&mut self, winners: RecordBatch) -> Result<()> {
+        self.pending_rows += winners.num_rows();
+        self.pending.push(winners);
+        if self.pending_rows >= LOOKUP_CHUNK {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Looks the pending keys up and writes their upserts.
+    async fn flush(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let schema = self.pending[0].schema();
+        let rows = arrow_select::concat::concat_batches(&schema, self.pending.iter())?;
+        self.pending.clear();
+        self.pending_rows = 0;
+        let n = rows.num_rows();
+        let op = rows
+            .column(rows.num_columns() - 2)
+            .as_primitive::<UInt8Type>();
+        let upsert: Vec<bool> = op.values().iter().map(|o| *o != Op::Delete as u8).collect();
+        let (found, stale) = match &self.target.base {
+            Some(md) if md.current_snapshot().is_some() => {
+                let keys = rows.project(&self.key_idx)?;
+                let check = (!self.order_idx.is_empty()).then(|| StaleCheck {
+                    field_ids: self.order_ids.clone(),
+                    values: self
+                        .order_idx
+                        .iter()
+                        .map(|&i| rows.column(i).clone())
+                        .collect(),
+                    from_load: vec![self.from_load; n],
+                });
+                let located = locate_rows(
+                    self.target.file_io,
+                    md,
+                    &keys,
+                    self.key_ids.clone(),
+                    check.as_ref(),
+                    self.target.cache,
+                )
+                .await?;
+                add_stats(&mut self.lookup, &located.stats);
+                for (path, d) in located.deletes {
+                    match self.deletes.get_mut(&path) {
+                        Some(e) => e.positions.extend(d.positions),
+                        None => {
+                            self.deletes.insert(path, d);
+                        }
+                    }
+                }
+                (located.found, located.stale)
+            }
+            _ => (vec![false; n], vec![false; n]),
+        };
+        let mut write = Vec::with_capacity(n);
+        for i in 0..n {
+            let c = &mut self.counts;
+            match (stale[i], upsert[i], found[i]) {
+                (true, _, _) => c.stale += 1,
+                (false, true, true) => c.updated += 1,
+                (false, true, false) => c.inserted += 1,
+                (false, false, true) => c.deleted += 1,
+                (false, false, false) => c.deletes_of_absent_keys += 1,
+            }
+            write.push(upsert[i] && !stale[i]);
+        }
+        let data = rows.project(&self.data_idx)?;
+        let data = if write.iter().all(|w| *w) {
+            data
+        } else {
+            arrow_select::filter::filter_record_batch(&data, &BooleanArray::from(write))?
+        };
+        if data.num_rows() > 0 {
+            self.sink.write(&data).await?;
+        }
+        Ok(())
+    }
+
+    async fn finish(mut self) -> Result<Streamed> {
+        if let Err(e) = self.flush().await {
+            self.sink.abort(self.target.file_io).await;
+            return Err(e);
+        }
+        let data = self.sink.close().await?;
+        let mut counts = self.counts;
+        counts.duplicates = self.duplicates;
+        Ok(Streamed {
+            data,
+            deletes: self.deletes,
+            counts,
+            lookup: self.lookup,
+            spilled_bytes: self.spilled_bytes,
+            ..Default::default()
+        })
+    }
+
+    /// Deletes whatever was written.
+    async fn abort(self) {
+        self.sink.abort(self.target.file_io).await;
+    }
+}
+
+fn add_stats(total: &mut LookupStats, s: &LookupStats) {
+    total.live_data_files = total.live_data_files.max(s.live_data_files);
+    total.files_pruned_by_bounds += s.files_pruned_by_bounds;
+    total.data_files_read += s.data_files_read;
+    total.row_groups_read += s.row_groups_read;
+    total.row_groups_pruned_by_stats += s.row_groups_pruned_by_stats;
+    total.row_groups_pruned_by_bloom += s.row_groups_pruned_by_bloom;
+    total.delete_files_read += s.delete_files_read;
+    total.key_cache_hits += s.key_cache_hits;
+    total.key_indexes_read += s.key_indexes_read;
+    total.key_indexes_written += s.key_indexes_written;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int64Array, StringArray};
+    use proptest::prelude::*;
+
+    /// Rows `(key, order value, op)` with their sequence numbers, in the pipeline's schema.
+    fn rows(data: &[(i64, i64, u8, u64)], string_key: bool) -> RecordBatch {
+        let processing = Arc::new(ArrowSchema::new(vec![
+            Field::new(
+                "k",
+                if string_key {
+                    DataType::Utf8
+                } else {
+                    DataType::Int64
+                },
+                true,
+            ),
+            Field::new("o", DataType::Int64, true),
+        ]));
+        let schema = row_schema(&processing);
+        let k: ArrayRef = if string_key {
+            Arc::new(StringArray::from_iter_values(
+                data.iter().map(|r| format!("{:05}", r.0)),
+            ))
+        } else {
+            Arc::new(Int64Array::from_iter_values(data.iter().map(|r| r.0)))
+        };
+        RecordBatch::try_new(
+            schema,
+            vec![
+                k,
+                Arc::new(Int64Array::from_iter_values(data.iter().map(|r| r.1))),
+                Arc::new(UInt8Array::from_iter_values(data.iter().map(|r| r.2))),
+                Arc::new(UInt64Array::from_iter_values(data.iter().map(|r| r.3))),
+            ],
+        )
+        .expect("rows")
+    }
+
+    proptest! {
+        /// Sorted rows cut into batches anywhere: one winner per key, the last change (by the
+        /// ordering column when there is one, then input order), and a count of the others.
+        #[test]
+        fn winners_are_the_last_change_of_each_key(
+            changes in proptest::collection::vec((0i64..40, 0i64..4, any::<bool>()), 1..400),
+            cuts in proptest::collection::vec(1usize..60, 1..20),
+            ordered in any::<bool>(),
+            string_key in any::<bool>(),
+        ) {
+            // Rows in input order get sequence numbers; then they are sorted by (key, seq).
+            let mut input: Vec<(i64, i64, u8, u64)> = changes
+                .iter()
+                .enumerate()
+                .map(|(i, (k, o, d))| (*k, *o, if *d { Op::Delete as u8 } else { Op::Insert as u8 }, i as u64))
+                .collect();
+            input.sort_by_key(|r| (r.0, r.3));
+            let all = rows(&input, string_key);
+            let order_idx: Vec<usize> = if ordered { vec![1] } else { vec![] };
+            let mut w = Winners::new(&all.schema(), &[0], &order_idx).expect("winners");
+            let mut out: Vec<RecordBatch> = Vec::new();
+            let (mut at, mut c) = (0usize, 0usize);
+            while at < input.len() {
+                let len = cuts[c % cuts.len()].min(input.len() - at);
+                c += 1;
+                out.extend(w.push(all.slice(at, len)).expect("push"));
+                at += len;
+            }
+            out.extend(w.finish().expect("finish"));
+            let got: Vec<u64> = out
+                .iter()
+                .flat_map(|b| b.column(3).as_primitive::<arrow_array::types::UInt64Type>().values().to_vec())
+                .collect();
+            // The model: per key, the maximum of (order value if ordered, seq).
+            let mut expected: BTreeMap<i64, (i64, u64)> = BTreeMap::new();
+            for r in &input {
+                let rank = (if ordered { r.1 } else { 0 }, r.3);
+                let e = expected.entry(r.0).or_insert(rank);
+                if rank > *e {
+                    *e = rank;
+                }
+            }
+            let want: Vec<u64> = expected.values().map(|(_, s)| *s).collect();
+            prop_assert_eq!(&got, &want);
+            prop_assert_eq!(w.duplicates, input.len() - want.len());
+        }
+
+        /// The order check accepts exactly the inputs whose keys never go down, however cut.
+        #[test]
+        fn key_order_is_checked_across_batches(
+            keys in proptest::collection::vec(0i64..30, 1..200),
+            cut in 1usize..50,
+            string_key in any::<bool>(),
+        ) {
+            let input: Vec<(i64, i64, u8, u64)> =
+                keys.iter().enumerate().map(|(i, k)| (*k, 0, b'I', i as u64)).collect();
+            let all = rows(&input, string_key);
+            let mut order = KeyOrder::new(&all.schema(), &[0]).expect("order");
+            let mut ok = true;
+            let mut at = 0;
+            while at < input.len() {
+                let len = cut.min(input.len() - at);
+                ok &= order.continues(&all.slice(at, len)).expect("check");
+                at += len;
+            }
+            prop_assert_eq!(ok, keys.is_sorted());
+        }
+    }
+}

@@ -1,0 +1,589 @@
+//! Rows sorted by key in bounded memory: an external merge sort over the spool folder.
+//!
+//! A commit's input can be larger than memory (a 1 GB full-load file, a 1 GB change file), and
+//! its rows must come out sorted by key: data files are written sorted (what makes lookups and
+//! key indexes cheap), and duplicates of one key must meet to be settled. [`Sorter`] holds rows
+//! up to a byte budget, sorts them and writes them to an unnamed file in the spool folder as a
+//! *run* (Arrow IPC, LZ4); [`Merge`] then reads every run a batch at a time and merges them.
+//! Memory: the budget while sorting, and one batch per run while merging.
+//!
+//! Rows carry a sequence number column (their place in the input): rows are ordered by key,
+//! then by sequence number, so the changes of one key come out in input order.
+
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::UInt64Type;
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_ipc::reader::StreamReader;
+use arrow_ipc::writer::{IpcWriteOptions, StreamWriter};
+use arrow_row::{RowConverter, Rows, SortField};
+use arrow_schema::SchemaRef;
+
+use crate::error::{Error, Result};
+
+/// Rows per batch that a merge yields and a run is written in.
+pub(crate) const MERGE_BATCH_ROWS: usize = 8192;
+
+/// How rows are compared: by the key columns, then by the sequence number column.
+#[derive(Clone)]
+pub(crate) struct SortSpec {
+    pub(crate) key: Vec<usize>,
+    pub(crate) seq: usize,
+}
+
+/// The sort keys of one batch, comparable across batches of one sort.
+enum BatchKeys {
+    /// A single 64-bit integer key (the common case): compared as integers.
+    Ints { keys: Vec<i64>, seq: Vec<u64> },
+    /// Row-encoded key columns, then the sequence number.
+    Rows(Rows),
+}
+
+impl BatchKeys {
+    fn cmp(&self, i: usize, other: &BatchKeys, j: usize) -> std::cmp::Ordering {
+        match (self, other) {
+            (BatchKeys::Ints { keys: a, seq: sa }, BatchKeys::Ints { keys: b, seq: sb }) => {
+                (a[i], sa[i]).cmp(&(b[j], sb[j]))
+            }
+            (BatchKeys::Rows(a), BatchKeys::Rows(b)) => a.row(i).cmp(&b.row(j)),
+            // One sort converts every batch the same way.
+            _ => std::cmp::Ordering::Equal,
+        }
+    }
+}
+
+/// Converts batches to [`BatchKeys`], the same way for every batch of one sort.
+#[derive(Clone)]
+pub(crate) struct KeyEncoder {
+    spec: SortSpec,
+    /// `None`: a single Int64 key.
+    rows: Option<Arc<RowConverter>>,
+}
+
+impl KeyEncoder {
+    pub(crate) fn new(schema: &SchemaRef, spec: SortSpec) -> Result<KeyEncoder> {
+        let single_int = matches!(spec.key.as_slice(), [k]
+            if schema.field(*k).data_type() == &arrow_schema::DataType::Int64);
+        let rows = if single_int {
+            None
+        } else {
+            let mut fields: Vec<SortField> = spec
+                .key
+                .iter()
+                .map(|&k| SortField::new(schema.field(k).data_type().clone()))
+                .collect();
+            fields.push(SortField::new(arrow_schema::DataType::UInt64));
+            Some(Arc::new(RowConverter::new(fields)?))
+        };
+        Ok(KeyEncoder { spec, rows })
+    }
+
+    fn encode(&self, b: &RecordBatch) -> Result<BatchKeys> {
+        let keys: Vec<ArrayRef> = self.spec.key.iter().map(|&k| b.column(k).clone()).collect();
+        self.encode_columns(keys, b.column(self.spec.seq).clone())
+    }
+
+    fn encode_columns(&self, mut keys: Vec<ArrayRef>, seq: ArrayRef) -> Result<BatchKeys> {
+        match &self.rows {
+            None => Ok(BatchKeys::Ints {
+                keys: keys[0]
+                    .as_primitive::<arrow_array::types::Int64Type>()
+                    .values()
+                    .to_vec(),
+                seq: seq.as_primitive::<UInt64Type>().values().to_vec(),
+            }),
+            Some(conv) => {
+                keys.push(seq);
+                Ok(BatchKeys::Rows(conv.convert_columns(&keys)?))
+            }
+        }
+    }
+
+    /// Indices that sort rows by key, then sequence number, given their key and sequence
+    /// columns.
+    fn sort_indices(&self, keys: Vec<ArrayRef>, seq: ArrayRef) -> Result<Vec<u32>> {
+        let n = seq.len();
+        let mut idx: Vec<u32> = (0..n as u32).collect();
+        match self.encode_columns(keys, seq)? {
+            BatchKeys::Ints { keys, seq } => {
+                let mut pairs: Vec<(i64, u64, u32)> = keys
+                    .iter()
+                    .zip(&seq)
+                    .zip(0u32..)
+                    .map(|((k, s), i)| (*k, *s, i))
+                    .collect();
+                pairs.sort_unstable();
+                idx = pairs.into_iter().map(|(_, _, i)| i).collect();
+            }
+            BatchKeys::Rows(rows) => {
+                idx.sort_unstable_by(|a, b| rows.row(*a as usize).cmp(&rows.row(*b as usize)));
+            }
+        }
+        Ok(idx)
+    }
+}
+
+/// Collects rows and sorts them, spilling sorted runs to `dir` beyond `budget` bytes.
+pub(crate) struct Sorter {
+    schema: SchemaRef,
+    encoder: KeyEncoder,
+    budget: usize,
+    dir: PathBuf,
+    held: Vec<RecordBatch>,
+    held_bytes: usize,
+    runs: Vec<SpilledRun>,
+    /// Bytes written to the spool folder.
+    pub(crate) spilled_bytes: u64,
+}
+
+impl Sorter {
+    pub(crate) fn new(
+        schema: SchemaRef,
+        spec: SortSpec,
+        budget: usize,
+        dir: &Path,
+    ) -> Result<Sorter> {
+        Ok(Sorter {
+            encoder: KeyEncoder::new(&schema, spec)?,
+            schema,
+            budget,
+            dir: dir.to_path_buf(),
+            held: Vec::new(),
+            held_bytes: 0,
+            runs: Vec::new(),
+            spilled_bytes: 0,
+        })
+    }
+
+    /// Adds rows (sequence numbers greater than every row added before).
+    pub(crate) fn push(&mut self, b: RecordBatch) -> Result<()> {
+        if b.num_rows() == 0 {
+            return Ok(());
+        }
+        self.held_bytes += b.get_array_memory_size();
+        self.held.push(b);
+        if self.held_bytes >= self.budget {
+            self.spill()?;
+        }
+        Ok(())
+    }
+
+    /// Runs written so far.
+    #[cfg(test)]
+    fn runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Sorts what is held and writes it as a run.
+    fn spill(&mut self) -> Result<()> {
+        let Some(sorted) = self.sorted_held()? else {
+            return Ok(());
+        };
+        let file = spool_file(&self.dir)?;
+        let mut w = StreamWriter::try_new_with_options(
+            BufWriter::with_capacity(1 << 20, file.try_clone().map_err(|e| self.io(e))?),
+            &self.schema,
+            IpcWriteOptions::default()
+                .try_with_compression(Some(arrow_ipc::CompressionType::LZ4_FRAME))?,
+        )?;
+        for chunk in sorted {
+            w.write(&chunk?)?;
+        }
+        w.finish()?;
+        let mut inner = w.into_inner()?;
+        std::io::Write::flush(&mut inner).map_err(|e| self.io(e))?;
+        drop(inner);
+        let len = file.metadata().map_err(|e| self.io(e))?.len();
+        self.spilled_bytes += len;
+        self.runs.push(SpilledRun { file });
+        Ok(())
+    }
+
+    fn io(&self, e: std::io::Error) -> Error {
+        Error::io(self.dir.display().to_string(), e)
+    }
+
+    /// The held rows in sorted chunks (taken from the held batches, never concatenated whole),
+    /// or `None` when nothing is held.
+    fn sorted_held(&mut self) -> Result<Option<SortedChunks>> {
+        if self.held.is_empty() {
+            return Ok(None);
+        }
+        let batches = std::mem::take(&mut self.held);
+        self.held_bytes = 0;
+        // Sort the (batch, row) pairs by the rows' keys: only the key and sequence columns
+        // are gathered to sort; the rows themselves are gathered a chunk at a time.
+        let (keys, seq) = concat_columns(&batches, &self.encoder.spec)?;
+        let order = self.encoder.sort_indices(keys, seq)?;
+        let mut starts = Vec::with_capacity(batches.len());
+        let mut at = 0usize;
+        for b in &batches {
+            starts.push(at);
+            at += b.num_rows();
+        }
+        let positions: Vec<(usize, usize)> = order
+            .into_iter()
+            .map(|i| {
+                let i = i as usize;
+                let b = starts.partition_point(|s| *s <= i) - 1;
+                (b, i - starts[b])
+            })
+            .collect();
+        Ok(Some(SortedChunks {
+            batches,
+            positions,
+            at: 0,
+        }))
+    }
+
+    /// Every row, sorted.
+    pub(crate) fn finish(mut self) -> Result<Merge> {
+        let mut sources: Vec<Box<dyn Iterator<Item = Result<RecordBatch>> + Send>> = Vec::new();
+        for run in std::mem::take(&mut self.runs) {
+            sources.push(Box::new(run.read()?));
+        }
+        if let Some(held) = self.sorted_held()? {
+            sources.push(Box::new(held));
+        }
+        Merge::new(self.encoder.clone(), sources)
+    }
+}
+
+/// The key and sequence columns of `batches`, each concatenated.
+fn concat_columns(batches: &[RecordBatch], spec: &SortSpec) -> Result<(Vec<ArrayRef>, ArrayRef)> {
+    let column = |i: usize| -> Result<ArrayRef> {
+        let parts: Vec<&dyn arrow_array::Array> =
+            batches.iter().map(|b| b.column(i).as_ref()).collect();
+        Ok(arrow_select::concat::concat(&parts)?)
+    };
+    let keys = spec.key.iter().map(|&k| column(k)).collect::<Result<_>>()?;
+    Ok((keys, column(spec.seq)?))
+}
+
+/// Sorted rows gathered from held batches, a chunk at a time.
+struct SortedChunks {
+    batches: Vec<RecordBatch>,
+    positions: Vec<(usize, usize)>,
+    at: usize,
+}
+
+impl Iterator for SortedChunks {
+    type Item = Result<RecordBatch>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.at >= self.positions.len() {
+            return None;
+        }
+        let end = (self.at + MERGE_BATCH_ROWS).min(self.positions.len());
+        let refs: Vec<&RecordBatch> = self.batches.iter().collect();
+        let chunk =
+            arrow_select::interleave::interleave_record_batch(&refs, &self.positions[self.at..end]);
+        self.at = end;
+        Some(chunk.map_err(Error::from))
+    }
+}
+
+/// A run in the spool folder: an unnamed file (unlinked once created, so nothing is left behind
+/// whatever happens to the process).
+struct SpilledRun {
+    file: File,
+}
+
+impl SpilledRun {
+    fn read(self) -> Result<impl Iterator<Item = Result<RecordBatch>> + Send> {
+        let mut file = self.file;
+        file.seek(SeekFrom::Start(0))
+            .map_err(|e| Error::io("spool file", e))?;
+        let reader = StreamReader::try_new(std::io::BufReader::with_capacity(1 << 20, file), None)?;
+        Ok(reader.map(|b| b.map_err(Error::from)))
+    }
+}
+
+/// A new file in `dir`, already unlinked.
+fn spool_file(dir: &Path) -> Result<File> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
+    let path = dir.join(format!("dms2iceberg-run-{}", uuid::Uuid::new_v4()));
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| Error::io(path.display().to_string(), e))?;
+    // Unlinked at once: the open handle keeps the data, nothing outlives the process.
+    let _ = std::fs::remove_file(&path);
+    Ok(file)
+}
+
+/// One input of a merge: its current batch and position.
+struct Head {
+    source: Box<dyn Iterator<Item = Result<RecordBatch>> + Send>,
+    batch: RecordBatch,
+    keys: BatchKeys,
+    row: usize,
+    /// Index of `batch` in the merge's `slots`.
+    slot: usize,
+}
+
+/// Sorted inputs merged into one sorted stream of batches.
+pub(crate) struct Merge {
+    encoder: KeyEncoder,
+    heads: Vec<Head>,
+    /// Min-heap of indexes into `heads`.
+    heap: Vec<usize>,
+    /// Batches the pending output rows come from.
+    slots: Vec<RecordBatch>,
+    pending: Vec<(usize, usize)>,
+}
+
+impl Merge {
+    fn new(
+        encoder: KeyEncoder,
+        sources: Vec<Box<dyn Iterator<Item = Result<RecordBatch>> + Send>>,
+    ) -> Result<Merge> {
+        let mut m = Merge {
+            encoder,
+            heads: Vec::new(),
+            heap: Vec::new(),
+            slots: Vec::new(),
+            pending: Vec::new(),
+        };
+        for mut source in sources {
+            if let Some((batch, keys)) = next_batch(&mut source, &m.encoder)? {
+                m.slots.push(batch.clone());
+                m.heads.push(Head {
+                    source,
+                    batch,
+                    keys,
+                    row: 0,
+                    slot: m.slots.len() - 1,
+                });
+            }
+        }
+        m.heap = (0..m.heads.len()).collect();
+        for i in (0..m.heap.len() / 2).rev() {
+            m.sift_down(i);
+        }
+        Ok(m)
+    }
+
+    /// Whether head `a` comes before head `b` (ties: the earlier input, which holds the
+    /// earlier sequence numbers).
+    fn less(&self, a: usize, b: usize) -> bool {
+        let (x, y) = (&self.heads[a], &self.heads[b]);
+        match x.keys.cmp(x.row, &y.keys, y.row) {
+            std::cmp::Ordering::Less => true,
+            std::cmp::Ordering::Greater => false,
+            std::cmp::Ordering::Equal => a < b,
+        }
+    }
+
+    fn sift_down(&mut self, mut i: usize) {
+        let n = self.heap.len();
+        loop {
+            let (l, r) = (2 * i + 1, 2 * i + 2);
+            let mut m = i;
+            if l < n && self.less(self.heap[l], self.heap[m]) {
+                m = l;
+            }
+            if r < n && self.less(self.heap[r], self.heap[m]) {
+                m = r;
+            }
+            if m == i {
+                return;
+            }
+            self.heap.swap(i, m);
+            i = m;
+        }
+    }
+
+    /// The next sorted batch of up to [`MERGE_BATCH_ROWS`] rows.
+    fn next_sorted(&mut self) -> Result<Option<RecordBatch>> {
+        while self.pending.len() < MERGE_BATCH_ROWS && !self.heap.is_empty() {
+            let h = self.heap[0];
+            let head = &mut self.heads[h];
+            self.pending.push((head.slot, head.row));
+            head.row += 1;
+            if head.row >= head.batch.num_rows() {
+                match next_batch(&mut head.source, &self.encoder)? {
+                    Some((batch, keys)) => {
+                        self.slots.push(batch.clone());
+                        let head = &mut self.heads[h];
+                        head.batch = batch;
+                        head.keys = keys;
+                        head.row = 0;
+                        head.slot = self.slots.len() - 1;
+                    }
+                    None => {
+                        let last = self.heap.len() - 1;
+                        self.heap.swap(0, last);
+                        self.heap.pop();
+                    }
+                }
+            }
+            if !self.heap.is_empty() {
+                self.sift_down(0);
+            }
+        }
+        if self.pending.is_empty() {
+            return Ok(None);
+        }
+        let refs: Vec<&RecordBatch> = self.slots.iter().collect();
+        let out = arrow_select::interleave::interleave_record_batch(&refs, &self.pending)?;
+        self.pending.clear();
+        // Keep only the batches the heads are still in.
+        let mut slots = Vec::with_capacity(self.heads.len());
+        for &h in &self.heap {
+            let head = &mut self.heads[h];
+            slots.push(head.batch.clone());
+            head.slot = slots.len() - 1;
+        }
+        self.slots = slots;
+        Ok(Some(out))
+    }
+}
+
+impl Iterator for Merge {
+    type Item = Result<RecordBatch>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_sorted().transpose()
+    }
+}
+
+fn next_batch(
+    source: &mut Box<dyn Iterator<Item = Result<RecordBatch>> + Send>,
+    encoder: &KeyEncoder,
+) -> Result<Option<(RecordBatch, BatchKeys)>> {
+    for b in source.by_ref() {
+        let b = b?;
+        if b.num_rows() > 0 {
+            let keys = encoder.encode(&b)?;
+            return Ok(Some((b, keys)));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int64Array, StringArray, UInt64Array};
+    use arrow_schema::{DataType, Field, Schema};
+    use proptest::prelude::*;
+
+    fn schema(string_key: bool) -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new(
+                "k",
+                if string_key {
+                    DataType::Utf8
+                } else {
+                    DataType::Int64
+                },
+                false,
+            ),
+            Field::new("v", DataType::Int64, true),
+            Field::new("seq", DataType::UInt64, false),
+        ]))
+    }
+
+    fn batch(schema: &SchemaRef, rows: &[(i64, i64, u64)], string_key: bool) -> RecordBatch {
+        let k: ArrayRef = if string_key {
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| format!("{:08}", r.0)),
+            ))
+        } else {
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0)))
+        };
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                k,
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+                Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.2))),
+            ],
+        )
+        .expect("batch")
+    }
+
+    fn sort_all(
+        rows: &[(i64, i64)],
+        chunk: usize,
+        budget: usize,
+        string_key: bool,
+    ) -> (Vec<(i64, u64)>, usize) {
+        let s = schema(string_key);
+        let dir = std::env::temp_dir().join("dms2iceberg-spill-tests");
+        let mut sorter = Sorter::new(
+            s.clone(),
+            SortSpec {
+                key: vec![0],
+                seq: 2,
+            },
+            budget,
+            &dir,
+        )
+        .expect("sorter");
+        let with_seq: Vec<(i64, i64, u64)> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, (k, v))| (*k, *v, i as u64))
+            .collect();
+        for c in with_seq.chunks(chunk.max(1)) {
+            sorter.push(batch(&s, c, string_key)).expect("push");
+        }
+        let runs = sorter.runs();
+        let mut out = Vec::new();
+        for b in sorter.finish().expect("finish") {
+            let b = b.expect("batch");
+            let seq = b.column(2).as_primitive::<UInt64Type>();
+            let v = b.column(1).as_primitive::<arrow_array::types::Int64Type>();
+            for i in 0..b.num_rows() {
+                out.push((v.value(i), seq.value(i)));
+            }
+        }
+        (out, runs)
+    }
+
+    proptest! {
+        /// Whatever the budget (a run per batch, or none) and the key type, the merge yields
+        /// every row once, ordered by key and then input order.
+        #[test]
+        fn merge_equals_a_stable_sort(
+            keys in proptest::collection::vec(0i64..50, 0..3000),
+            chunk in 1usize..700,
+            spill_every_batch in any::<bool>(),
+            string_key in any::<bool>(),
+        ) {
+            let rows: Vec<(i64, i64)> = keys.iter().enumerate().map(|(i, k)| (*k, i as i64)).collect();
+            let budget = if spill_every_batch { 0 } else { usize::MAX / 2 };
+            let (out, runs) = sort_all(&rows, chunk, budget, string_key);
+            if spill_every_batch {
+                prop_assert_eq!(runs, rows.len().div_ceil(chunk));
+            } else {
+                prop_assert_eq!(runs, 0);
+            }
+            let mut expected: Vec<(i64, i64)> = rows.clone();
+            expected.sort_by_key(|r| r.0); // stable: input order within a key
+            let got: Vec<(i64, i64)> = out.iter().map(|(v, _)| (keys[*v as usize], *v)).collect();
+            prop_assert_eq!(got, expected);
+            prop_assert!(out.iter().all(|(v, seq)| *v as u64 == *seq));
+        }
+    }
+
+    #[test]
+    fn runs_spill_and_merge_in_order() {
+        // 200k rows in batches of 10k with a 1 MiB budget: several runs.
+        let n = 200_000i64;
+        let rows: Vec<(i64, i64)> = (0..n).map(|i| ((i * 7919) % 1000, i)).collect();
+        let (out, runs) = sort_all(&rows, 10_000, 0, false);
+        assert!(runs >= 2, "expected spilled runs, got {runs}");
+        assert_eq!(out.len(), n as usize);
+        for w in out.windows(2) {
+            let (a, b) = (rows[w[0].0 as usize].0, rows[w[1].0 as usize].0);
+            assert!(a < b || (a == b && w[0].1 < w[1].1));
+        }
+    }
+}
