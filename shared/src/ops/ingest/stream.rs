@@ -165,16 +165,36 @@ fn attempt(
     sort: bool,
 ) -> Result<Attempt> {
     let schema = row_schema(&spec.processing);
-    let mut output = Output::new(spec, target, &schema)?;
+    let sink = DataFileStream::new(
+        target.file_io,
+        &target.planned,
+        &spec.key,
+        target.target_file_size,
+        spec.from_load,
+        usize::MAX,
+    )?;
     let (tx, rx) = sync_channel::<Result<RecordBatch>>(READ_AHEAD);
-    let (consumed, read) = std::thread::scope(|s| {
+    let (wtx, wrx) = sync_channel::<ToWriter>(WRITE_AHEAD);
+    let mut output = Output::new(spec, target, &schema, wtx)?;
+    let (consumed, read, written) = std::thread::scope(|s| {
+        // Three threads: this one sorts, settles and looks up; one reads, one encodes.
         let reader = s.spawn(|| read_rows(spec, &schema, tx));
+        let writer = s.spawn(|| write_rows(sink, wrx, handle, target.file_io));
         // A consumer that stops early drops the receiver: the reader stops at its next batch.
-        let consumed = consume(spec, handle, &schema, rx, sort, &mut output);
+        let consumed = consume(spec, handle, &schema, rx, sort, &mut output)
+            .and_then(|flow| match flow {
+                Flow::Done => handle.block_on(output.finish()).map(|()| flow),
+                Flow::OutOfOrder => Ok(flow),
+            });
+        // Without `Finish`, the writer deletes what it wrote.
+        output.writer = None;
         let read = reader
             .join()
             .unwrap_or_else(|_| Err(Error::Other("the reader thread panicked".into())));
-        (consumed, read)
+        let written = writer
+            .join()
+            .unwrap_or_else(|_| Err(Error::Other("the writer thread panicked".into())));
+        (consumed, read, written)
     });
     // The reader's error is the one to report (the consumer only saw the input stop).
     match (consumed, read) {
@@ -184,25 +204,83 @@ fn attempt(
                 retype: Some(r), ..
             }),
         ) => {
-            handle.block_on(output.abort());
+            abandon(written, target, handle);
             Ok(Attempt::Retype(r))
         }
         (_, Err(e)) | (Err(e), Ok(_)) => {
-            handle.block_on(output.abort());
+            abandon(written, target, handle);
             Err(e)
         }
         (Ok(Flow::OutOfOrder), Ok(_)) => {
-            handle.block_on(output.abort());
+            abandon(written, target, handle);
             Ok(Attempt::OutOfOrder)
         }
         (Ok(Flow::Done), Ok(read)) => {
-            let mut streamed = handle.block_on(output.finish())?;
-            streamed.counts.rows_read = read.rows;
-            streamed.max_seq = read.max_seq;
-            streamed.rejected = read.rejected;
-            Ok(Attempt::Done(streamed))
+            let data = written?;
+            let mut counts = output.counts;
+            counts.duplicates = output.duplicates;
+            counts.rows_read = read.rows;
+            Ok(Attempt::Done(Streamed {
+                data,
+                deletes: output.deletes,
+                counts,
+                lookup: output.lookup,
+                max_seq: read.max_seq,
+                rejected: read.rejected,
+                spilled_bytes: output.spilled_bytes,
+                restarts: 0,
+            }))
         }
     }
+}
+
+/// Deletes the files of an attempt that ended otherwise than its writer knew (the writer
+/// deletes its own files when the rows stop without `Finish`).
+fn abandon(
+    written: Result<Vec<(i32, DataFile)>>,
+    target: &Target<'_>,
+    handle: &tokio::runtime::Handle,
+) {
+    if let Ok(files) = written {
+        handle.block_on(async {
+            for (_, f) in files {
+                let _ = target.file_io.delete(f.file_path()).await;
+            }
+        });
+    }
+}
+
+/// What the writer thread is told.
+enum ToWriter {
+    Rows(RecordBatch),
+    /// The rows are complete: close the files.
+    Finish,
+}
+
+/// Batches of upserts queued for the writer.
+const WRITE_AHEAD: usize = 4;
+
+/// Encodes the upserts into data files. Rows that stop without `Finish` (an error, or an
+/// input started over) leave nothing behind.
+fn write_rows(
+    mut sink: DataFileStream,
+    rx: Receiver<ToWriter>,
+    handle: &tokio::runtime::Handle,
+    file_io: &FileIO,
+) -> Result<Vec<(i32, DataFile)>> {
+    for msg in rx {
+        match msg {
+            ToWriter::Rows(b) => {
+                if let Err(e) = handle.block_on(sink.write(&b)) {
+                    handle.block_on(sink.abort(file_io));
+                    return Err(e);
+                }
+            }
+            ToWriter::Finish => return handle.block_on(sink.close()),
+        }
+    }
+    handle.block_on(sink.abort(file_io));
+    Err(Error::Other("data files abandoned".into()))
 }
 
 /// The schema rows flow in: the table's columns, then `Op` and the sequence number.
@@ -709,7 +787,8 @@ impl Winners {
 /// Settled rows looked up a chunk at a time, the upserts written.
 struct Output<'a> {
     target: &'a Target<'a>,
-    sink: DataFileStream,
+    /// Where the upserts go (the writer thread); `None` once the rows are complete or given up.
+    writer: Option<SyncSender<ToWriter>>,
     /// Columns of the table, in the rows.
     data_idx: Vec<usize>,
     key_idx: Vec<usize>,
@@ -729,20 +808,17 @@ struct Output<'a> {
 }
 
 impl<'a> Output<'a> {
-    fn new(spec: &StreamSpec, target: &'a Target<'a>, schema: &SchemaRef) -> Result<Output<'a>> {
+    fn new(
+        spec: &StreamSpec,
+        target: &'a Target<'a>,
+        schema: &SchemaRef,
+        writer: SyncSender<ToWriter>,
+    ) -> Result<Output<'a>> {
         let key_idx: Vec<usize> = spec
             .key
             .iter()
             .map(|k| schema.index_of(k))
             .collect::<std::result::Result<_, _>>()?;
-        let sink = DataFileStream::new(
-            target.file_io,
-            &target.planned,
-            &spec.key,
-            target.target_file_size,
-            spec.from_load,
-            usize::MAX,
-        )?;
         let (key_ids, order_ids) = match &target.base {
             Some(md) => {
                 let s = md.current_schema();
@@ -765,7 +841,7 @@ impl<'a> Output<'a> {
         };
         Ok(Output {
             target,
-            sink,
+            writer: Some(writer),
             data_idx: (0..spec.processing.fields().len()).collect(),
             key_idx,
             key_ids,
@@ -862,32 +938,23 @@ impl<'a> Output<'a> {
             arrow_select::filter::filter_record_batch(&data, &BooleanArray::from(write))?
         };
         if data.num_rows() > 0 {
-            self.sink.write(&data).await?;
+            self.send(ToWriter::Rows(data))?;
         }
         Ok(())
     }
 
-    async fn finish(mut self) -> Result<Streamed> {
-        if let Err(e) = self.flush().await {
-            self.sink.abort(self.target.file_io).await;
-            return Err(e);
-        }
-        let data = self.sink.close().await?;
-        let mut counts = self.counts;
-        counts.duplicates = self.duplicates;
-        Ok(Streamed {
-            data,
-            deletes: self.deletes,
-            counts,
-            lookup: self.lookup,
-            spilled_bytes: self.spilled_bytes,
-            ..Default::default()
-        })
+    fn send(&self, msg: ToWriter) -> Result<()> {
+        // A writer that stopped reports why when it is joined.
+        self.writer
+            .as_ref()
+            .and_then(|w| w.send(msg).ok())
+            .ok_or_else(|| Error::Other("the data file writer stopped".into()))
     }
 
-    /// Deletes whatever was written.
-    async fn abort(self) {
-        self.sink.abort(self.target.file_io).await;
+    /// Looks up and hands on what is pending, then tells the writer the rows are complete.
+    async fn finish(&mut self) -> Result<()> {
+        self.flush().await?;
+        self.send(ToWriter::Finish)
     }
 }
 
