@@ -754,6 +754,8 @@ impl IngestPlanner<'_> {
             .map(|(_, f)| f.file_path().to_string())
             .collect();
         let result = async {
+            // The streamed lookup ran with the read, before the data files were complete.
+            failpoint("after-lookup").await?;
             failpoint("after-data-files").await?;
             let delete_files = write_position_deletes(file_io, planned, deletes).await?;
             prepared.extend(delete_files.iter().map(|(_, f)| f.file_path().to_string()));
