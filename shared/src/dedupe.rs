@@ -471,6 +471,7 @@ impl Deduped {
                 .collect(),
             values: self.order_values.clone(),
             from_load: self.from_load.clone(),
+            newer_snapshots: Default::default(),
         })
     }
 }

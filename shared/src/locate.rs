@@ -38,6 +38,11 @@ impl OrderKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+    /// The place of a full-load file (they come before every change file).
+    pub fn is_load(&self) -> bool {
+        self.0.starts_with("0/")
+    }
+
     pub fn parse(s: &str) -> Option<OrderKey> {
         (s.starts_with("0/") || s.starts_with("1/")).then(|| OrderKey(s.to_string()))
     }

@@ -26,6 +26,10 @@ pub struct IngestArgs {
     /// DMS files per snapshot (1 = one snapshot per file).
     #[arg(long, default_value_t = 1)]
     pub files_per_commit: usize,
+    /// Full-load files of one table applied at once (each its own commit; change files after
+    /// them still apply one by one). Memory grows with it: each holds one streamed input.
+    #[arg(long, default_value_t = 1)]
+    pub parallel: usize,
     /// `text`: a line per table; `json`: one JSON report per commit.
     #[arg(long, value_enum, default_value = "text")]
     pub format: output::TextOrJson,
@@ -40,6 +44,7 @@ pub async fn run(catalog: &CatalogArgs, a: IngestArgs) -> Result<bool> {
         warehouse,
         config,
         files_per_commit,
+        parallel,
         format,
         json,
     } = a;
@@ -49,14 +54,21 @@ pub async fn run(catalog: &CatalogArgs, a: IngestArgs) -> Result<bool> {
         None => Config::default(),
     };
     let catalog = open_catalog(catalog, &warehouse, false).await?;
-    apply(catalog.as_ref(), &config, &paths, files_per_commit, json).await
+    apply(
+        catalog.as_ref(),
+        &config,
+        &paths,
+        (files_per_commit, parallel),
+        json,
+    )
+    .await
 }
 
 async fn apply(
     catalog: &dyn Catalog,
     config: &Config,
     paths: &[PathBuf],
-    files_per_commit: usize,
+    (files_per_commit, parallel): (usize, usize),
     json: bool,
 ) -> Result<bool> {
     let found = discover_all(paths, &config.source)?;
@@ -72,7 +84,9 @@ async fn apply(
     }
     let total: usize = tables.iter().map(|t| t.files.len()).sum();
     let progress = std::io::stderr().is_terminal() && !json;
-    let ingest = Ingest::new(catalog, config).files_per_commit(files_per_commit);
+    let ingest = Ingest::new(catalog, config)
+        .files_per_commit(files_per_commit)
+        .parallel(parallel);
     let mut done = 0usize;
     let mut all_ok = true;
     let mut out = std::io::stdout();

@@ -670,6 +670,8 @@ fn datum_array(d: &Datum) -> Option<ArrayRef> {
 
 /// A live data file that may hold some of the keys.
 struct Candidate {
+    /// The snapshot that added it.
+    snapshot: Option<i64>,
     path: String,
     size: u64,
     rows: u64,
@@ -697,6 +699,10 @@ pub struct StaleCheck {
     /// Per key: the change comes from a full load. Full-load rows come before every change,
     /// so such a change is never stale, and neither is a change against a full-load row.
     pub from_load: Vec<bool>,
+    /// Snapshots whose rows are all newer than every incoming change: full-load files later
+    /// in DMS order than a full-load input, committed before it (full-load files of one load
+    /// are applied in parallel). A key such a snapshot's file holds keeps that row.
+    pub newer_snapshots: std::collections::HashSet<i64>,
 }
 
 /// Finds the live rows of `keys` (one column per key column, in the table's current types,
@@ -765,7 +771,20 @@ pub async fn locate_rows(
             live_hits.push((i, hits));
         }
     }
-    // Rows newer than the change (by the ordering columns) stay.
+    // Rows of snapshots newer than the input stay; so do rows newer than the change by the
+    // ordering columns.
+    if let Some(check) = order.filter(|c| !c.newer_snapshots.is_empty()) {
+        for (i, hits) in &live_hits {
+            if candidates[*i]
+                .snapshot
+                .is_some_and(|s| check.newer_snapshots.contains(&s))
+            {
+                for (_, key) in hits {
+                    out.stale[*key] = true;
+                }
+            }
+        }
+    }
     if let Some(check) = order.filter(|c| !c.values.is_empty()) {
         mark_stale(
             file_io,
@@ -829,6 +848,7 @@ async fn candidates(
                     stats.live_data_files += 1;
                     if k.may_contain(f.lower_bounds(), f.upper_bounds())? {
                         candidates.push(Candidate {
+                            snapshot: e.snapshot_id(),
                             path: f.file_path().to_string(),
                             size: f.file_size_in_bytes(),
                             rows: f.record_count(),

@@ -30,7 +30,7 @@ use tracing::warn;
 pub use report::{CommitReport, Status, TableReport, Timings};
 
 use crate::catalog::Catalog;
-use crate::commit::{self, AppliedRecord, ObjectMeta, Outcome};
+use crate::commit::{self, AppliedRecord, ObjectMeta, Outcome, Standing};
 use crate::config::{Config, TableConfig};
 use crate::error::{Error, InputError, Result};
 use crate::locate::DmsObject;
@@ -108,6 +108,8 @@ pub struct Ingest<'a> {
     preloaded: std::sync::Mutex<Option<Option<LoadedTable>>>,
     /// Where a streamed input spills its sorted runs.
     spool: std::path::PathBuf,
+    /// Full-load files of one load applied at once, each its own commit.
+    parallel: usize,
 }
 
 impl<'a> Ingest<'a> {
@@ -120,7 +122,17 @@ impl<'a> Ingest<'a> {
             files_per_commit: 1,
             preloaded: std::sync::Mutex::new(None),
             spool: std::env::temp_dir().join("dms2iceberg"),
+            parallel: 1,
         }
+    }
+
+    /// Applies up to `n` full-load files of one load at once, each as its own commit (an
+    /// append; the others' commits meanwhile do not make it plan again unless their keys
+    /// overlap its own). Change files still apply one after another, once every full-load file
+    /// before them is applied. Memory: `n` streamed inputs.
+    pub fn parallel(mut self, n: usize) -> Self {
+        self.parallel = n.max(1);
+        self
     }
 
     /// Where a streamed input (a full load, a large change file) spills its sorted runs
@@ -245,6 +257,35 @@ impl<'a> Ingest<'a> {
         let end = stop.as_ref().map_or(files.len(), |s| s.at);
         let mut i = 0;
         while i < end {
+            let k = match self
+                .parallel_loads(&ident, &files[i..end], &mut loaded)
+                .await
+            {
+                Ok(k) => k,
+                Err(e) => {
+                    report.error_log = Some(e.redacted());
+                    report.error = Some(e.to_string());
+                    report.files_waiting = end - i;
+                    return report;
+                }
+            };
+            if k >= 2 {
+                let (reports, failed) = self.apply_at_once(&cfg, &ident, &files[i..i + k]).await;
+                // The table moved: the next commit loads it again.
+                loaded = None;
+                for r in reports {
+                    on_commit(&r);
+                    report.commits.push(r);
+                }
+                if let Some((e, not_applied)) = failed {
+                    report.error_log = Some(e.redacted());
+                    report.error = Some(e.to_string());
+                    report.files_waiting = not_applied + (end - i - k);
+                    return report;
+                }
+                i += k;
+                continue;
+            }
             // A commit holds full-load files or change files, never both: its data files are
             // then named for what they hold (full-load rows are older than every change).
             let n = files[i..end]
@@ -283,6 +324,78 @@ impl<'a> Ingest<'a> {
             report.files_waiting = files.len() - s.at - s.involved;
         }
         report
+    }
+
+    /// How many of `files` (from the next one on) to apply at once: the run of full-load
+    /// files that apply as plain appends to the current load (not a reload, nothing applied on
+    /// top of the load yet, the table exists), when applying in parallel. `loaded`: the table
+    /// as loaded for the next commit (reloaded here when it is needed and not known).
+    async fn parallel_loads(
+        &self,
+        ident: &TableIdent,
+        files: &[FileInput],
+        loaded: &mut Option<Option<LoadedTable>>,
+    ) -> Result<usize> {
+        let loads = files
+            .iter()
+            .take_while(|f| f.object.kind == crate::locate::FileKind::Load)
+            .count();
+        if self.parallel < 2 || loads < 2 {
+            return Ok(0);
+        }
+        let table = match loaded.take() {
+            Some(t) => t,
+            None => LoadedTable::load(self.catalog, ident).await?,
+        };
+        // The first file of a new table creates it alone.
+        let Some(t) = table else {
+            *loaded = Some(None);
+            return Ok(0);
+        };
+        let record = AppliedRecord::of_table(&t.metadata)?.unwrap_or_default();
+        let k = files[..loads]
+            .iter()
+            .take_while(|f| {
+                record.classify(&f.object.order, f.object.kind, &f.meta)
+                    == (Standing::Pending { late: false })
+            })
+            .count();
+        *loaded = Some(Some(t));
+        Ok(k)
+    }
+
+    /// Applies `files` (full-load files of one load), up to `parallel` at once, each as its own
+    /// commit. On an error the files in flight finish; returns the error and how many files
+    /// were not applied.
+    async fn apply_at_once(
+        &self,
+        cfg: &TableConfig,
+        ident: &TableIdent,
+        files: &[FileInput],
+    ) -> (Vec<CommitReport>, Option<(Error, usize)>) {
+        use futures::StreamExt;
+        let results: Vec<_> = futures::stream::iter(files.iter())
+            .map(|f| self.apply(cfg, ident, std::slice::from_ref(f), None))
+            .buffer_unordered(self.parallel)
+            .collect()
+            .await;
+        let mut reports = Vec::new();
+        let mut failed: Option<(Error, usize)> = None;
+        for r in results {
+            match r {
+                Ok(mut rs) => reports.append(&mut rs),
+                Err((mut rs, e)) => {
+                    reports.append(&mut rs);
+                    let n = failed.as_ref().map_or(0, |(_, n)| *n) + 1;
+                    failed = Some(match failed {
+                        Some((first, _)) => (first, n),
+                        None => (e, n),
+                    });
+                }
+            }
+        }
+        reports.sort_by(|a, b| a.files.cmp(&b.files));
+        (reports, failed)
     }
 
     fn resolve(&self, schema: &str, table: &str) -> Result<(TableConfig, TableIdent)> {

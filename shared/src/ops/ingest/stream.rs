@@ -181,8 +181,8 @@ fn attempt(
         let reader = s.spawn(|| read_rows(spec, &schema, tx));
         let writer = s.spawn(|| write_rows(sink, wrx, handle, target.file_io));
         // A consumer that stops early drops the receiver: the reader stops at its next batch.
-        let consumed = consume(spec, handle, &schema, rx, sort, &mut output)
-            .and_then(|flow| match flow {
+        let consumed =
+            consume(spec, handle, &schema, rx, sort, &mut output).and_then(|flow| match flow {
                 Flow::Done => handle.block_on(output.finish()).map(|()| flow),
                 Flow::OutOfOrder => Ok(flow),
             });
@@ -798,6 +798,9 @@ struct Output<'a> {
     order_ids: Vec<Option<i32>>,
     order_idx: Vec<usize>,
     from_load: bool,
+    /// Snapshots that applied full-load files later in DMS order than this input's: their rows
+    /// win over this input's (full-load files of one load commit in any order).
+    newer: std::collections::HashSet<i64>,
     pending: Vec<RecordBatch>,
     pending_rows: usize,
     deletes: BTreeMap<String, FileDeletes>,
@@ -852,6 +855,10 @@ impl<'a> Output<'a> {
                 .map(|c| schema.index_of(c))
                 .collect::<std::result::Result<_, _>>()?,
             from_load: spec.from_load,
+            newer: match (&target.base, spec.from_load) {
+                (Some(md), true) => later_loads(md, &spec.files),
+                _ => Default::default(),
+            },
             pending: Vec::new(),
             pending_rows: 0,
             deletes: BTreeMap::new(),
@@ -888,15 +895,17 @@ impl<'a> Output<'a> {
         let (found, stale) = match &self.target.base {
             Some(md) if md.current_snapshot().is_some() => {
                 let keys = rows.project(&self.key_idx)?;
-                let check = (!self.order_idx.is_empty()).then(|| StaleCheck {
-                    field_ids: self.order_ids.clone(),
-                    values: self
-                        .order_idx
-                        .iter()
-                        .map(|&i| rows.column(i).clone())
-                        .collect(),
-                    from_load: vec![self.from_load; n],
-                });
+                let check =
+                    (!self.order_idx.is_empty() || !self.newer.is_empty()).then(|| StaleCheck {
+                        field_ids: self.order_ids.clone(),
+                        values: self
+                            .order_idx
+                            .iter()
+                            .map(|&i| rows.column(i).clone())
+                            .collect(),
+                        from_load: vec![self.from_load; n],
+                        newer_snapshots: self.newer.clone(),
+                    });
                 let located = locate_rows(
                     self.target.file_io,
                     md,
@@ -956,6 +965,30 @@ impl<'a> Output<'a> {
         self.flush().await?;
         self.send(ToWriter::Finish)
     }
+}
+
+/// The snapshots of `md` that applied only full-load files, all later in DMS order than every
+/// one of `files` (a snapshot whose files interleave with them is taken as older).
+fn later_loads(md: &TableMetadata, files: &[FileInput]) -> std::collections::HashSet<i64> {
+    let Some(ours) = files.iter().map(|f| &f.object.order).max() else {
+        return Default::default();
+    };
+    crate::table::ancestry(md)
+        .into_iter()
+        .filter(|s| {
+            let orders: Vec<String> = s
+                .summary()
+                .additional_properties
+                .get(crate::table::keys::SOURCE_ORDERS)
+                .and_then(|v| serde_json::from_str(v).ok())
+                .unwrap_or_default();
+            !orders.is_empty()
+                && orders.iter().all(|o| {
+                    crate::locate::OrderKey::parse(o).is_some_and(|o| o.is_load() && o > *ours)
+                })
+        })
+        .map(|s| s.snapshot_id())
+        .collect()
 }
 
 fn add_stats(total: &mut LookupStats, s: &LookupStats) {
