@@ -149,6 +149,10 @@ pub enum Change {
     },
     /// Rows appended (the rejected-rows table).
     Append,
+    /// A full-load file's rows appended to its load: keys no live row holds. Other writers'
+    /// commits meanwhile matter only if they added rows within `bounds` (other files of the
+    /// same load commit at the same time: their key ranges are usually apart).
+    LoadAppend { bounds: KeyBounds },
     /// A full load that replaces the table's contents: every file live at commit time is
     /// removed, the new files added.
     Reload,
@@ -159,13 +163,58 @@ impl Change {
         match self {
             Change::Rewrite { .. } => Operation::Replace,
             Change::Reload => Operation::Overwrite,
-            Change::Append => Operation::Append,
+            Change::Append | Change::LoadAppend { .. } => Operation::Append,
             Change::RowDelta { .. } => match (added_data, added_deletes) {
                 (_, false) => Operation::Append,
                 (false, true) => Operation::Delete,
                 (true, true) => Operation::Overwrite,
             },
         }
+    }
+}
+
+/// The range of key values a commit's data files hold, per key field id (from the files'
+/// lower and upper bounds). `None`: not known (a file without bounds for a key column).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeyBounds(pub Option<BTreeMap<i32, (iceberg::spec::Datum, iceberg::spec::Datum)>>);
+
+impl KeyBounds {
+    /// The bounds of `files` on the key fields `ids`.
+    pub fn of<'a>(files: impl IntoIterator<Item = &'a DataFile>, ids: &[i32]) -> KeyBounds {
+        let mut out: BTreeMap<i32, (iceberg::spec::Datum, iceberg::spec::Datum)> = BTreeMap::new();
+        for f in files {
+            for id in ids {
+                let (Some(lo), Some(hi)) = (f.lower_bounds().get(id), f.upper_bounds().get(id))
+                else {
+                    return KeyBounds(None);
+                };
+                let e = out.entry(*id).or_insert_with(|| (lo.clone(), hi.clone()));
+                if lo < &e.0 {
+                    e.0 = lo.clone();
+                }
+                if hi > &e.1 {
+                    e.1 = hi.clone();
+                }
+            }
+        }
+        KeyBounds(Some(out))
+    }
+
+    /// Whether a data file could hold a key within these bounds (unknown bounds: it could).
+    pub fn may_overlap(&self, f: &DataFile) -> bool {
+        let Some(ours) = &self.0 else { return true };
+        ours.iter().all(|(id, (lo, hi))| {
+            match (f.lower_bounds().get(id), f.upper_bounds().get(id)) {
+                (Some(flo), Some(fhi)) => {
+                    // Bounds of another type (a promoted column) cannot be compared: overlap.
+                    match (flo.partial_cmp(hi), fhi.partial_cmp(lo)) {
+                        (Some(a), Some(b)) => a.is_le() && b.is_ge(),
+                        _ => true,
+                    }
+                }
+                _ => true,
+            }
+        })
     }
 }
 

@@ -205,6 +205,9 @@ pub async fn check_carrying(
             )
             .await?;
         }
+        Change::LoadAppend { bounds } => {
+            load_append_still_valid(bounds, now, &intervening, file_io).await?
+        }
         // A reload replaces whatever is live when it commits; appended rows touch nothing.
         Change::Reload | Change::Append => {}
     }
@@ -224,6 +227,13 @@ fn already_committed(staged: &Staged, now: &TableMetadata) -> Check {
 /// our files were written for (field ids may differ).
 fn table_is_the_planned_one(staged: &Staged, now: &TableMetadata) -> Check {
     match &staged.base {
+        // Full-load files of one load, committed at once, each create the table: one wins, and
+        // the others' files fit it when it has the very shape they were written for.
+        Base::Create(ours)
+            if matches!(staged.change, Change::LoadAppend { .. }) && same_shape(ours, now) =>
+        {
+            Ok(None)
+        }
         Base::Create(_) => Err(conflict(Conflict::CreatedConcurrently)),
         Base::Existing(b) if b.metadata.uuid() != now.uuid() => {
             Err(conflict(Conflict::TableRecreated))
@@ -251,11 +261,45 @@ fn input_not_applied(staged: &Staged, now: &TableMetadata) -> Check {
         Ok(Some(Verdict::AlreadyApplied))
     } else if done > 0 {
         Err(conflict(Conflict::InputPartlyApplied))
-    } else if record != update.base_record {
+    } else if record != update.base_record
+        && !(matches!(staged.change, Change::LoadAppend { .. })
+            && still_joins_its_load(update, &record))
+    {
         Err(conflict(Conflict::RecordMoved))
     } else {
         Ok(None)
     }
+}
+
+/// A full-load input may follow other files of its load applied meanwhile: the record moved
+/// only within the same load (no reload, nothing applied on top), and every input still joins
+/// that load as a plain file of it.
+fn still_joins_its_load(update: &super::RecordUpdate, now: &AppliedRecord) -> bool {
+    let base = &update.base_record;
+    let same_load =
+        now.load.number == base.load.number || (base.load.number == 0 && now.load.number == 1);
+    same_load
+        && !update.reload
+        && update
+            .inputs
+            .iter()
+            .all(|i| now.classify(&i.order, i.kind, &i.meta) == (Standing::Pending { late: false }))
+}
+
+/// Whether `now` (a table another writer created) is exactly the table `ours` would have
+/// created: same schema with the same field ids, key, partition spec, sort order, location.
+fn same_shape(ours: &TableMetadata, now: &TableMetadata) -> bool {
+    let (a, b) = (ours.current_schema(), now.current_schema());
+    a.as_struct() == b.as_struct()
+        && a.identifier_field_ids().collect::<BTreeSet<_>>()
+            == b.identifier_field_ids().collect::<BTreeSet<_>>()
+        && ours.current_schema_id() == now.current_schema_id()
+        && ours.last_column_id() == now.last_column_id()
+        && ours.default_partition_spec_id() == now.default_partition_spec_id()
+        && ours.default_partition_spec().fields() == now.default_partition_spec().fields()
+        && ours.default_sort_order() == now.default_sort_order()
+        && ours.location() == now.location()
+        && ours.format_version() == now.format_version()
 }
 
 /// Our files were written with the schema and partition spec planned from the base; a
@@ -342,6 +386,39 @@ async fn row_delta_still_valid(
         return Err(conflict(Conflict::ReferencedFileRemoved {
             file: gone.clone(),
         }));
+    }
+    Ok(())
+}
+
+/// A full-load append conflicts only with rows added since its base within its key range:
+/// the data files added by every intervening snapshot are checked against its bounds (a
+/// `replace` keeps rows where they were; removals and position deletes never add a row).
+async fn load_append_still_valid(
+    bounds: &super::KeyBounds,
+    now: &TableMetadata,
+    intervening: &[Arc<Snapshot>],
+    file_io: &FileIO,
+) -> std::result::Result<(), CommitError> {
+    for s in intervening {
+        if s.summary().operation == Operation::Replace {
+            continue;
+        }
+        for m in manifest_list(file_io, now, s).await? {
+            if m.content != ManifestContentType::Data || m.added_snapshot_id != s.snapshot_id() {
+                continue;
+            }
+            let manifest = m.load_manifest(file_io).await.map_err(Error::from)?;
+            let overlapping = manifest
+                .entries()
+                .iter()
+                .any(|e| e.status() == ManifestStatus::Added && bounds.may_overlap(e.data_file()));
+            if overlapping {
+                return Err(conflict(Conflict::RowsChanged {
+                    snapshot: s.snapshot_id(),
+                    operation: s.summary().operation.as_str().to_string(),
+                }));
+            }
+        }
     }
     Ok(())
 }

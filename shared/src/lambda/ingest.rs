@@ -90,6 +90,30 @@ pub enum IngestResponse {
     Tables { tables: Vec<String> },
 }
 
+/// Whether full-load files that join the table's current load as plain files of it (not a
+/// reload, nothing applied on top of the load yet) are pending, and those of them `named`, in
+/// DMS order.
+fn load_in_progress(
+    files: &[(DmsObject, ObjectInfo)],
+    named: &[&str],
+    applied: &AppliedRecord,
+) -> (bool, Vec<FileInput>) {
+    let joining: Vec<&(DmsObject, ObjectInfo)> = files
+        .iter()
+        .filter(|(o, info)| {
+            o.kind == crate::locate::FileKind::Load
+                && applied.classify(&o.order, o.kind, &info.meta())
+                    == (Standing::Pending { late: false })
+        })
+        .collect();
+    let named = joining
+        .iter()
+        .filter(|(o, _)| named.contains(&o.key.as_str()))
+        .map(|(o, info)| FileInput::new(o.clone(), None).with_meta(info.meta()))
+        .collect();
+    (!joining.is_empty(), named)
+}
+
 /// Why a table or record failed: the kind (`errorType`) and the message.
 type Failure = (&'static str, String);
 /// Objects of one table read ahead per invocation, at most: each is a spool file in /tmp.
@@ -215,7 +239,9 @@ impl IngestHandler {
                     Some(o) => Some(o.error.clone().unwrap_or_else(|| {
                         (
                             "Backlog",
-                            "not applied yet (backlog beyond the per-invocation cap)".into(),
+                            "not applied yet (beyond the per-invocation cap, or waiting for \
+                             the table's full load: its files are applied by their own events)"
+                                .into(),
                         )
                     })),
                 };
@@ -321,18 +347,28 @@ impl IngestHandler {
                 None => AppliedRecord::default(),
             };
             // Files the record passes over quietly are not listed to the ingest; the rest are
-            // (a loud one is reported by it).
-            let pending: Vec<FileInput> = files
-                .iter()
-                .filter(|(o, info)| !done(&applied, o, info))
-                .take(self.env.files_per_invocation)
-                .map(|(o, info)| FileInput::new(o.clone(), None).with_meta(info.meta()))
-                .collect();
+            // (a loud one is reported by it). During a full load, an event for some of its
+            // files applies those (invocations for other files of the load run at the same
+            // time); the rest of the backlog, change files included, waits for an event that
+            // names no pending full-load file.
+            let (in_load, load_files) = load_in_progress(&files, named, &applied);
+            let pending: Vec<FileInput> = if !in_load {
+                files
+                    .iter()
+                    .filter(|(o, info)| !done(&applied, o, info))
+                    .take(self.env.files_per_invocation)
+                    .map(|(o, info)| FileInput::new(o.clone(), None).with_meta(info.meta()))
+                    .collect()
+            } else {
+                load_files
+            };
             let report = Ingest::new(self.catalog.as_ref(), config)
                 .loaded(loaded)
                 .cache(self.cache.clone())
                 .objects(self.objects.clone())
+                .spool(self.env.spool.clone())
                 .files_per_commit(self.env.files_per_commit)
+                .parallel(self.env.parallel_loads)
                 .execute(schema, table, pending, |_| {})
                 .await;
             Ok((report, files, applied))

@@ -92,6 +92,9 @@ pub struct FunctionEnv {
     pub spool: PathBuf,
     /// `DMS2ICEBERG_KEY_CACHE_MB` (default 512): memory for cached key columns.
     pub key_cache_bytes: usize,
+    /// `DMS2ICEBERG_PARALLEL_LOADS` (default 1): full-load files of a backlog one invocation
+    /// applies at once (each a streamed input's memory).
+    pub parallel_loads: usize,
 }
 
 impl FunctionEnv {
@@ -116,6 +119,7 @@ impl FunctionEnv {
             spool: var("DMS2ICEBERG_SPOOL_DIR")
                 .map_or_else(|| std::env::temp_dir().join("dms2iceberg"), PathBuf::from),
             key_cache_bytes: num("DMS2ICEBERG_KEY_CACHE_MB", 512)? << 20,
+            parallel_loads: num("DMS2ICEBERG_PARALLEL_LOADS", 1)?.max(1),
         })
     }
 

@@ -248,6 +248,8 @@ struct Staging<'a> {
     change: &'a evolve::SchemaChange,
     rows_rejected: usize,
     max_seq: Option<String>,
+    /// A full-load input that only adds rows: the key range its files hold.
+    load_append: Option<commit::KeyBounds>,
 }
 
 /// A running MD5 digest of an input: (hex, bytes).
@@ -466,6 +468,7 @@ impl IngestPlanner<'_> {
                 change: &read.change,
                 rows_rejected: read.rejected.len(),
                 max_seq: read.max_seq.clone(),
+                load_append: None,
             },
             &mut report,
         )?;
@@ -486,6 +489,7 @@ impl IngestPlanner<'_> {
             change,
             rows_rejected,
             max_seq,
+            load_append,
         } = s;
         report.late = mode == Mode::Changes { late: true };
         report.reload = mode == Mode::Reload;
@@ -505,9 +509,12 @@ impl IngestPlanner<'_> {
             .map(|(n, a, b)| format!("{n}: {a} -> {b}"))
             .collect();
         report.rows_rejected = rows_rejected;
-        let change = match mode {
-            Mode::Reload => Change::Reload,
-            Mode::Changes { .. } => Change::RowDelta {
+        let change = match (mode, load_append) {
+            (Mode::Reload, _) => Change::Reload,
+            (Mode::Changes { late: false }, Some(bounds)) if referenced.is_empty() => {
+                Change::LoadAppend { bounds }
+            }
+            (Mode::Changes { .. }, _) => Change::RowDelta {
                 referenced_data_files: referenced,
             },
         };
@@ -622,6 +629,16 @@ impl IngestPlanner<'_> {
         if c.duplicates > 0 {
             warn!(table = %self.ident, rows = c.duplicates, files = ?self.planned.iter().map(|f| &f.object.key).collect::<Vec<_>>(), "rows of a key replaced by a later row of the same key in the same input (the last one in DMS order is kept)");
         }
+        // A full-load input's key range: concurrent commits of its load only conflict within it.
+        let load_append = self
+            .planned
+            .iter()
+            .all(|f| f.object.kind == FileKind::Load)
+            .then(|| {
+                let s = planned.current_schema();
+                let ids: Vec<i32> = key.iter().filter_map(|k| s.field_id_by_name(k)).collect();
+                commit::KeyBounds::of(streamed.data.iter().map(|(_, f)| f), &ids)
+            });
         let staged = self.staged(
             Staging {
                 base,
@@ -635,6 +652,7 @@ impl IngestPlanner<'_> {
                 change: &prepared.change,
                 rows_rejected: streamed.rejected.len(),
                 max_seq: streamed.max_seq.clone(),
+                load_append,
             },
             &mut report,
         )?;
