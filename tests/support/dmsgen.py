@@ -363,6 +363,33 @@ def scenario_synthetic(a, rng: random.Random) -> Table:
         live[k] = r
         keys.add(k)
         load_changes.append(Change("I", dict(r), t0))
+    # A source whose key is not enforced: some keys appear again later in the load, with other
+    # values; the last one in DMS order (file order, then row order) is the row.
+    if a.load_duplicates:
+        for _ in range(int(len(load_changes) * a.load_duplicates)):
+            k = keys.choice(rng)
+            ts = t0 - dt.timedelta(seconds=rng.randint(0, 86399))
+            r = new_row(k, ts, in_load=True)
+            live[k] = r
+            at = rng.randrange(len(load_changes) + 1)
+            # After every earlier row of the key: the expected state keeps the last one.
+            last = max(i for i, c in enumerate(load_changes) if c.row["order_id"] == k)
+            load_changes.insert(max(at, last + 1), Change("I", dict(r), t0))
+    if a.load_order == "shuffled":
+        # An unsorted source (a heap table): rows in no key order, a key's rows anywhere
+        # (other files included), still in their order.
+        places = sorted(rng.random() for _ in load_changes)
+        rng.shuffle(places)
+        by_key: dict = {}
+        for c, p in zip(load_changes, places):
+            by_key.setdefault(c.row["order_id"], []).append(p)
+        for ps in by_key.values():
+            ps.sort()
+        placed = [(by_key[c.row["order_id"]].pop(0), i) for i, c in enumerate(load_changes)]
+        load_changes = [load_changes[i] for _, i in sorted(placed)]
+    else:
+        # Unloaded in key order: a key's rows together, in their order.
+        load_changes.sort(key=lambda c: c.row["order_id"])
     tb = Table(a.schema or "shop", a.table or "orders", cols, ["order_id"])
     nload = max(1, a.load_files)
     per = max(1, -(-len(load_changes) // nload))
@@ -1064,6 +1091,10 @@ def add_synthetic(p: argparse.ArgumentParser):
     p.add_argument("--update-ratio", type=float, default=0.5)
     p.add_argument("--delete-ratio", type=float, default=0.2)
     p.add_argument("--load-files", type=int, default=1, help="split the full load over N LOAD files")
+    p.add_argument("--load-order", choices=["sorted", "shuffled"], default="sorted",
+                   help="full-load rows in key order (MySQL, SQL Server) or not (a heap table)")
+    p.add_argument("--load-duplicates", type=float, default=0.0, metavar="RATIO",
+                   help="share of extra full-load rows repeating an earlier key with other values")
     p.add_argument("--file-interval", type=int, default=600, help="seconds between change files")
 
 
@@ -1082,7 +1113,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.scenario == "selfcheck":
         return selfcheck(a)
-    for n, d in (("load_files", 1), ("file_interval", 600)):
+    for n, d in (("load_files", 1), ("file_interval", 600), ("load_order", "sorted"),
+                 ("load_duplicates", 0.0)):
         if not hasattr(a, n):
             setattr(a, n, d)
     a.argv = argv
@@ -1480,7 +1512,8 @@ def generate_args(argv: list) -> dict:
         if s == "synthetic":
             add_synthetic(p)
     a = ap.parse_args(argv)
-    for n, d in (("load_files", 1), ("file_interval", 600)):
+    for n, d in (("load_files", 1), ("file_interval", 600), ("load_order", "sorted"),
+                 ("load_duplicates", 0.0)):
         if not hasattr(a, n):
             setattr(a, n, d)
     a.argv = argv

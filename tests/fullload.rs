@@ -1,0 +1,344 @@
+//! Full loads at scale (issue 24): a full-load file is streamed in bounded memory whatever its
+//! size and key order, duplicate keys in a full load keep the last row in DMS order, the files
+//! of one load commit in parallel (one process with `--parallel`, or several processes at
+//! once), and a bad value deep in a large file fails it naming file, line and column with
+//! nothing committed. Every table is compared whole with an independently computed state
+//! (our scan, PyIceberg, DuckDB).
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{Work, mentions_number};
+use serde_json::Value;
+
+const TABLE: &str = "shop.orders";
+
+/// `ingest --format json` with extra arguments: one report per commit.
+fn ingest_with(w: &Work, paths: &[PathBuf], extra: &[&str]) -> Vec<Value> {
+    let mut a: Vec<std::ffi::OsString> = vec!["ingest".into(), "--format".into(), "json".into()];
+    a.extend(paths.iter().map(|p| p.as_os_str().to_owned()));
+    for x in [
+        "--warehouse".into(),
+        w.wh().into_os_string(),
+        "--config".into(),
+        w.config().into_os_string(),
+    ] {
+        a.push(x);
+    }
+    a.extend(extra.iter().map(std::ffi::OsString::from));
+    let r = w.cli(&a).ok();
+    common::parse_json_lines(&r.stdout, "ingest --format json")
+}
+
+fn load_commits(reports: &[Value]) -> Vec<&Value> {
+    reports
+        .iter()
+        .filter(|c| {
+            c["status"] == "applied"
+                && c["files"].as_array().is_some_and(|f| {
+                    f.iter()
+                        .all(|f| f.as_str().is_some_and(|f| f.contains("LOAD")))
+                })
+        })
+        .collect()
+}
+
+#[test]
+fn a_shuffled_load_larger_than_its_sort_budget_is_spilled_and_exact() {
+    let w = Work::new("fullload_spill");
+    w.generate(
+        "synthetic",
+        &[
+            "--rows",
+            "3000",
+            "--load-order",
+            "shuffled",
+            "--cdc-files",
+            "2",
+            "--cdc-rows",
+            "200",
+            "--seed",
+            "241",
+        ],
+    );
+    // Sort runs of 16 KB: the load (about 400 KB of rows) is sorted in many spilled runs.
+    w.set_default("large_input_bytes = 32768");
+    let reports = w.ingest_json(&[w.dms()]);
+    let loads = load_commits(&reports);
+    assert_eq!(loads.len(), 1, "{reports:?}");
+    let c = loads[0];
+    assert_eq!(c["streamed"], true, "{c}");
+    assert_eq!(
+        c["read_twice"], true,
+        "out of key order: sorted on a second read: {c}"
+    );
+    assert!(
+        c["spilled_bytes"].as_u64().unwrap_or(0) > 0,
+        "nothing spilled: {c}"
+    );
+    assert_eq!(c["inserted"], 3000, "{c}");
+    w.assert_table(TABLE);
+}
+
+#[test]
+fn a_sorted_load_goes_straight_through() {
+    let w = Work::new("fullload_sorted");
+    w.generate(
+        "synthetic",
+        &["--rows", "3000", "--cdc-files", "2", "--seed", "242"],
+    );
+    w.set_default("large_input_bytes = 32768");
+    let reports = w.ingest_json(&[w.dms()]);
+    let c = load_commits(&reports)[0];
+    assert_eq!(c["read_twice"], false, "{c}");
+    assert_eq!(c["spilled_bytes"], 0, "{c}");
+    w.assert_table(TABLE);
+}
+
+/// Duplicate keys within and across the files of one load, in and out of key order,
+/// applied file by file and in parallel: the last row in DMS order is the row.
+#[test]
+fn duplicate_keys_in_a_full_load_keep_the_last_row() {
+    for (name, order, parallel) in [
+        ("fullload_dup_sorted", "sorted", "1"),
+        ("fullload_dup_shuffled", "shuffled", "1"),
+        ("fullload_dup_parallel", "shuffled", "3"),
+    ] {
+        let w = Work::new(name);
+        w.generate(
+            "synthetic",
+            &[
+                "--rows",
+                "2000",
+                "--load-files",
+                "3",
+                "--load-order",
+                order,
+                "--load-duplicates",
+                "0.1",
+                "--cdc-files",
+                "2",
+                "--seed",
+                "243",
+            ],
+        );
+        w.set_default("large_input_bytes = 65536");
+        let reports = ingest_with(&w, &[w.dms()], &["--parallel", parallel]);
+        let loads = load_commits(&reports);
+        assert_eq!(loads.len(), 3, "{name}: {reports:?}");
+        // 200 extra rows repeat keys: those within one file are counted as replaced there;
+        // across files the later file's row replaces the earlier one's (an update).
+        let within: u64 = loads
+            .iter()
+            .map(|c| c["duplicate_keys"].as_u64().unwrap_or(0))
+            .sum();
+        let across: u64 = loads
+            .iter()
+            .map(|c| c["updated"].as_u64().unwrap_or(0))
+            .sum();
+        let stale: u64 = loads
+            .iter()
+            .map(|c| c["stale_changes"].as_u64().unwrap_or(0))
+            .sum();
+        assert!(within > 0, "{name}: no duplicate within a file: {loads:?}");
+        assert_eq!(within + across + stale, 200, "{name}: {loads:?}");
+        w.assert_table(TABLE);
+    }
+}
+
+/// Files of one load applied in reverse DMS order (as invocations for each file may finish):
+/// a row of a later file, applied first, is kept over the same key's row of an earlier file.
+#[test]
+fn a_later_load_file_applied_first_keeps_its_rows() {
+    let w = Work::new("fullload_dup_reversed");
+    w.generate(
+        "synthetic",
+        &[
+            "--rows",
+            "2000",
+            "--load-files",
+            "3",
+            "--load-order",
+            "shuffled",
+            "--load-duplicates",
+            "0.1",
+            "--cdc-files",
+            "2",
+            "--seed",
+            "246",
+        ],
+    );
+    let meta = w.meta(TABLE);
+    let mut stale = 0;
+    for f in meta.files.iter().filter(|f| f.contains("LOAD")).rev() {
+        for c in w.ingest_json(&[w.dms().join(f)]) {
+            assert_eq!(c["status"], "applied", "{c}");
+            stale += c["stale_changes"].as_u64().unwrap_or(0);
+        }
+    }
+    assert!(stale > 0, "no earlier file's row met a later file's");
+    w.ingest_json(&[w.dms()]);
+    w.assert_table(TABLE);
+}
+
+/// `--parallel`: the files of one load commit at once, the first creating the table; a lost
+/// swap to another file of the load is retried without planning again (their key ranges are
+/// apart); change files apply after the whole load.
+#[test]
+fn load_files_commit_in_parallel_without_replanning() {
+    let w = Work::new("fullload_parallel");
+    w.generate(
+        "synthetic",
+        &[
+            "--rows",
+            "4000",
+            "--load-files",
+            "8",
+            "--cdc-files",
+            "3",
+            "--cdc-rows",
+            "150",
+            "--seed",
+            "244",
+        ],
+    );
+    let reports = ingest_with(&w, &[w.dms()], &["--parallel", "4"]);
+    let loads = load_commits(&reports);
+    assert_eq!(loads.len(), 8, "{reports:?}");
+    for c in &loads {
+        assert_eq!(c["replans"], 0, "a file of the load planned again: {c}");
+    }
+    let changes: Vec<&Value> = reports
+        .iter()
+        .filter(|c| c["status"] == "applied" && !loads.contains(c))
+        .collect();
+    assert_eq!(changes.len(), 3, "{reports:?}");
+    w.assert_table(TABLE);
+}
+
+/// Separate processes, one per full-load file, started at once on a table that does not exist
+/// yet (as concurrent Lambda invocations): every file lands once, the table is created once,
+/// and the change files apply on top.
+#[test]
+fn processes_applying_files_of_one_load_at_once() {
+    let w = Work::new("fullload_processes");
+    w.generate(
+        "synthetic",
+        &[
+            "--rows",
+            "3000",
+            "--load-files",
+            "6",
+            "--cdc-files",
+            "2",
+            "--seed",
+            "245",
+        ],
+    );
+    let meta = w.meta(TABLE);
+    let loads: Vec<PathBuf> = meta
+        .files
+        .iter()
+        .filter(|f| f.contains("LOAD"))
+        .map(|f| w.dms().join(f))
+        .collect();
+    assert_eq!(loads.len(), 6);
+    let reports: Vec<Vec<Value>> = std::thread::scope(|s| {
+        let handles: Vec<_> = loads
+            .iter()
+            .map(|f| s.spawn(|| ingest_with(&w, std::slice::from_ref(f), &[])))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("ingest"))
+            .collect()
+    });
+    let applied: usize = reports
+        .iter()
+        .flatten()
+        .filter(|c| c["status"] == "applied")
+        .count();
+    assert_eq!(applied, 6, "{reports:?}");
+    let rest = w.ingest_json(&[w.dms()]);
+    let changes = rest.iter().filter(|c| c["status"] == "applied").count();
+    assert_eq!(changes, 2, "{rest:?}");
+    w.assert_table(TABLE);
+}
+
+/// A table `s.t` of `id, v, n` with one full-load file of `rows` rows, `n` of row `bad_at`
+/// being `12x4`.
+fn load_with_a_bad_value(w: &Work, rows: u64, bad_at: u64, pin: bool) -> PathBuf {
+    let dir = w.dms().join("s/t");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let mut text = String::from("Op,id,v,n\n");
+    for i in 1..=rows {
+        let n = if i == bad_at {
+            "12x4".to_string()
+        } else {
+            (i * 7).to_string()
+        };
+        text.push_str(&format!("I,{i},value {i},{n}\n"));
+    }
+    let path = dir.join("LOAD00000001.csv");
+    std::fs::write(&path, text).expect("write");
+    let columns = if pin {
+        "columns = [{ name = \"n\", type = \"long\" }]\n"
+    } else {
+        ""
+    };
+    std::fs::write(
+        w.config(),
+        format!("[defaults]\n[tables.\"s.t\"]\nprimary_key = [\"id\"]\n{columns}"),
+    )
+    .expect("config");
+    path
+}
+
+/// A bad value far into a large full load (past the records its types are guessed from, past
+/// many spilled runs) fails the file with file, line and column; nothing is committed.
+#[test]
+fn a_bad_value_deep_in_a_large_load_fails_it_and_commits_nothing() {
+    let w = Work::new("fullload_bad_value");
+    let path = load_with_a_bad_value(&w, 150_000, 140_000, true);
+    let r = w.ingest_paths(&[w.dms()]);
+    assert!(!r.status.success(), "{}", r.describe());
+    let out = r.output();
+    assert!(out.contains("LOAD00000001.csv"), "{}", r.describe());
+    assert!(
+        mentions_number(&out, 140_001),
+        "the line is named: {}",
+        r.describe()
+    );
+    assert!(out.contains("`n`"), "the column is named: {}", r.describe());
+    assert!(
+        !w.scan_run("s.t", &[]).status.success(),
+        "the table must not exist"
+    );
+    // Nothing is left in the warehouse but the catalog.
+    let data = w.wh().join("s.db/t/data");
+    let left = std::fs::read_dir(&data).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(left, 0, "files left in {}", data.display());
+    drop(path);
+}
+
+/// Unpinned, the same file is a text column: its type is guessed from the first records, the
+/// value that does not fit makes the file be read again with the type all its values give
+/// (what inferring from the whole file gives), and every row is kept.
+#[test]
+fn a_late_value_that_does_not_fit_the_guessed_type_widens_it() {
+    let w = Work::new("fullload_retype");
+    load_with_a_bad_value(&w, 150_000, 140_000, false);
+    let reports = w.ingest_json(&[w.dms()]);
+    let c = &reports[0];
+    assert_eq!(c["status"], "applied", "{c}");
+    assert_eq!(c["read_twice"], true, "{c}");
+    assert_eq!(c["inserted"], 150_000, "{c}");
+    let rows = w.scan("s.t", &["--limit", "1000000"]);
+    let bad = rows
+        .iter()
+        .find(|r| r["id"] == 140_000)
+        .expect("row 140000");
+    assert_eq!(bad["n"], "12x4", "{bad}");
+    assert_eq!(rows.len(), 150_000);
+}
