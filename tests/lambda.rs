@@ -728,6 +728,111 @@ fn racing_functions_end_exact() {
     );
 }
 
+/// A full load of six files whose events reach three functions at once (each event an S3
+/// notification, some duplicated), with duplicate keys across the files: the files of the load
+/// commit side by side, a change file's event during the load waits (its SQS record fails and
+/// is retried), and after the change files the table equals the source.
+#[test]
+fn full_load_files_apply_in_concurrent_functions() {
+    require_python();
+    let lab = Lab::new("parallel_load");
+    lab.generate("synthetic", &args("--schema shop --table orders --rows 600 --load-files 6 --load-order shuffled --load-duplicates 0.05 --cdc-files 3 --cdc-rows 40 --seed 24"));
+    lab.upload_config(&[]);
+    let meta = lab.work.meta("shop.orders");
+    let name = lab.glue_name(&meta);
+    let files = meta.files.clone();
+    let (loads, changes): (Vec<String>, Vec<String>) =
+        files.iter().cloned().partition(|f| f.contains("LOAD"));
+    assert_eq!(loads.len(), 6);
+    for k in &files {
+        lab.upload(k);
+    }
+    let mut fs: Vec<Function> = (0..3)
+        .map(|i| Function::start(&lab, &format!("ingest-{i}"), &[]))
+        .collect();
+    // Each function gets two of the load's files (and one event twice), all at once.
+    let outcomes: Vec<Outcome> = std::thread::scope(|s| {
+        let handles: Vec<_> = fs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, f)| {
+                let mine = [&loads[i], &loads[i + 3], &loads[i]];
+                let events: Vec<Value> = mine.iter().map(|k| lab.s3_event(k)).collect();
+                s.spawn(move || events.iter().map(|e| f.invoke(e)).collect::<Vec<_>>())
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    for o in &outcomes {
+        assert!(o.is_response(), "{o:?}");
+    }
+    // The load is complete: change files apply now (in one SQS batch, shuffled, duplicated).
+    let mut recs: Vec<Value> = changes
+        .iter()
+        .chain(changes.iter())
+        .map(|k| sqs_record(&lab.s3_event(k).to_string()).1)
+        .collect();
+    recs.reverse();
+    let o = fs[0].invoke_ok(&sqs_event(&recs));
+    assert!(o.batch_item_failures().is_empty(), "{}", o.body);
+    lab.assert_table("shop.orders");
+    assert_each_file_once(&lab, &name, &files);
+    let applied: f64 = fs
+        .iter()
+        .map(|f| {
+            emf_totals(&f.log())
+                .get("FilesApplied")
+                .copied()
+                .unwrap_or(0.0)
+        })
+        .sum();
+    assert_eq!(
+        applied as usize,
+        files.len(),
+        "each file applied by one function"
+    );
+}
+
+/// While files of a table's full load are pending, an event for a change file applies nothing:
+/// its SQS record fails (and is retried once the load is in); the load's own events apply it.
+#[test]
+fn a_change_file_waits_for_the_full_load() {
+    require_python();
+    let lab = Lab::new("wait_for_load");
+    lab.generate("synthetic", &args("--schema shop --table orders --rows 300 --load-files 3 --cdc-files 2 --cdc-rows 30 --seed 25"));
+    lab.upload_config(&[]);
+    let meta = lab.work.meta("shop.orders");
+    let files = meta.files.clone();
+    let (loads, changes): (Vec<String>, Vec<String>) =
+        files.iter().cloned().partition(|f| f.contains("LOAD"));
+    for k in &files {
+        lab.upload(k);
+    }
+    let mut f = Function::start(&lab, "ingest", &[]);
+    // One file of the load and a change file in one batch: the load's file is applied, the
+    // change file waits (two other files of the load are pending, their events elsewhere).
+    let (id_load, r_load) = sqs_record(&lab.s3_event(&loads[1]).to_string());
+    let (id_change, r_change) = sqs_record(&lab.s3_event(&changes[0]).to_string());
+    let o = f.invoke_ok(&sqs_event(&[r_load, r_change]));
+    let failed = o.batch_item_failures();
+    assert_eq!(failed, vec![id_change.clone()], "{}", o.body);
+    assert!(!failed.contains(&id_load));
+    for k in [&loads[0], &loads[2]] {
+        f.invoke_ok(&lab.s3_event(k));
+    }
+    // The retried record (and the rest) apply on top of the whole load.
+    let recs: Vec<Value> = changes
+        .iter()
+        .map(|k| sqs_record(&lab.s3_event(k).to_string()).1)
+        .collect();
+    let o = f.invoke_ok(&sqs_event(&recs));
+    assert!(o.batch_item_failures().is_empty(), "{}", o.body);
+    lab.assert_table("shop.orders");
+}
+
 /// README promises that logs carry "file, line, column and the kind of problem, never row
 /// values": the logged reason names the column (`Op`), only values are redacted.
 #[test]

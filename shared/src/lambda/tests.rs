@@ -79,6 +79,7 @@ impl Lab {
             files_per_invocation: 100,
             spool: self.dir.join("spool"),
             key_cache_bytes: 64 << 20,
+            parallel_loads: 1,
         }
     }
 
