@@ -738,7 +738,7 @@ impl IngestPlanner<'_> {
             .map_err(|e| Error::Other(format!("streamed read failed: {e}")))??;
             match ran {
                 super::stream::Ran::Done(s) => {
-                    return Ok((prepared, base, changes, planned, s, retyped));
+                    return Ok((prepared, base, changes, planned, *s, retyped));
                 }
                 super::stream::Ran::Retype(r) => {
                     retyped = true;

@@ -327,6 +327,10 @@ fn settle_schema(
     })
 }
 
+/// Every column of a file with its type, and the columns whose type was guessed from the
+/// file's first records.
+type Typed = (Vec<(String, PrimitiveType)>, Vec<usize>);
+
 /// The type of every column of `src`: the table's where the column exists (text), else the
 /// file's declared type, a configured one, or inferred from the file (as `inference` says).
 /// Also: the columns whose type was guessed from the file's first records.
@@ -336,7 +340,7 @@ fn column_types(
     cfg: &TableConfig,
     file: usize,
     inference: &Inference,
-) -> Result<(Vec<(String, PrimitiveType)>, Vec<usize>)> {
+) -> Result<Typed> {
     let cols = src.columns();
     let mut typed: Vec<(String, Option<PrimitiveType>)> = Vec::with_capacity(cols.len());
     for c in &cols {

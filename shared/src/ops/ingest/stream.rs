@@ -82,7 +82,7 @@ pub(super) type Retype = BTreeMap<(usize, String), PrimitiveType>;
 
 /// How [`run`] ended.
 pub(super) enum Ran {
-    Done(Streamed),
+    Done(Box<Streamed>),
     /// A file does not fit the types guessed from its first records: settle the schema again
     /// with these types and run again.
     Retype(Retype),
@@ -152,7 +152,7 @@ pub(super) fn run(
 }
 
 enum Attempt {
-    Done(Streamed),
+    Done(Box<Streamed>),
     /// Rows came out of key order while they went straight through: start over, sorting.
     OutOfOrder,
     Retype(Retype),
@@ -220,7 +220,7 @@ fn attempt(
             let mut counts = output.counts;
             counts.duplicates = output.duplicates;
             counts.rows_read = read.rows;
-            Ok(Attempt::Done(Streamed {
+            Ok(Attempt::Done(Box::new(Streamed {
                 data,
                 deletes: output.deletes,
                 counts,
@@ -229,7 +229,7 @@ fn attempt(
                 rejected: read.rejected,
                 spilled_bytes: output.spilled_bytes,
                 restarts: 0,
-            }))
+            })))
         }
     }
 }
