@@ -772,7 +772,8 @@ async fn a_file_that_claims_the_key_order_but_is_unsorted_is_sorted_before_mergi
     let batch = arrow_array::RecordBatch::try_new(schema.clone(), columns).unwrap();
     let file_io = lab.catalog.file_io();
     let mut w =
-        crate::write::DataFileStream::new(file_io, md, &["id".into()], 1 << 20, false, 4).unwrap();
+        crate::write::DataFileStream::new(file_io, md, &["id".into()], 1 << 20, false, 4, vec![])
+            .unwrap();
     w.write(&batch).await.unwrap();
     let written = w.close().await.unwrap();
     assert_eq!(

@@ -44,29 +44,71 @@ pub const DELETE_POS_ID: i32 = 2147483545;
 /// How a file's columns are encoded. zstd level 1 everywhere: it encodes in about two thirds
 /// of level 3's time for about 1% more bytes (a 1 GB full load: 2.99 against 4.30 s on one
 /// core, 193 against 191 MB; see bench/RESULTS.md).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Encoding {
     /// No dictionary pages: the files one change file's commit writes (compaction rewrites
     /// them). A dictionary costs a hash of every value, and zstd finds the repeats of a
     /// low-cardinality column by itself (a 10,000-row change: 166.8 KB against 218.6 KB).
     Change,
     /// Dictionary pages (readers filter dictionary-encoded columns without decoding them):
-    /// full loads, compaction's output and other streamed inputs, the files that stay.
-    Kept,
+    /// full loads, compaction's output and other streamed inputs, the files that stay. Except
+    /// for the columns listed: text whose dictionary would overflow its page in every row group
+    /// (nearly unique values), where building it is a tenth of a full load's CPU for nothing.
+    Kept { plain: Vec<String> },
+}
+
+/// Text columns of `sample` (a first batch of rows) whose values are so varied that a
+/// dictionary of a whole row group would not fit a dictionary page: written without one.
+pub fn varied_text_columns(sample: &RecordBatch) -> Vec<String> {
+    use arrow_array::Array;
+    const DICTIONARY_PAGE_BYTES: usize = 1 << 20;
+    let rows = sample.num_rows().max(1);
+    sample
+        .schema()
+        .fields()
+        .iter()
+        .zip(sample.columns())
+        .filter_map(|(f, c)| {
+            let values: Vec<&[u8]> = match c.data_type() {
+                arrow_schema::DataType::Utf8 => c
+                    .as_any()
+                    .downcast_ref::<StringArray>()?
+                    .iter()
+                    .flatten()
+                    .map(str::as_bytes)
+                    .collect(),
+                arrow_schema::DataType::Binary => c
+                    .as_any()
+                    .downcast_ref::<arrow_array::BinaryArray>()?
+                    .iter()
+                    .flatten()
+                    .collect(),
+                _ => return None,
+            };
+            let distinct: std::collections::HashSet<&[u8]> = values.iter().copied().collect();
+            let bytes: usize = distinct.iter().map(|v| v.len()).sum();
+            // The dictionary one row group would build, at this sample's rate.
+            let expected = bytes.saturating_mul(ROW_GROUP_ROWS) / rows;
+            (expected > DICTIONARY_PAGE_BYTES).then(|| f.name().clone())
+        })
+        .collect()
 }
 
 fn base_properties(encoding: Encoding) -> parquet::file::properties::WriterPropertiesBuilder {
-    let (level, dictionary) = match encoding {
-        Encoding::Change => (1, false),
-        Encoding::Kept => (1, true),
+    let (level, dictionary, plain) = match encoding {
+        Encoding::Change => (1, false, Vec::new()),
+        Encoding::Kept { plain } => (1, true, plain),
     };
-    WriterProperties::builder()
-        .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(level).unwrap_or_default(),
-        ))
-        .set_dictionary_enabled(dictionary)
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
-        .set_created_by(format!("dms2iceberg {}", env!("CARGO_PKG_VERSION")))
+    let mut b = WriterProperties::builder();
+    for c in plain {
+        b = b.set_column_dictionary_enabled(ColumnPath::from(c.as_str()), false);
+    }
+    b.set_compression(Compression::ZSTD(
+        ZstdLevel::try_new(level).unwrap_or_default(),
+    ))
+    .set_dictionary_enabled(dictionary)
+    .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+    .set_created_by(format!("dms2iceberg {}", env!("CARGO_PKG_VERSION")))
 }
 
 /// Name suffix of data files that hold only full-load rows (`<uuid>-00000-fullload.parquet`).
@@ -290,7 +332,8 @@ pub struct DataFileStream {
 }
 
 impl DataFileStream {
-    /// `rows`: about how many rows will come (sizes the bloom filters).
+    /// `rows`: about how many rows will come (sizes the bloom filters); `plain`: text columns
+    /// written without a dictionary ([`varied_text_columns`]).
     pub fn new(
         file_io: &FileIO,
         metadata: &TableMetadata,
@@ -298,6 +341,7 @@ impl DataFileStream {
         target_file_size: u64,
         full_load: bool,
         rows: usize,
+        plain: Vec<String>,
     ) -> Result<DataFileStream> {
         Ok(DataFileStream {
             plan: DataFilePlan::new(
@@ -307,7 +351,7 @@ impl DataFileStream {
                 target_file_size,
                 full_load,
                 rows,
-                Encoding::Kept,
+                Encoding::Kept { plain },
             )?,
             writers: Vec::new(),
             by_partition: std::collections::HashMap::new(),

@@ -69,7 +69,8 @@ pub(super) async fn merge_group(
             .iter()
             .map(|i| i.task.record_count.unwrap_or(0))
             .sum();
-        let mut out = DataFileStream::new(file_io, md, key, target, full_load, live as usize)?;
+        let mut out =
+            DataFileStream::new(file_io, md, key, target, full_load, live as usize, vec![])?;
         let mut merge = Merge::new(out.arrow_schema().clone(), key, &inputs)?;
         match merge.run(table, file_io, &inputs, &mut out).await {
             Ok(None) => return merge.finish(out).await,

@@ -165,21 +165,13 @@ fn attempt(
     sort: bool,
 ) -> Result<Attempt> {
     let schema = row_schema(&spec.processing);
-    let sink = DataFileStream::new(
-        target.file_io,
-        &target.planned,
-        &spec.key,
-        target.target_file_size,
-        spec.from_load,
-        usize::MAX,
-    )?;
     let (tx, rx) = sync_channel::<Result<RecordBatch>>(READ_AHEAD);
     let (wtx, wrx) = sync_channel::<ToWriter>(WRITE_AHEAD);
     let mut output = Output::new(spec, target, &schema, wtx)?;
     let (consumed, read, written) = std::thread::scope(|s| {
         // Three threads: this one sorts, settles and looks up; one reads, one encodes.
         let reader = s.spawn(|| read_rows(spec, &schema, tx));
-        let writer = s.spawn(|| write_rows(sink, wrx, handle, target.file_io));
+        let writer = s.spawn(|| write_rows(spec, target, wrx, handle));
         // A consumer that stops early drops the receiver: the reader stops at its next batch.
         let consumed =
             consume(spec, handle, &schema, rx, sort, &mut output).and_then(|flow| match flow {
@@ -263,23 +255,52 @@ const WRITE_AHEAD: usize = 4;
 /// Encodes the upserts into data files. Rows that stop without `Finish` (an error, or an
 /// input started over) leave nothing behind.
 fn write_rows(
-    mut sink: DataFileStream,
+    spec: &StreamSpec,
+    target: &Target<'_>,
     rx: Receiver<ToWriter>,
     handle: &tokio::runtime::Handle,
-    file_io: &FileIO,
 ) -> Result<Vec<(i32, DataFile)>> {
+    let file_io = target.file_io;
+    // Opened at the first rows, which tell which text columns get no dictionary.
+    let mut sink: Option<DataFileStream> = None;
     for msg in rx {
         match msg {
             ToWriter::Rows(b) => {
-                if let Err(e) = handle.block_on(sink.write(&b)) {
-                    handle.block_on(sink.abort(file_io));
+                let written = match &mut sink {
+                    Some(s) => handle.block_on(s.write(&b)),
+                    None => DataFileStream::new(
+                        file_io,
+                        &target.planned,
+                        &spec.key,
+                        target.target_file_size,
+                        spec.from_load,
+                        usize::MAX,
+                        crate::write::varied_text_columns(&b),
+                    )
+                    .and_then(|mut s| {
+                        let w = handle.block_on(s.write(&b));
+                        sink = Some(s);
+                        w
+                    }),
+                };
+                if let Err(e) = written {
+                    if let Some(s) = sink.take() {
+                        handle.block_on(s.abort(file_io));
+                    }
                     return Err(e);
                 }
             }
-            ToWriter::Finish => return handle.block_on(sink.close()),
+            ToWriter::Finish => {
+                return match sink {
+                    Some(s) => handle.block_on(s.close()),
+                    None => Ok(Vec::new()),
+                };
+            }
         }
     }
-    handle.block_on(sink.abort(file_io));
+    if let Some(s) = sink {
+        handle.block_on(s.abort(file_io));
+    }
     Err(Error::Other("data files abandoned".into()))
 }
 
