@@ -602,8 +602,10 @@ where
             .with_next_version()
             .with_new_metadata(&new)
             .to_string();
+        let started = std::time::Instant::now();
         new.write_to(file_io, &MetadataLocation::from_str(&location)?)
             .await?;
+        crate::table::count_metadata_write(started.elapsed());
         match catalog
             .swap(ident, Some(&current.pointer), &location, &new)
             .await

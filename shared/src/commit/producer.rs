@@ -232,9 +232,11 @@ pub(super) async fn build_attempt(
     // The manifest list and metadata.json in flight together: the metadata names the list by
     // its path, and nothing can read either before the swap makes the metadata current.
     let write_metadata = async {
+        let started = std::time::Instant::now();
         metadata
             .write_to(file_io, &MetadataLocation::from_str(&location)?)
             .await?;
+        crate::table::count_metadata_write(started.elapsed());
         Ok::<_, Error>(())
     };
     let (list, meta) = tokio::join!(list_written, write_metadata);
