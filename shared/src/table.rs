@@ -180,16 +180,20 @@ impl LoadedTable {
 /// Snapshots from the current one back to the first, following parents (the `snapshots` list
 /// in metadata is unordered).
 pub fn ancestry(metadata: &TableMetadata) -> Vec<&Arc<Snapshot>> {
-    let mut out = Vec::new();
+    ancestors(metadata).collect()
+}
+
+/// [`ancestry`], lazily: a walk that stops early (at a base snapshot, at our own) costs what it
+/// visits, not the whole history. Bounded by the snapshot count, so a parent cycle in damaged
+/// metadata ends.
+pub fn ancestors(metadata: &TableMetadata) -> impl Iterator<Item = &Arc<Snapshot>> {
     let mut next = metadata.current_snapshot_id();
-    while let Some(id) = next {
-        let Some(s) = metadata.snapshot_by_id(id) else {
-            break;
-        };
-        out.push(s);
+    std::iter::from_fn(move || {
+        let s = metadata.snapshot_by_id(next?)?;
         next = s.parent_snapshot_id();
-    }
-    out
+        Some(s)
+    })
+    .take(metadata.snapshots().len())
 }
 
 /// Our summary properties of a snapshot, for `history`.
