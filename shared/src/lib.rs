@@ -29,6 +29,8 @@
 //! - errors: [`Error`] with [`error::InputError`] naming file, line/row and column;
 //! - the reader ([`read`], [`locate`]) and [`lookup::LookupCache`], public for the hostile-input
 //!   tests and the benchmarks that drive them directly.
+//! - [`metadata_io`]: what the process spent reading and writing metadata.json files (the part
+//!   of a commit that grows with the snapshot history), for the benchmarks.
 
 #[cfg(feature = "aws")]
 pub mod aws;
@@ -51,3 +53,4 @@ pub(crate) mod types;
 pub(crate) mod write;
 
 pub use error::{Error, Result};
+pub use table::{MetadataIo, metadata_io};

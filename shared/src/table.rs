@@ -1,6 +1,8 @@
 //! A table as loaded from the catalog, and the keys of what we write into its metadata.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use iceberg::TableIdent;
 use iceberg::io::FileIO;
@@ -54,7 +56,9 @@ async fn read_metadata(file_io: &FileIO, location: &str) -> Result<Arc<TableMeta
     {
         return Ok(t);
     }
+    let started = Instant::now();
     let metadata = Arc::new(TableMetadata::read_from(file_io, location).await?);
+    count_metadata_io(&METADATA_READS, started.elapsed());
     if let Ok(mut m) = METADATA.lock()
         && cached(&m).is_none()
     {
@@ -64,6 +68,47 @@ async fn read_metadata(file_io: &FileIO, location: &str) -> Result<Arc<TableMeta
         m.push((location.to_string(), metadata.clone()));
     }
     Ok(metadata)
+}
+
+/// What this process spent on metadata.json files since it started: reads (fetch and parse, on
+/// a cache miss) and writes (serialise and write). Cumulative, for benchmarks and profiling: the
+/// one cost of a commit that grows with the table's snapshot history (about 1 KB per snapshot).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MetadataIo {
+    pub reads: u64,
+    pub read_ns: u64,
+    pub writes: u64,
+    pub write_ns: u64,
+}
+
+/// Count and nanoseconds of one kind of metadata.json access.
+type IoCounter = (AtomicU64, AtomicU64);
+static METADATA_READS: IoCounter = (AtomicU64::new(0), AtomicU64::new(0));
+static METADATA_WRITES: IoCounter = (AtomicU64::new(0), AtomicU64::new(0));
+
+fn count_metadata_io(counter: &IoCounter, elapsed: Duration) {
+    counter.0.fetch_add(1, Ordering::Relaxed);
+    counter
+        .1
+        .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+}
+
+/// Counts one metadata.json write (serialising and writing it) that took `elapsed`.
+pub(crate) fn count_metadata_write(elapsed: Duration) {
+    count_metadata_io(&METADATA_WRITES, elapsed);
+}
+
+/// The metadata.json reads and writes of this process so far.
+pub fn metadata_io() -> MetadataIo {
+    let get = |c: &IoCounter| (c.0.load(Ordering::Relaxed), c.1.load(Ordering::Relaxed));
+    let (reads, read_ns) = get(&METADATA_READS);
+    let (writes, write_ns) = get(&METADATA_WRITES);
+    MetadataIo {
+        reads,
+        read_ns,
+        writes,
+        write_ns,
+    }
 }
 
 /// Remembers the metadata this process just wrote at `location` (after the catalog swap made
@@ -135,16 +180,20 @@ impl LoadedTable {
 /// Snapshots from the current one back to the first, following parents (the `snapshots` list
 /// in metadata is unordered).
 pub fn ancestry(metadata: &TableMetadata) -> Vec<&Arc<Snapshot>> {
-    let mut out = Vec::new();
+    ancestors(metadata).collect()
+}
+
+/// [`ancestry`], lazily: a walk that stops early (at a base snapshot, at our own) costs what it
+/// visits, not the whole history. Bounded by the snapshot count, so a parent cycle in damaged
+/// metadata ends.
+pub fn ancestors(metadata: &TableMetadata) -> impl Iterator<Item = &Arc<Snapshot>> {
     let mut next = metadata.current_snapshot_id();
-    while let Some(id) = next {
-        let Some(s) = metadata.snapshot_by_id(id) else {
-            break;
-        };
-        out.push(s);
+    std::iter::from_fn(move || {
+        let s = metadata.snapshot_by_id(next?)?;
         next = s.parent_snapshot_id();
-    }
-    out
+        Some(s)
+    })
+    .take(metadata.snapshots().len())
 }
 
 /// Our summary properties of a snapshot, for `history`.

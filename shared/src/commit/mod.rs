@@ -105,14 +105,16 @@ impl MetadataChanges {
 
     /// Applies the changes (without a snapshot): the metadata files must be written against.
     /// Deterministic, so validation can re-apply them to the current table and compare ids.
-    pub fn apply(&self, base: &TableMetadata) -> Result<TableMetadata> {
+    /// No changes: `base` itself (a copy would be a pass over every snapshot of the table).
+    pub fn apply(&self, base: &Arc<TableMetadata>) -> Result<Arc<TableMetadata>> {
         if self.is_empty() {
             return Ok(base.clone());
         }
-        Ok(self
-            .apply_to(base.clone().into_builder(None))?
-            .build()?
-            .metadata)
+        Ok(Arc::new(
+            self.apply_to(base.as_ref().clone().into_builder(None))?
+                .build()?
+                .metadata,
+        ))
     }
 
     fn apply_to(&self, mut b: TableMetadataBuilder) -> Result<TableMetadataBuilder> {
@@ -413,8 +415,8 @@ async fn attempt_until_decided(
             (1, Base::Create(_)) => None,
             _ => LoadedTable::load(catalog, &staged.ident).await?,
         };
-        let (verdict, carry) = validate::check_carrying(staged, current.as_ref(), file_io).await?;
-        match verdict {
+        let validated = validate::check_carrying(staged, current.as_ref(), file_io).await?;
+        match validated.verdict {
             validate::Verdict::Proceed => {}
             validate::Verdict::AlreadyCommitted => {
                 let t = current
@@ -427,7 +429,7 @@ async fn attempt_until_decided(
             }
         }
         let built =
-            producer::build_attempt(staged, current.as_ref(), file_io, attempt, &carry).await?;
+            producer::build_attempt(staged, current.as_ref(), file_io, attempt, validated).await?;
         if let Err(e) = failpoint("after-metadata").await {
             built.delete(file_io).await;
             return Err(e.into());
@@ -448,10 +450,12 @@ async fn attempt_until_decided(
                     .map_err(|e| CommitError::Unknown(e.to_string()))?;
                 info!(table = %staged.ident, snapshot_id = staged.snapshot_id, attempts = attempt, "committed");
                 cleanup_expired(file_io, current.as_ref(), &built.metadata).await;
-                crate::table::remember_metadata(&built.location, built.metadata.clone());
+                let sequence_number = built.metadata.last_sequence_number();
+                // Moved, not copied: a copy costs a pass over every snapshot of the table.
+                crate::table::remember_metadata(&built.location, built.metadata);
                 return Ok(Outcome::Committed {
                     snapshot_id: staged.snapshot_id,
-                    sequence_number: built.metadata.last_sequence_number(),
+                    sequence_number,
                     attempts: attempt,
                     metadata_location: built.location,
                 });
@@ -651,8 +655,10 @@ where
             .with_next_version()
             .with_new_metadata(&new)
             .to_string();
+        let started = std::time::Instant::now();
         new.write_to(file_io, &MetadataLocation::from_str(&location)?)
             .await?;
+        crate::table::count_metadata_write(started.elapsed());
         match catalog
             .swap(ident, Some(&current.pointer), &location, &new)
             .await

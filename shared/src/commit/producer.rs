@@ -79,19 +79,27 @@ async fn carried_manifests(
     })
 }
 
+/// Builds on `current` as `validated` found it. The metadata is copied once, into the builder:
+/// everything else reads it in place (a copy is a pass over every snapshot of the table).
 pub(super) async fn build_attempt(
     staged: &Staged,
     current: Option<&LoadedTable>,
     file_io: &FileIO,
     attempt: u32,
-    carry: &super::validate::CarriedDeletes,
+    validated: super::validate::Validated,
 ) -> Result<Built> {
-    let (base_md, base_location) = match (current, &staged.base) {
+    let super::validate::Validated {
+        carry,
+        record: validated_record,
+        ..
+    } = validated;
+    let carry = &carry;
+    let (base_md, base_location): (&TableMetadata, _) = match (current, &staged.base) {
         (Some(t), _) => (
-            t.metadata.as_ref().clone(),
+            t.metadata.as_ref(),
             Some(t.pointer.metadata_location.clone()),
         ),
-        (None, Base::Create(m)) => (m.as_ref().clone(), None),
+        (None, Base::Create(m)) => (m.as_ref(), None),
         (None, Base::Existing(_)) => return Err(Error::Other("table vanished".into())),
     };
     let parent = base_md.current_snapshot().cloned();
@@ -100,13 +108,13 @@ pub(super) async fn build_attempt(
 
     // What the snapshot holds besides our prepared manifests.
     let parent_manifests = match &parent {
-        Some(p) => manifest_list(file_io, &base_md, p).await?,
+        Some(p) => manifest_list(file_io, base_md, p).await?,
         None => Vec::new(),
     };
     let mut added = staged.added.clone();
     let carried = carried_manifests(
         staged,
-        &base_md,
+        base_md,
         file_io,
         parent_manifests,
         carry,
@@ -195,8 +203,11 @@ pub(super) async fn build_attempt(
             .set_branch_snapshot(snapshot, MAIN_BRANCH)?;
         if let Some(update) = &staged.record {
             // Recomputed from the table as it is: validation made sure it still holds what the
-            // input was planned against.
-            let now = AppliedRecord::of_table(&base_md)?.unwrap_or_default();
+            // input was planned against, and read it (unless it had no inputs to check).
+            let now = match validated_record {
+                Some(r) => r,
+                None => AppliedRecord::of_table(base_md)?.unwrap_or_default(),
+            };
             let next = now.applied_with(
                 &update.inputs,
                 &update.carried,
@@ -232,9 +243,11 @@ pub(super) async fn build_attempt(
     // The manifest list and metadata.json in flight together: the metadata names the list by
     // its path, and nothing can read either before the swap makes the metadata current.
     let write_metadata = async {
+        let started = std::time::Instant::now();
         metadata
             .write_to(file_io, &MetadataLocation::from_str(&location)?)
             .await?;
+        crate::table::count_metadata_write(started.elapsed());
         Ok::<_, Error>(())
     };
     let (list, meta) = tokio::join!(list_written, write_metadata);

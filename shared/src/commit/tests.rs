@@ -487,9 +487,10 @@ async fn compaction_carries_over_deletes_ingest_commits_meanwhile() {
     *row_map = Some(map);
     // With it, the deletes (keys 2 and 4) are carried over and the rewrite commits as planned.
     let now = lab.table().await;
-    let (verdict, carry) = validate::check_carrying(&staged, Some(&now), lab.catalog.file_io())
-        .await
-        .unwrap();
+    let validate::Validated { verdict, carry, .. } =
+        validate::check_carrying(&staged, Some(&now), lab.catalog.file_io())
+            .await
+            .unwrap();
     assert_eq!(verdict, Verdict::Proceed);
     assert_eq!(carry.values().map(Vec::len).sum::<usize>(), 2, "{carry:?}");
     let mut budget = retry::Budget::new(RetryPolicy::default());
@@ -1076,4 +1077,118 @@ async fn a_change_file_parsed_in_parts_applies_exactly() {
     let mut want: Vec<String> = expected.iter().map(|(k, v)| format!("{k}={v}")).collect();
     want.sort();
     assert_eq!(lab.rows().await, want);
+}
+
+#[tokio::test]
+async fn ancestors_walk_from_the_current_snapshot_to_the_first() {
+    let lab = loaded("ancestors").await;
+    foreign_append(&lab, 7).await;
+    let t = lab.table().await;
+    let ids: Vec<i64> = crate::table::ancestors(&t.metadata)
+        .map(|s| s.snapshot_id())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert_eq!(ids[0], 7);
+    let chain: Vec<i64> = crate::table::ancestry(&t.metadata)
+        .iter()
+        .map(|s| s.snapshot_id())
+        .collect();
+    assert_eq!(ids, chain);
+    let first = t.metadata.snapshot_by_id(ids[2]).unwrap();
+    assert_eq!(first.parent_snapshot_id(), None);
+    // Lazy: a walk that stops early visits only what it needs.
+    assert_eq!(crate::table::ancestors(&t.metadata).take(1).count(), 1);
+}
+
+/// `already_committed` looks for our snapshot in what can have been committed since the base:
+/// one that landed is found however many commits followed it; one rolled back out of the
+/// ancestry (still among the table's snapshots) is not taken as committed.
+#[tokio::test]
+async fn our_snapshot_counts_as_committed_only_in_the_ancestry_since_the_base() {
+    let lab = loaded("landed").await;
+    let staged = lab
+        .plan(vec![lab.file("20220302-1135010000.csv", "U,3,c2\n")])
+        .await;
+    let base = staged.base.metadata().current_snapshot_id().unwrap();
+    assert_eq!(lab.check(&staged).await.unwrap(), Verdict::Proceed);
+    // An attempt whose outcome was lost landed; other commits followed it.
+    let mut budget = retry::Budget::new(RetryPolicy::default());
+    attempt_until_decided(&lab.catalog, &staged, &mut budget)
+        .await
+        .unwrap();
+    foreign_append(&lab, 101).await;
+    foreign_append(&lab, 102).await;
+    assert_eq!(lab.check(&staged).await.unwrap(), Verdict::AlreadyCommitted);
+    // Rolled back to the base: no longer an ancestor. (The table's record, a property, still
+    // says the file is applied: a rollback does not undo properties.)
+    commit_metadata(&lab.catalog, &lab.ident, |md, loc| {
+        let main = iceberg::spec::SnapshotReference {
+            snapshot_id: base,
+            retention: iceberg::spec::SnapshotRetention::Branch {
+                min_snapshots_to_keep: None,
+                max_snapshot_age_ms: None,
+                max_ref_age_ms: None,
+            },
+        };
+        Ok(Some(
+            md.clone()
+                .into_builder(Some(loc.to_string()))
+                .set_ref(iceberg::spec::MAIN_BRANCH, main)?
+                .build()?
+                .metadata,
+        ))
+    })
+    .await
+    .unwrap();
+    let t = lab.table().await;
+    assert!(t.metadata.snapshot_by_id(staged.snapshot_id).is_some());
+    assert_eq!(lab.check(&staged).await.unwrap(), Verdict::AlreadyApplied);
+}
+
+/// Validation reads the table's record once and hands it to the attempt, which derives the new
+/// record from it; a commit without inputs reads none. A plan without metadata changes builds on
+/// the table's metadata itself, not a copy.
+#[tokio::test]
+async fn validation_hands_the_record_it_read_to_the_attempt() {
+    let lab = loaded("record").await;
+    let staged = lab
+        .plan(vec![lab.file("20220302-1135010000.csv", "U,3,c2\n")])
+        .await;
+    let now = lab.table().await;
+    let v = validate::check_carrying(&staged, Some(&now), lab.catalog.file_io())
+        .await
+        .unwrap();
+    assert_eq!(v.verdict, Verdict::Proceed);
+    let record = AppliedRecord::of_table(&now.metadata).unwrap();
+    assert!(record.is_some());
+    assert_eq!(v.record, record);
+    let no_record = Staged {
+        ident: lab.ident.clone(),
+        base: Base::Existing(now.clone()),
+        changes: MetadataChanges::default(),
+        schema_id: now.metadata.current_schema_id(),
+        snapshot_id: 5,
+        change: Change::Append,
+        manifests: vec![],
+        files: vec![],
+        added: Added::default(),
+        summary: Default::default(),
+        record: None,
+    };
+    let v = validate::check_carrying(&no_record, Some(&now), lab.catalog.file_io())
+        .await
+        .unwrap();
+    assert_eq!(v.record, None);
+    // Committed through the loop, the new record holds the file.
+    let mut budget = retry::Budget::new(RetryPolicy::default());
+    attempt_until_decided(&lab.catalog, &staged, &mut budget)
+        .await
+        .unwrap();
+    assert_eq!(lab.rows().await, ["1=a", "2=b1", "3=c2"]);
+    let after = AppliedRecord::of_table(&lab.table().await.metadata)
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.files.len(), 2);
+    let planned = MetadataChanges::default().apply(&now.metadata).unwrap();
+    assert!(Arc::ptr_eq(&planned, &now.metadata));
 }

@@ -28,7 +28,7 @@ use iceberg::spec::{
 use super::record::{AppliedRecord, Standing};
 use super::{Base, Change, CommitError, RowMap, Staged};
 use crate::error::Error;
-use crate::table::{LoadedTable, ancestry, manifest_list};
+use crate::table::{LoadedTable, ancestors, manifest_list};
 
 /// Why a prepared commit cannot go ahead as planned: the input must be planned again.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,8 +130,9 @@ impl fmt::Display for Conflict {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Verdict {
+    #[default]
     Proceed,
     /// Our snapshot is already in the table (an earlier attempt landed).
     AlreadyCommitted,
@@ -140,6 +141,8 @@ pub enum Verdict {
 }
 
 type Check = std::result::Result<Option<Verdict>, CommitError>;
+/// A rule of [`check_carrying`]; the argument receives the record a rule read.
+type Rule<'a> = &'a dyn Fn(&mut Option<AppliedRecord>) -> Check;
 
 fn conflict(c: Conflict) -> CommitError {
     CommitError::Conflict(c)
@@ -149,39 +152,53 @@ fn conflict(c: Conflict) -> CommitError {
 /// carries them over to the files replacing them.
 pub type CarriedDeletes = BTreeMap<String, Vec<i64>>;
 
-/// [`check_carrying`] without the carried deletes (the rule tests).
+/// What validation decided, and what it found that the attempt builds on.
+#[derive(Debug, Default)]
+pub struct Validated {
+    pub verdict: Verdict,
+    /// Deletes a rewrite must carry over to its new files.
+    pub carry: CarriedDeletes,
+    /// The table's applied-file record as validation read it (for a commit that updates it):
+    /// the attempt derives the new record from it instead of decoding the property again.
+    pub record: Option<AppliedRecord>,
+}
+
+/// [`check_carrying`]'s verdict alone (the rule tests).
 #[cfg(test)]
 pub async fn check(
     staged: &Staged,
     current: Option<&LoadedTable>,
     file_io: &FileIO,
 ) -> std::result::Result<Verdict, CommitError> {
-    Ok(check_carrying(staged, current, file_io).await?.0)
+    Ok(check_carrying(staged, current, file_io).await?.verdict)
 }
 
 /// Runs every rule in order (the first that decides wins), and returns the deletes a rewrite
-/// must carry over to its new files.
+/// must carry over to its new files and the record it read.
 pub async fn check_carrying(
     staged: &Staged,
     current: Option<&LoadedTable>,
     file_io: &FileIO,
-) -> std::result::Result<(Verdict, CarriedDeletes), CommitError> {
-    let mut carry = CarriedDeletes::new();
+) -> std::result::Result<Validated, CommitError> {
+    let mut out = Validated::default();
     let Some(current) = current else {
         return match &staged.base {
-            Base::Create(_) => Ok((Verdict::Proceed, carry)),
+            Base::Create(_) => Ok(out),
             Base::Existing(_) => Err(conflict(Conflict::TableDropped)),
         };
     };
     let now = current.metadata.as_ref();
-    for rule in [
-        already_committed(staged, now),
-        table_is_the_planned_one(staged, now),
-        input_not_applied(staged, now),
-        schema_and_spec_unchanged(staged, now),
-    ] {
-        if let Some(v) = rule? {
-            return Ok((v, carry));
+    // In order, each run only if those before it decided nothing.
+    let rules: [Rule; 4] = [
+        &|_| already_committed(staged, now),
+        &|_| table_is_the_planned_one(staged, now),
+        &|record| input_not_applied(staged, now, record),
+        &|_| schema_and_spec_unchanged(staged, now),
+    ];
+    for rule in rules {
+        if let Some(v) = rule(&mut out.record)? {
+            out.verdict = v;
+            return Ok(out);
         }
     }
     let intervening = intervening_snapshots(staged, now)?;
@@ -195,7 +212,7 @@ pub async fn check_carrying(
             removed_data_files,
             row_map,
         } => {
-            carry = rewrite_still_valid(
+            out.carry = rewrite_still_valid(
                 replaced_manifests,
                 removed_data_files,
                 row_map.as_deref(),
@@ -211,16 +228,31 @@ pub async fn check_carrying(
         // A reload replaces whatever is live when it commits; appended rows touch nothing.
         Change::Reload | Change::Append => {}
     }
-    Ok((Verdict::Proceed, carry))
+    Ok(out)
 }
 
 /// Our snapshot id in the current ancestry means a previous attempt (whose outcome we did not
 /// hear) committed: done, never commit twice.
+///
+/// Costs what can have been committed since our base, not the whole history: a snapshot the
+/// table does not hold at all is not in its ancestry (one lookup, every first attempt), and
+/// ours, if it landed, descends from our base (every attempt builds on the base or on a table
+/// that still has the base among its ancestors, see [`intervening_snapshots`]), so the walk
+/// stops at the base.
 fn already_committed(staged: &Staged, now: &TableMetadata) -> Check {
-    Ok(ancestry(now)
-        .iter()
-        .any(|s| s.snapshot_id() == staged.snapshot_id)
-        .then_some(Verdict::AlreadyCommitted))
+    if now.snapshot_by_id(staged.snapshot_id).is_none() {
+        return Ok(None);
+    }
+    let base = staged.base.metadata().current_snapshot_id();
+    for s in ancestors(now) {
+        if s.snapshot_id() == staged.snapshot_id {
+            return Ok(Some(Verdict::AlreadyCommitted));
+        }
+        if Some(s.snapshot_id()) == base {
+            break;
+        }
+    }
+    Ok(None)
 }
 
 /// A table created concurrently by someone else, or dropped and re-created, is not the table
@@ -243,15 +275,20 @@ fn table_is_the_planned_one(staged: &Staged, now: &TableMetadata) -> Check {
 }
 
 /// Idempotency: input the table's record holds (applied by a concurrent worker, or by an
-/// earlier attempt whose outcome we lost) must not be applied again.
-fn input_not_applied(staged: &Staged, now: &TableMetadata) -> Check {
+/// earlier attempt whose outcome we lost) must not be applied again. The record read is left in
+/// `read` for the attempt.
+fn input_not_applied(
+    staged: &Staged,
+    now: &TableMetadata,
+    read: &mut Option<AppliedRecord>,
+) -> Check {
     let Some(update) = &staged.record else {
         return Ok(None);
     };
     if update.inputs.is_empty() {
         return Ok(None);
     }
-    let record = AppliedRecord::of_table(now)?.unwrap_or_default();
+    let record = read.insert(AppliedRecord::of_table(now)?.unwrap_or_default());
     let done = update
         .inputs
         .iter()
@@ -261,9 +298,9 @@ fn input_not_applied(staged: &Staged, now: &TableMetadata) -> Check {
         Ok(Some(Verdict::AlreadyApplied))
     } else if done > 0 {
         Err(conflict(Conflict::InputPartlyApplied))
-    } else if record != update.base_record
+    } else if *record != update.base_record
         && !(matches!(staged.change, Change::LoadAppend { .. })
-            && still_joins_its_load(update, &record))
+            && still_joins_its_load(update, record))
     {
         Err(conflict(Conflict::RecordMoved))
     } else {
@@ -330,7 +367,7 @@ fn intervening_snapshots(
         return Ok(Vec::new());
     }
     let mut out = Vec::new();
-    for s in ancestry(now) {
+    for s in ancestors(now) {
         if Some(s.snapshot_id()) == base_snapshot {
             return Ok(out);
         }

@@ -858,7 +858,7 @@ impl IngestPlanner<'_> {
                         changes.spec = Some(spec);
                     }
                 }
-                let planned = Arc::new(changes.apply(&t.metadata)?);
+                let planned = changes.apply(&t.metadata)?;
                 Ok((Base::Existing(t.clone()), changes, planned))
             }
         }
