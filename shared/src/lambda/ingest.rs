@@ -90,28 +90,38 @@ pub enum IngestResponse {
     Tables { tables: Vec<String> },
 }
 
-/// Whether full-load files that join the table's current load as plain files of it (not a
-/// reload, nothing applied on top of the load yet) are pending, and those of them `named`, in
-/// DMS order.
+/// Whether the event names files of the table's current load while other files of it are
+/// pending (their own events apply them elsewhere, at the same time), and then the named ones
+/// to apply: the pending full-load files that join the load as plain files of it (not a
+/// reload, nothing applied on top of the load yet), in DMS order.
 fn load_in_progress(
     files: &[(DmsObject, ObjectInfo)],
     named: &[&str],
     applied: &AppliedRecord,
 ) -> (bool, Vec<FileInput>) {
-    let joining: Vec<&(DmsObject, ObjectInfo)> = files
+    let in_load = |o: &DmsObject, info: &ObjectInfo| {
+        o.kind == crate::locate::FileKind::Load
+            && matches!(
+                applied.classify(&o.order, o.kind, &info.meta()),
+                Standing::Pending { late: false } | Standing::Applied
+            )
+    };
+    let names_the_load = files
+        .iter()
+        .any(|(o, info)| named.contains(&o.key.as_str()) && in_load(o, info));
+    let (mine, others): (Vec<_>, Vec<_>) = files
         .iter()
         .filter(|(o, info)| {
             o.kind == crate::locate::FileKind::Load
                 && applied.classify(&o.order, o.kind, &info.meta())
                     == (Standing::Pending { late: false })
         })
-        .collect();
-    let named = joining
-        .iter()
-        .filter(|(o, _)| named.contains(&o.key.as_str()))
+        .partition(|(o, _)| named.contains(&o.key.as_str()));
+    let mine = mine
+        .into_iter()
         .map(|(o, info)| FileInput::new(o.clone(), None).with_meta(info.meta()))
         .collect();
-    (!joining.is_empty(), named)
+    (names_the_load && !others.is_empty(), mine)
 }
 
 /// Why a table or record failed: the kind (`errorType`) and the message.
@@ -348,11 +358,11 @@ impl IngestHandler {
             };
             // Files the record passes over quietly are not listed to the ingest; the rest are
             // (a loud one is reported by it). During a full load, an event for some of its
-            // files applies those (invocations for other files of the load run at the same
-            // time); the rest of the backlog, change files included, waits for an event that
-            // names no pending full-load file.
-            let (in_load, load_files) = load_in_progress(&files, named, &applied);
-            let pending: Vec<FileInput> = if !in_load {
+            // files applies those, and only those, while other files of the load are pending:
+            // invocations for them run at the same time. Any other event applies the backlog
+            // in DMS order (the load's pending files first, change files after them).
+            let (others, load_files) = load_in_progress(&files, named, &applied);
+            let pending: Vec<FileInput> = if !others {
                 files
                     .iter()
                     .filter(|(o, info)| !done(&applied, o, info))
