@@ -25,6 +25,14 @@ What it does:
 
 Results: bench/results/<date>-latency.{json,md}; full traces of every file in
 bench/work/latency/traces/<case>.jsonl.
+
+Parallel full load (`--full-load FILES:MB [--functions 1,4,16]`, bench/latency_fullload.py; the
+change-file cases above do not run then): one DMS full load of FILES CSV files of MB MiB into a
+new table, applied by N concurrent ingest functions (each under its own Runtime API emulator,
+the events in a queue) for each N; measures wall time, GB/s, commits, lost swaps and replans,
+peak RSS per function and every invocation's latency and CPU, verifies each table, and models
+what N functions with a vCPU each do (this machine has 2 cores), with a projection to a 1 TB
+load. Results: bench/results/<date>-latency-fullload.{json,md} (or -<tag> with --tag).
 """
 from __future__ import annotations
 
@@ -956,11 +964,30 @@ def main() -> None:
                     help="fast backend: objects in memory, or as files (s3s-fs)")
     ap.add_argument("--setup-json", type=Path)
     ap.add_argument("--command", default="bench/latency")
+    fl = ap.add_argument_group("parallel full load (bench/latency_fullload.py; replaces the "
+                               "change-file cases when given)")
+    fl.add_argument("--full-load", metavar="FILES:MB",
+                    help="one DMS full load of FILES CSV files of MB MiB each, applied by N "
+                         "concurrent ingest functions for each N of --functions (e.g. 16:256)")
+    fl.add_argument("--functions", default="1,4,16",
+                    help="function processes per run, comma-separated (N = 1 always runs: the "
+                         "model needs each file's time alone)")
+    fl.add_argument("--alone-cpus", type=int, default=1,
+                    help="pin the N = 1 function to this many CPUs (one Lambda's vCPU; 0: no pin)")
+    fl.add_argument("--project-files", type=int, default=1000, help="projection: files")
+    fl.add_argument("--project-gib", type=float, default=1.0, help="projection: GiB per file")
+    fl.add_argument("--project-lanes", type=int, default=100,
+                    help="projection: concurrent invocations")
+    fl.add_argument("--project-redelivery-s", type=float, default=1800,
+                    help="projection: seconds before a failed file is delivered again (SQS "
+                         "visibility timeout; template.yaml's QueueVisibilityTimeout default)")
+    fl.add_argument("--keep", action="store_true",
+                    help="keep each N's warehouse in the emulator (default: dropped once verified)")
     a = ap.parse_args()
     for p in (B.CLI, B.LAMBDA):
         if not p.exists():
             raise SystemExit(f"{p} missing: cargo build --release -p dms2iceberg-cli -p dms2iceberg-ingest")
-    cases = plan(a)
+    cases = plan(a) if not a.full_load else []
     try:
         backend, note = LS.resolve_backend(a.s3_backend)
     except LS.FastS3Unavailable as e:
@@ -968,6 +995,10 @@ def main() -> None:
     log(f"S3 backend: {backend} ({note})")
     if backend == "moto" and a.s3_backend == "auto":
         log("WARNING: " + note)
+    if a.full_load:
+        import latency_fullload as FL
+        FL.run(a, sys.modules[__name__], backend, note)
+        return
     lw = a.work / "latency"
     shutil.rmtree(lw, ignore_errors=True)
     (lw / "logs").mkdir(parents=True)
