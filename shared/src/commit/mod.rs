@@ -154,7 +154,12 @@ pub enum Change {
     /// A full-load file's rows appended to its load: keys no live row holds. Other writers'
     /// commits meanwhile matter only if they added rows within `bounds` (other files of the
     /// same load commit at the same time: their key ranges are usually apart).
-    LoadAppend { bounds: KeyBounds },
+    LoadAppend {
+        bounds: KeyBounds,
+        /// Snapshots already found to add nothing within `bounds` (a snapshot never changes):
+        /// each attempt checks only those committed since the previous one.
+        checked: Arc<std::sync::Mutex<BTreeSet<i64>>>,
+    },
     /// A full load that replaces the table's contents: every file live at commit time is
     /// removed, the new files added.
     Reload,

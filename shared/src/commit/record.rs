@@ -59,15 +59,29 @@ pub struct ObjectMeta {
     /// S3 ETag as listed (quotes removed).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub etag: Option<String>,
-    /// MD5 of the stored bytes (hex), computed when the file was read.
+    /// MD5 of the stored bytes (hex): what records kept before XXH3, and what is computed to
+    /// compare with them.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub md5: Option<String>,
+    /// XXH3-128 of the stored bytes (hex), computed when the file was read.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub xxh3: Option<String>,
+}
+
+impl ObjectMeta {
+    /// Whether a digest of the content is known.
+    pub fn has_digest(&self) -> bool {
+        self.md5.is_some() || self.xxh3.is_some()
+    }
 }
 
 /// Whether the recorded LOAD file and an arriving object under its name hold the same
-/// content: `None` when only the arriving object's MD5 can tell.
+/// content: `None` when only a digest of the arriving object can tell.
 fn same_content(recorded: &LoadFile, arriving: &ObjectMeta) -> Option<bool> {
     let r = &recorded.meta;
+    if let (Some(a), Some(b)) = (&r.xxh3, &arriving.xxh3) {
+        return Some(a == b);
+    }
     if let (Some(a), Some(b)) = (&r.md5, &arriving.md5) {
         return Some(a == b);
     }
@@ -88,7 +102,7 @@ fn same_content(recorded: &LoadFile, arriving: &ObjectMeta) -> Option<bool> {
     {
         return Some(true);
     }
-    if arriving.md5.is_some() {
+    if arriving.has_digest() {
         // Recorded without a digest (a table migrated from snapshot summaries): an object
         // modified after the file was applied is a new version.
         return Some(match (recorded.applied_ms, arriving.modified_ms) {
@@ -702,7 +716,62 @@ mod tests {
             modified_ms: Some(modified_ms),
             etag: None,
             md5: Some(md5.into()),
+            xxh3: None,
         }
+    }
+
+    /// A LOAD file recorded with an XXH3 digest (as applied now), or with an MD5 alone (as
+    /// records kept before): an arriving file under its name with the same size (and another
+    /// modification time) is the same file or a reload by the digest the record has.
+    #[test]
+    fn load_files_are_known_by_xxh3_and_by_md5_in_older_records() {
+        let xx = |x: &str, m: i64| ObjectMeta {
+            size: Some(10),
+            modified_ms: Some(m),
+            xxh3: Some(x.into()),
+            ..Default::default()
+        };
+        let now = 1_000;
+        let r =
+            AppliedRecord::default().applied(&[input(load(1), xx("aa", 1))], false, None, 10, now);
+        // Same size, another modification time: only a digest can tell.
+        let arriving = ObjectMeta {
+            size: Some(10),
+            modified_ms: Some(5),
+            ..Default::default()
+        };
+        assert_eq!(
+            r.classify(&load(1), FileKind::Load, &arriving),
+            Standing::NeedsDigest
+        );
+        assert_eq!(
+            r.classify(&load(1), FileKind::Load, &xx("aa", 5)),
+            Standing::Applied
+        );
+        assert_eq!(
+            r.classify(&load(1), FileKind::Load, &xx("bb", 5)),
+            Standing::Reload
+        );
+        // An older record kept an MD5: the arriving file's MD5 (computed for it) decides.
+        let old = AppliedRecord::default().applied(
+            &[input(load(1), meta(10, "m1", 1))],
+            false,
+            None,
+            10,
+            now,
+        );
+        let both = |m: &str| ObjectMeta {
+            md5: Some(m.into()),
+            ..xx("cc", 5)
+        };
+        assert_eq!(
+            old.classify(&load(1), FileKind::Load, &both("m1")),
+            Standing::Applied
+        );
+        assert_eq!(
+            old.classify(&load(1), FileKind::Load, &both("m2")),
+            Standing::Reload
+        );
     }
     fn input(order: OrderKey, meta: ObjectMeta) -> AppliedInput {
         let kind = if is_load(&order) {

@@ -1192,3 +1192,45 @@ async fn validation_hands_the_record_it_read_to_the_attempt() {
     let planned = MetadataChanges::default().apply(&now.metadata).unwrap();
     assert!(Arc::ptr_eq(&planned, &now.metadata));
 }
+
+/// A full-load append conflicts only with data files that may hold a key in its range.
+#[test]
+fn load_append_bounds_overlap_only_within_their_range() {
+    use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Datum, Struct};
+    let file = |lo: i64, hi: i64| {
+        DataFileBuilder::default()
+            .content(DataContentType::Data)
+            .file_path(format!("f-{lo}-{hi}.parquet"))
+            .file_format(DataFileFormat::Parquet)
+            .partition(Struct::empty())
+            .record_count(1)
+            .file_size_in_bytes(1)
+            .lower_bounds([(1, Datum::long(lo))].into())
+            .upper_bounds([(1, Datum::long(hi))].into())
+            .build()
+            .expect("data file")
+    };
+    let ours = super::KeyBounds::of([&file(100, 150), &file(160, 199)], &[1]);
+    assert_eq!(
+        ours,
+        super::KeyBounds(Some([(1, (Datum::long(100), Datum::long(199)))].into()))
+    );
+    assert!(!ours.may_overlap(&file(0, 99)));
+    assert!(!ours.may_overlap(&file(200, 300)));
+    assert!(ours.may_overlap(&file(199, 300)));
+    assert!(ours.may_overlap(&file(0, 100)));
+    assert!(ours.may_overlap(&file(120, 130)));
+    // A file without bounds for the key could hold anything; so could ours without them.
+    let no_bounds = DataFileBuilder::default()
+        .content(DataContentType::Data)
+        .file_path("x.parquet".to_string())
+        .file_format(DataFileFormat::Parquet)
+        .partition(Struct::empty())
+        .record_count(1)
+        .file_size_in_bytes(1)
+        .build()
+        .expect("data file");
+    assert!(ours.may_overlap(&no_bounds));
+    let unknown = super::KeyBounds::of([&no_bounds], &[1]);
+    assert!(unknown.may_overlap(&file(0, 1)));
+}

@@ -222,8 +222,8 @@ pub async fn check_carrying(
             )
             .await?;
         }
-        Change::LoadAppend { bounds } => {
-            load_append_still_valid(bounds, now, &intervening, file_io).await?
+        Change::LoadAppend { bounds, checked } => {
+            load_append_still_valid(bounds, checked, now, &intervening, file_io).await?
         }
         // A reload replaces whatever is live when it commits; appended rows touch nothing.
         Change::Reload | Change::Append => {}
@@ -432,32 +432,69 @@ async fn row_delta_still_valid(
 /// `replace` keeps rows where they were; removals and position deletes never add a row).
 async fn load_append_still_valid(
     bounds: &super::KeyBounds,
+    checked: &std::sync::Mutex<BTreeSet<i64>>,
     now: &TableMetadata,
     intervening: &[Arc<Snapshot>],
     file_io: &FileIO,
 ) -> std::result::Result<(), CommitError> {
-    for s in intervening {
-        if s.summary().operation == Operation::Replace {
-            continue;
+    use futures::{StreamExt, TryStreamExt};
+    let seen = |id: i64| checked.lock().is_ok_and(|c| c.contains(&id));
+    let unchecked: Vec<&Arc<Snapshot>> = intervening
+        .iter()
+        .filter(|s| s.summary().operation != Operation::Replace && !seen(s.snapshot_id()))
+        .collect();
+    // Many files of one load commit while a large one is read: their manifests are read
+    // concurrently (on object storage each is a round trip).
+    // By index: a closure over borrowed items trips rustc's higher-ranked Send check.
+    let unchecked_ref = &unchecked;
+    let overlapping: Vec<(i64, bool)> = futures::stream::iter(0..unchecked.len())
+        .map(|i| async move {
+            let s = unchecked_ref[i];
+            adds_rows_within(bounds, now, s, file_io)
+                .await
+                .map(|o| (s.snapshot_id(), o))
+        })
+        .buffered(crate::lookup::READ_CONCURRENCY)
+        .try_collect()
+        .await?;
+    for (snapshot, overlaps) in overlapping {
+        if overlaps {
+            let operation = now
+                .snapshot_by_id(snapshot)
+                .map_or_else(String::new, |s| s.summary().operation.as_str().to_string());
+            return Err(conflict(Conflict::RowsChanged {
+                snapshot,
+                operation,
+            }));
         }
-        for m in manifest_list(file_io, now, s).await? {
-            if m.content != ManifestContentType::Data || m.added_snapshot_id != s.snapshot_id() {
-                continue;
-            }
-            let manifest = m.load_manifest(file_io).await.map_err(Error::from)?;
-            let overlapping = manifest
-                .entries()
-                .iter()
-                .any(|e| e.status() == ManifestStatus::Added && bounds.may_overlap(e.data_file()));
-            if overlapping {
-                return Err(conflict(Conflict::RowsChanged {
-                    snapshot: s.snapshot_id(),
-                    operation: s.summary().operation.as_str().to_string(),
-                }));
-            }
+        if let Ok(mut c) = checked.lock() {
+            c.insert(snapshot);
         }
     }
     Ok(())
+}
+
+/// Whether snapshot `s` added a data file that may hold a key within `bounds`.
+async fn adds_rows_within(
+    bounds: &super::KeyBounds,
+    now: &TableMetadata,
+    s: &Snapshot,
+    file_io: &FileIO,
+) -> std::result::Result<bool, CommitError> {
+    for m in manifest_list(file_io, now, s).await? {
+        if m.content != ManifestContentType::Data || m.added_snapshot_id != s.snapshot_id() {
+            continue;
+        }
+        let manifest = m.load_manifest(file_io).await.map_err(Error::from)?;
+        if manifest
+            .entries()
+            .iter()
+            .any(|e| e.status() == ManifestStatus::Added && bounds.may_overlap(e.data_file()))
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The replaced manifests must still be current; position deletes committed since the base

@@ -28,6 +28,7 @@ impl ObjectInfo {
             modified_ms: self.last_modified_ms,
             etag: self.etag.clone(),
             md5: None,
+            xxh3: None,
         }
     }
 }

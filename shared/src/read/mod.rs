@@ -101,6 +101,26 @@ impl ChangeBatch {
     }
 }
 
+/// Digests of an object's stored bytes ([`SourceData::digest`]).
+#[derive(Debug, Clone)]
+pub struct Digests {
+    pub md5: Option<String>,
+    /// XXH3-128, hex.
+    pub xxh3: String,
+    pub size: u64,
+}
+
+impl Digests {
+    /// Into what is known of the object's content.
+    pub fn record_in(self, meta: &mut crate::commit::ObjectMeta) {
+        if self.md5.is_some() {
+            meta.md5 = self.md5;
+        }
+        meta.xxh3 = Some(self.xxh3);
+        meta.size.get_or_insert(self.size);
+    }
+}
+
 /// Bytes of one object: a local file or a buffer (downloaded object).
 #[derive(Debug, Clone)]
 pub enum SourceData {
@@ -199,12 +219,13 @@ impl SourceData {
         Ok(self.len()? == 0)
     }
 
-    /// MD5 (hex) and length of the stored bytes (as stored: not gunzipped), which is what S3
-    /// reports as the ETag of a single-part upload.
-    pub fn md5(&self, label: &str) -> Result<(String, u64)> {
+    /// Digests of the stored bytes (as stored: not gunzipped) and their length: XXH3-128
+    /// always, MD5 when `md5` (comparing with a record that kept only an MD5).
+    pub fn digest(&self, label: &str, md5: bool) -> Result<Digests> {
         use md5::Digest;
         let mut r = self.open_raw()?;
-        let mut h = md5::Md5::new();
+        let mut m = md5.then(md5::Md5::new);
+        let mut x = xxhash_rust::xxh3::Xxh3::new();
         let mut buf = vec![0u8; 1 << 16];
         let mut n = 0u64;
         loop {
@@ -212,11 +233,17 @@ impl SourceData {
             if k == 0 {
                 break;
             }
-            h.update(&buf[..k]);
+            x.update(&buf[..k]);
+            if let Some(m) = m.as_mut() {
+                m.update(&buf[..k]);
+            }
             n += k as u64;
         }
-        let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        Ok((hex, n))
+        Ok(Digests {
+            md5: m.map(|m| m.finalize().iter().map(|b| format!("{b:02x}")).collect()),
+            xxh3: format!("{:032x}", x.digest128()),
+            size: n,
+        })
     }
 
     fn open_raw(&self) -> Result<Box<dyn Read + Send>> {

@@ -52,44 +52,38 @@ enum Encoding {
     Change,
     /// Dictionary pages (readers filter dictionary-encoded columns without decoding them):
     /// full loads, compaction's output and other streamed inputs, the files that stay. Except
-    /// for the columns listed: text whose dictionary would overflow its page in every row group
-    /// (nearly unique values), where building it is a tenth of a full load's CPU for nothing.
+    /// for the columns listed ([`varied_columns`]): building a dictionary of nearly unique
+    /// values was a tenth of a full load's CPU for nothing.
     Kept { plain: Vec<String> },
 }
 
-/// Text columns of `sample` (a first batch of rows) whose values are so varied that a
-/// dictionary of a whole row group would not fit a dictionary page: written without one.
-pub fn varied_text_columns(sample: &RecordBatch) -> Vec<String> {
-    use arrow_array::Array;
+/// Columns of `sample` (a first batch of rows) whose values are so varied that a dictionary
+/// does not pay: most values distinct (a key, a sequence, a measure), or a dictionary of a whole
+/// row group that would overflow its page (long, nearly unique text). Written without one.
+pub fn varied_columns(sample: &RecordBatch) -> Vec<String> {
     const DICTIONARY_PAGE_BYTES: usize = 1 << 20;
-    let rows = sample.num_rows().max(1);
+    let rows = sample.num_rows();
+    if rows == 0 {
+        return Vec::new();
+    }
     sample
         .schema()
         .fields()
         .iter()
         .zip(sample.columns())
         .filter_map(|(f, c)| {
-            let values: Vec<&[u8]> = match c.data_type() {
-                arrow_schema::DataType::Utf8 => c
-                    .as_any()
-                    .downcast_ref::<StringArray>()?
-                    .iter()
-                    .flatten()
-                    .map(str::as_bytes)
-                    .collect(),
-                arrow_schema::DataType::Binary => c
-                    .as_any()
-                    .downcast_ref::<arrow_array::BinaryArray>()?
-                    .iter()
-                    .flatten()
-                    .collect(),
-                _ => return None,
-            };
-            let distinct: std::collections::HashSet<&[u8]> = values.iter().copied().collect();
+            let conv = arrow_row::RowConverter::new(vec![arrow_row::SortField::new(
+                c.data_type().clone(),
+            )])
+            .ok()?;
+            let encoded = conv.convert_columns(std::slice::from_ref(c)).ok()?;
+            let distinct: std::collections::HashSet<&[u8]> =
+                (0..rows).map(|i| encoded.row(i).data()).collect();
             let bytes: usize = distinct.iter().map(|v| v.len()).sum();
             // The dictionary one row group would build, at this sample's rate.
             let expected = bytes.saturating_mul(ROW_GROUP_ROWS) / rows;
-            (expected > DICTIONARY_PAGE_BYTES).then(|| f.name().clone())
+            (distinct.len() * 2 > rows || expected > DICTIONARY_PAGE_BYTES)
+                .then(|| f.name().clone())
         })
         .collect()
 }
@@ -333,7 +327,7 @@ pub struct DataFileStream {
 
 impl DataFileStream {
     /// `rows`: about how many rows will come (sizes the bloom filters); `plain`: text columns
-    /// written without a dictionary ([`varied_text_columns`]).
+    /// written without a dictionary ([`varied_columns`]).
     pub fn new(
         file_io: &FileIO,
         metadata: &TableMetadata,
@@ -580,4 +574,35 @@ async fn write_delete_file(
         ));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearly_unique_columns_get_no_dictionary() {
+        let n = 8192i64;
+        let schema = Arc::new(arrow_schema::Schema::new(vec![
+            arrow_schema::Field::new("id", arrow_schema::DataType::Int64, false),
+            arrow_schema::Field::new("status", arrow_schema::DataType::Utf8, false),
+            arrow_schema::Field::new("note", arrow_schema::DataType::Utf8, false),
+            arrow_schema::Field::new("bucket", arrow_schema::DataType::Int64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from_iter_values(0..n)),
+                Arc::new(StringArray::from_iter_values(
+                    (0..n).map(|i| ["NEW", "PAID", "SHIPPED"][i as usize % 3]),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    (0..n).map(|i| format!("order {i} of a customer, shipped on time")),
+                )),
+                Arc::new(Int64Array::from_iter_values((0..n).map(|i| i % 100))),
+            ],
+        )
+        .expect("batch");
+        assert_eq!(varied_columns(&batch), ["id", "note"]);
+    }
 }

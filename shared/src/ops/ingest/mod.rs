@@ -485,15 +485,16 @@ impl<'a> Ingest<'a> {
         Ok(fetched)
     }
 
-    /// Computes the MD5 of the input's stored bytes (fetching it if needed).
-    async fn digest(&self, f: &mut FileInput) -> Result<()> {
+    /// Computes the digests of the input's stored bytes (fetching it if needed) to tell it from
+    /// a recorded file under its name: XXH3, and MD5 when that record kept only an MD5.
+    async fn digest(&self, f: &mut FileInput, md5: bool) -> Result<()> {
         let fetched = self.fetch(std::slice::from_mut(f)).await?;
         let data = f
             .data
             .clone()
             .ok_or_else(|| Error::Other(format!("{} was not fetched", f.object.key)))?;
         let label = f.object.key.clone();
-        let digest = tokio::task::spawn_blocking(move || data.md5(&label))
+        let digest = tokio::task::spawn_blocking(move || data.digest(&label, md5))
             .await
             .map_err(|e| Error::Other(format!("digest task failed: {e}")));
         if !fetched.is_empty() {
@@ -503,9 +504,7 @@ impl<'a> Ingest<'a> {
             }
             f.data = None;
         }
-        let (md5, size) = digest??;
-        f.meta.md5 = Some(md5);
-        f.meta.size.get_or_insert(size);
+        digest??.record_in(&mut f.meta);
         Ok(())
     }
 }

@@ -90,7 +90,8 @@ impl<'a> IngestPlanner<'a> {
         for mut f in std::mem::take(&mut self.pending) {
             let mut standing = record.classify(&f.object.order, f.object.kind, &f.meta);
             if standing == Standing::NeedsDigest {
-                self.ingest.digest(&mut f).await?;
+                // MD5 too: the recorded file may be known by its MD5 alone (older records).
+                self.ingest.digest(&mut f, true).await?;
                 standing = record.classify(&f.object.order, f.object.kind, &f.meta);
             }
             let started = self.started;
@@ -252,8 +253,8 @@ struct Staging<'a> {
     load_append: Option<commit::KeyBounds>,
 }
 
-/// A running MD5 digest of an input: (hex, bytes).
-type Digest = tokio::task::JoinHandle<Result<(String, u64)>>;
+/// A running digest of an input's content.
+type Digest = tokio::task::JoinHandle<Result<crate::read::Digests>>;
 
 /// What [`IngestPlanner::stream`] settled and did: the schema read, the base and planned
 /// metadata, the pipeline's result, and whether a file was read again with other types.
@@ -346,8 +347,8 @@ impl IngestPlanner<'_> {
             }
             // LOAD files are known by content too: a reload reuses their names.
             for f in inputs.iter_mut().take(self.planned.len()) {
-                if f.object.kind == FileKind::Load && f.meta.md5.is_none() {
-                    self.ingest.digest(f).await?;
+                if f.object.kind == FileKind::Load && !f.meta.has_digest() {
+                    self.ingest.digest(f, false).await?;
                 }
             }
             for (p, f) in self.planned.iter_mut().zip(&inputs) {
@@ -512,7 +513,10 @@ impl IngestPlanner<'_> {
         let change = match (mode, load_append) {
             (Mode::Reload, _) => Change::Reload,
             (Mode::Changes { late: false }, Some(bounds)) if referenced.is_empty() => {
-                Change::LoadAppend { bounds }
+                Change::LoadAppend {
+                    bounds,
+                    checked: Default::default(),
+                }
             }
             (Mode::Changes { .. }, _) => Change::RowDelta {
                 referenced_data_files: referenced,
@@ -558,18 +562,18 @@ impl IngestPlanner<'_> {
         Ok(bytes > self.cfg.large_input_bytes)
     }
 
-    /// The MD5 of each planned LOAD file that has none yet, computed on blocking threads.
+    /// The digest of each planned LOAD file that has none yet, computed on blocking threads.
     fn digests(&self, inputs: &[FileInput]) -> Vec<(String, Digest)> {
         inputs
             .iter()
             .take(self.planned.len())
-            .filter(|f| f.object.kind == FileKind::Load && f.meta.md5.is_none())
+            .filter(|f| f.object.kind == FileKind::Load && !f.meta.has_digest())
             .filter_map(|f| {
                 let data = f.data.clone()?;
                 let label = f.object.key.clone();
                 Some((
                     f.object.key.clone(),
-                    tokio::task::spawn_blocking(move || data.md5(&label)),
+                    tokio::task::spawn_blocking(move || data.digest(&label, false)),
                 ))
             })
             .collect()
@@ -601,10 +605,9 @@ impl IngestPlanner<'_> {
         }
         let (prepared, base, changes, planned, streamed, retyped) = streamed?;
         for (k, d) in digested {
-            let (md5, size) = d?;
+            let d = d?;
             if let Some(p) = self.planned.iter_mut().find(|p| p.object.key == k) {
-                p.meta.md5 = Some(md5);
-                p.meta.size.get_or_insert(size);
+                d.record_in(&mut p.meta);
             }
         }
         timings.read_us = micros(started);

@@ -275,7 +275,7 @@ fn write_rows(
                         target.target_file_size,
                         spec.from_load,
                         usize::MAX,
-                        crate::write::varied_text_columns(&b),
+                        crate::write::varied_columns(&b),
                     )
                     .and_then(|mut s| {
                         let w = handle.block_on(s.write(&b));
