@@ -44,7 +44,7 @@ use crate::write::{DataFileStream, FileDeletes};
 /// Settled keys looked up in the table at once.
 pub(crate) const LOOKUP_CHUNK: usize = 128 * 1024;
 /// Batches read ahead of the sorter.
-const READ_AHEAD: usize = 4;
+const READ_AHEAD: usize = 16;
 
 /// Names of the two columns rows carry besides the table's.
 const OP_COLUMN: &str = "__dms2iceberg_op";
@@ -250,7 +250,7 @@ enum ToWriter {
 }
 
 /// Batches of upserts queued for the writer.
-const WRITE_AHEAD: usize = 4;
+const WRITE_AHEAD: usize = 32;
 
 /// Encodes the upserts into data files. Rows that stop without `Finish` (an error, or an
 /// input started over) leave nothing behind.
@@ -582,7 +582,7 @@ fn consume(
     let seq = schema.fields().len() - 1;
     let mut winners = Winners::new(schema, &key_idx, &output.order_idx)?;
     let mut settle = |b: RecordBatch, output: &mut Output<'_>| -> Result<()> {
-        if let Some(w) = winners.push(b)? {
+        for w in winners.push(b)? {
             handle.block_on(output.push(w))?;
         }
         Ok(())
@@ -742,12 +742,22 @@ impl Winners {
     }
 
     /// The winners of the keys `b` completes.
-    fn push(&mut self, b: RecordBatch) -> Result<Option<RecordBatch>> {
+    fn push(&mut self, b: RecordBatch) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
         let b = match self.carry.take() {
-            Some(c) => arrow_select::concat::concat_batches(&self.schema, [&c, &b])?,
+            // The last key of the previous batch goes on here: its rows meet (a small copy
+            // of the whole batch, only when a key's rows span two batches).
+            Some(c) if b.num_rows() > 0 && self.same_key(&c, c.num_rows() - 1, &b, 0)? => {
+                arrow_select::concat::concat_batches(&self.schema, [&c, &b])?
+            }
+            Some(c) => {
+                out.extend(self.settle(c, true)?);
+                b
+            }
             None => b,
         };
-        self.settle(b, false)
+        out.extend(self.settle(b, false)?);
+        Ok(out)
     }
 
     /// The winner of the last key.
@@ -756,6 +766,20 @@ impl Winners {
             Some(c) => self.settle(c, true),
             None => Ok(None),
         }
+    }
+
+    /// Whether row `i` of `a` and row `j` of `b` have the same key.
+    fn same_key(&self, a: &RecordBatch, i: usize, b: &RecordBatch, j: usize) -> Result<bool> {
+        Ok(
+            match (
+                self.codec.keys(&a.slice(i, 1))?,
+                self.codec.keys(&b.slice(j, 1))?,
+            ) {
+                (BatchKeys::Ints(x), BatchKeys::Ints(y)) => x == y,
+                (BatchKeys::Rows(x), BatchKeys::Rows(y)) => x.row(0) == y.row(0),
+                _ => false,
+            },
+        )
     }
 
     fn settle(&mut self, b: RecordBatch, last: bool) -> Result<Option<RecordBatch>> {
@@ -799,6 +823,10 @@ impl Winners {
         }
         if picked.is_empty() {
             return Ok(None);
+        }
+        // Every key once (the common case): the rows themselves, not a copy.
+        if picked.iter().enumerate().all(|(i, p)| *p as usize == i) {
+            return Ok(Some(b.slice(0, picked.len())));
         }
         let idx = arrow_array::UInt32Array::from(picked);
         Ok(Some(arrow_select::take::take_record_batch(&b, &idx)?))
@@ -904,62 +932,79 @@ impl<'a> Output<'a> {
         if self.pending.is_empty() {
             return Ok(());
         }
+        let looks_up = self
+            .target
+            .base
+            .as_ref()
+            .is_some_and(|md| md.current_snapshot().is_some());
+        if !looks_up {
+            // Nothing to look up (a new or empty table): each batch goes on as it is.
+            for rows in std::mem::take(&mut self.pending) {
+                self.hand_on(&rows, None)?;
+            }
+            self.pending_rows = 0;
+            return Ok(());
+        }
         let schema = self.pending[0].schema();
         let rows = arrow_select::concat::concat_batches(&schema, self.pending.iter())?;
         self.pending.clear();
         self.pending_rows = 0;
         let n = rows.num_rows();
+        let Some(md) = self.target.base.clone() else {
+            return Ok(());
+        };
+        let keys = rows.project(&self.key_idx)?;
+        let check = (!self.order_idx.is_empty() || !self.newer.is_empty()).then(|| StaleCheck {
+            field_ids: self.order_ids.clone(),
+            values: self
+                .order_idx
+                .iter()
+                .map(|&i| rows.column(i).clone())
+                .collect(),
+            from_load: vec![self.from_load; n],
+            newer_snapshots: self.newer.clone(),
+        });
+        let located = locate_rows(
+            self.target.file_io,
+            &md,
+            &keys,
+            self.key_ids.clone(),
+            check.as_ref(),
+            self.target.cache,
+        )
+        .await?;
+        add_stats(&mut self.lookup, &located.stats);
+        for (path, d) in located.deletes {
+            match self.deletes.get_mut(&path) {
+                Some(e) => e.positions.extend(d.positions),
+                None => {
+                    self.deletes.insert(path, d);
+                }
+            }
+        }
+        self.hand_on(&rows, Some((&located.found, &located.stale)))
+    }
+
+    /// Counts the settled rows by outcome (`found`, `stale` per row from the lookup; none:
+    /// nothing to look up) and sends their upserts to the writer.
+    fn hand_on(&mut self, rows: &RecordBatch, located: Option<(&[bool], &[bool])>) -> Result<()> {
+        let n = rows.num_rows();
         let op = rows
             .column(rows.num_columns() - 2)
             .as_primitive::<UInt8Type>();
-        let upsert: Vec<bool> = op.values().iter().map(|o| *o != Op::Delete as u8).collect();
-        let (found, stale) = match &self.target.base {
-            Some(md) if md.current_snapshot().is_some() => {
-                let keys = rows.project(&self.key_idx)?;
-                let check =
-                    (!self.order_idx.is_empty() || !self.newer.is_empty()).then(|| StaleCheck {
-                        field_ids: self.order_ids.clone(),
-                        values: self
-                            .order_idx
-                            .iter()
-                            .map(|&i| rows.column(i).clone())
-                            .collect(),
-                        from_load: vec![self.from_load; n],
-                        newer_snapshots: self.newer.clone(),
-                    });
-                let located = locate_rows(
-                    self.target.file_io,
-                    md,
-                    &keys,
-                    self.key_ids.clone(),
-                    check.as_ref(),
-                    self.target.cache,
-                )
-                .await?;
-                add_stats(&mut self.lookup, &located.stats);
-                for (path, d) in located.deletes {
-                    match self.deletes.get_mut(&path) {
-                        Some(e) => e.positions.extend(d.positions),
-                        None => {
-                            self.deletes.insert(path, d);
-                        }
-                    }
-                }
-                (located.found, located.stale)
-            }
-            _ => (vec![false; n], vec![false; n]),
-        };
         let mut write = Vec::with_capacity(n);
-        for i in 0..n {
+        for (i, o) in op.values().iter().enumerate() {
+            let upsert = *o != Op::Delete as u8;
+            let (found, stale) = located.map_or((false, false), |(f, s)| (f[i], s[i]));
             let c = &mut self.counts;
-            match (stale[i], upsert[i], found[i]) {
+            match (stale, upsert, found) {
                 (true, _, _) => c.stale += 1,
                 (false, true, true) => c.updated += 1,
                 (false, true, false) => c.inserted += 1,
                 (false, false, true) => c.deleted += 1,
                 (false, false, false) => c.deletes_of_absent_keys += 1,
             }
-            write.push(upsert[i] && !stale[i]);
+            write.push(upsert && !stale);
         }
         let data = rows.project(&self.data_idx)?;
         let data = if write.iter().all(|w| *w) {
