@@ -21,6 +21,22 @@ pub fn tune_allocator() {
     }
 }
 
+/// Hands the memory freed since the last call back to the kernel, in every arena.
+///
+/// [`tune_allocator`] keeps up to 256 MiB free per arena, and a streamed input's threads (reader,
+/// settling, writer, spawn_blocking) each allocate in an arena of their own: a warm function
+/// that applied sixteen 256 MiB full-load files one after another held 1.1 GB, though no file
+/// needed more than ~120 MiB at once. Called once a large input is done, it costs about a
+/// millisecond against seconds of work, and bounds a warm process by its largest input instead
+/// of the sum of its arenas' high-water marks.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only returns free pages to the kernel; glibc locks each arena.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Spawns `work` to run beside the calling task, and yields once so that it starts.
 ///
 /// Tokio keeps a task spawned from a worker in that worker's next-task slot, which no other

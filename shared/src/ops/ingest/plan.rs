@@ -735,7 +735,9 @@ impl IngestPlanner<'_> {
                     cache: &cache,
                     target_file_size,
                 };
-                super::stream::run(&spec, &target, &handle)
+                let ran = super::stream::run(&spec, &target, &handle);
+                crate::process::release_freed_memory();
+                ran
             })
             .await
             .map_err(|e| Error::Other(format!("streamed read failed: {e}")))??;
