@@ -31,6 +31,7 @@ use dms2iceberg::config::Config;
 use dms2iceberg::ops::compact::Compact;
 use dms2iceberg::ops::discover::discover;
 use dms2iceberg::ops::ingest::{Ingest, local_inputs};
+use dms2iceberg::ops::maintain::ExpireSnapshots;
 use dms2iceberg::ops::parse_ident;
 use dms2iceberg::ops::scan::Scan;
 use iceberg::spec::TableMetadata;
@@ -333,6 +334,12 @@ async fn main() -> anyhow::Result<()> {
     // Compaction every so many real commits (the compaction function runs hourly: a table fed
     // one file a minute has some 60 files between two runs), so the live files stay few.
     let compact_every: usize = arg("--compact-every", "60").parse()?;
+    // Every point with the record full (the real history built first, points below it reached
+    // by expiring snapshots, as the compaction function's retention does): the record's size is
+    // bounded by its window, not by the history, so points that differ only in the history
+    // compare the history alone. Without it a young table's record (a point below
+    // `--real-history`) is smaller, and the comparison mixes the two.
+    let full_record = args.iter().any(|a| a == "--full-record");
     let label = arg("--label", "");
     let root = PathBuf::from(arg(
         "--dir",
@@ -344,7 +351,12 @@ async fn main() -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&root);
     let dms = root.join("dms");
     let max_point = points.iter().copied().max().unwrap_or(0);
-    let files = (real.min(max_point) + points.len() * (commits + 2) + 10) as u64;
+    let built = if full_record {
+        real
+    } else {
+        real.min(max_point)
+    };
+    let files = (built + points.len() * (commits + 2) + 10) as u64;
     let expected = generate(&dms, files, rows)?;
 
     let config = Config::from_toml("[tables.\"shop.orders\"]\nprimary_key = [\"order_id\"]\n")?;
@@ -372,7 +384,15 @@ async fn main() -> anyhow::Result<()> {
         // padding; then one compaction, so every point starts from the same few live files.
         let target = p.saturating_sub(1);
         let mut since_compaction = 0;
-        while snapshots < target.min(real) {
+        // Full record: `real` change files applied whatever the point (the load is one more).
+        let building = |snapshots: usize, applied: usize| {
+            if full_record {
+                applied <= real
+            } else {
+                snapshots < target.min(real)
+            }
+        };
+        while building(snapshots, b.applied) {
             b.apply().await?;
             snapshots += 1;
             since_compaction += 1;
@@ -382,9 +402,25 @@ async fn main() -> anyhow::Result<()> {
                 since_compaction = 0;
             }
         }
+        if snapshots > target {
+            // Retention down to the point: every snapshot but the newest `target` expired.
+            ExpireSnapshots::new(
+                &catalog,
+                b.ident.clone(),
+                chrono::Utc::now().timestamp_millis() + 1,
+                target,
+            )
+            .execute()
+            .await?;
+        }
         pad(&catalog, &b.ident, target).await?;
         b.compact().await?;
         b.apply().await?; // warm-up
+        // A mark for a profiler to attach to the measured commits alone (`perf record -p`).
+        eprintln!(
+            "measuring at {target} snapshots (pid {})",
+            std::process::id()
+        );
         let (mut total, mut commit, mut write, mut read, mut rest, mut cold) =
             (vec![], vec![], vec![], vec![], vec![], vec![]);
         for _ in 0..commits {
@@ -449,12 +485,13 @@ async fn main() -> anyhow::Result<()> {
     let _ = writeln!(md, "# History benchmark {label}\n");
     let _ = writeln!(
         md,
-        "`cargo bench --bench history -- --points {} --commits {commits} --rows {rows} --real-history {real} --compact-every {compact_every}`; git {}; load average at end {}; {} files applied in {:.0} s; table rows verified ({got}).\n",
+        "`cargo bench --bench history -- --points {} --commits {commits} --rows {rows} --real-history {real} --compact-every {compact_every}{}`; git {}; load average at end {}; {} files applied in {:.0} s; table rows verified ({got}).\n",
         points
             .iter()
             .map(|p| p.to_string())
             .collect::<Vec<_>>()
             .join(","),
+        if full_record { " --full-record" } else { "" },
         git_head(),
         load_avg(),
         b.applied,
@@ -501,7 +538,7 @@ async fn main() -> anyhow::Result<()> {
     );
     print!("{md}");
     let doc = json!({"label": label, "git": git_head(), "load_at_end": load_avg(), "commits_per_point": commits,
-        "rows_per_file": rows, "real_history": real, "compact_every": compact_every,
+        "rows_per_file": rows, "real_history": real, "compact_every": compact_every, "full_record": full_record,
         "files_applied": b.applied, "rows_verified": got, "points": rows_json});
     let json_path = arg("--json", "");
     if !json_path.is_empty() {
