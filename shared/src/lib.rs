@@ -40,6 +40,7 @@ pub mod config;
 pub(crate) mod dedupe;
 pub mod error;
 pub(crate) mod evolve;
+pub(crate) mod files;
 #[cfg(feature = "aws")]
 pub mod lambda;
 pub mod locate;

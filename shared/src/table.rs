@@ -11,6 +11,7 @@ use iceberg::table::Table;
 
 use crate::catalog::{Catalog, Pointer};
 use crate::error::Result;
+use crate::files::metadata::Refs;
 
 /// Snapshot summary and table property keys we write. Which files a table holds is in the
 /// table property [`crate::commit::record::PROPERTY`]; the summary keys describe each snapshot
@@ -38,18 +39,22 @@ pub mod keys {
     pub const VERSION: &str = "dms2iceberg.version";
 }
 
-/// Parsed metadata files, newest last. A metadata file is never rewritten (each commit writes
-/// a new one under a new name), so its location identifies its content: one commit loads its
-/// table several times (plan, validation, the function's checks), and a long snapshot history
-/// makes every parse cost more.
-static METADATA: Mutex<Vec<(String, Arc<TableMetadata>)>> = Mutex::new(Vec::new());
+/// Parsed metadata files with their refs, newest last. A metadata file is never rewritten (each
+/// commit writes a new one under a new name), so its location identifies its content: one
+/// commit loads its table several times (plan, validation, the function's checks), and a long
+/// snapshot history makes every parse cost more.
+type ParsedMetadata = (String, Arc<TableMetadata>, Arc<Refs>);
+static METADATA: Mutex<Vec<ParsedMetadata>> = Mutex::new(Vec::new());
 const METADATA_CACHED: usize = 8;
 
-async fn read_metadata(file_io: &FileIO, location: &str) -> Result<Arc<TableMetadata>> {
-    let cached = |m: &Vec<(String, Arc<TableMetadata>)>| {
+async fn read_metadata(
+    file_io: &FileIO,
+    location: &str,
+) -> Result<(Arc<TableMetadata>, Arc<Refs>)> {
+    let cached = |m: &Vec<ParsedMetadata>| {
         m.iter()
-            .find(|(l, _)| l == location)
-            .map(|(_, t)| t.clone())
+            .find(|(l, _, _)| l == location)
+            .map(|(_, t, r)| (t.clone(), r.clone()))
     };
     if let Ok(m) = METADATA.lock()
         && let Some(t) = cached(&m)
@@ -57,17 +62,22 @@ async fn read_metadata(file_io: &FileIO, location: &str) -> Result<Arc<TableMeta
         return Ok(t);
     }
     let started = Instant::now();
-    let metadata = Arc::new(TableMetadata::read_from(file_io, location).await?);
+    let (metadata, refs) = crate::files::metadata::read(file_io, location).await?;
+    let (metadata, refs) = (Arc::new(metadata), Arc::new(refs));
     count_metadata_io(&METADATA_READS, started.elapsed());
+    remember(location, metadata.clone(), refs.clone());
+    Ok((metadata, refs))
+}
+
+fn remember(location: &str, metadata: Arc<TableMetadata>, refs: Arc<Refs>) {
     if let Ok(mut m) = METADATA.lock()
-        && cached(&m).is_none()
+        && !m.iter().any(|(l, _, _)| l == location)
     {
         if m.len() >= METADATA_CACHED {
             m.remove(0);
         }
-        m.push((location.to_string(), metadata.clone()));
+        m.push((location.to_string(), metadata, refs));
     }
-    Ok(metadata)
 }
 
 /// What this process spent on metadata.json files since it started: reads (fetch and parse, on
@@ -113,15 +123,11 @@ pub fn metadata_io() -> MetadataIo {
 
 /// Remembers the metadata this process just wrote at `location` (after the catalog swap made
 /// it current), so that the next load of an unchanged table reads nothing but the catalog
-/// pointer: a warm function does not GET back its own metadata.json.
-pub(crate) fn remember_metadata(location: &str, metadata: TableMetadata) {
-    if let Ok(mut m) = METADATA.lock()
-        && !m.iter().any(|(l, _)| l == location)
-    {
-        if m.len() >= METADATA_CACHED {
-            m.remove(0);
-        }
-        m.push((location.to_string(), Arc::new(metadata)));
+/// pointer: a warm function does not GET back its own metadata.json. Without its refs it is
+/// not kept: a later commit on it needs them.
+pub(crate) fn remember_metadata(location: &str, metadata: TableMetadata, refs: Option<Refs>) {
+    if let Some(refs) = refs {
+        remember(location, Arc::new(metadata), Arc::new(refs));
     }
 }
 
@@ -149,6 +155,9 @@ pub struct LoadedTable {
     pub ident: TableIdent,
     pub pointer: Pointer,
     pub metadata: Arc<TableMetadata>,
+    /// The metadata's branches and tags (iceberg-rust keeps them private): what a commit on
+    /// this metadata builds its own refs from.
+    pub(crate) refs: Arc<Refs>,
 }
 
 impl LoadedTable {
@@ -156,11 +165,12 @@ impl LoadedTable {
         let Some(pointer) = catalog.load(ident).await? else {
             return Ok(None);
         };
-        let metadata = read_metadata(catalog.file_io(), &pointer.metadata_location).await?;
+        let (metadata, refs) = read_metadata(catalog.file_io(), &pointer.metadata_location).await?;
         Ok(Some(LoadedTable {
             ident: ident.clone(),
             pointer,
             metadata,
+            refs,
         }))
     }
 

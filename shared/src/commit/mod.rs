@@ -457,7 +457,7 @@ async fn attempt_until_decided(
                 cleanup_expired(file_io, current.as_ref(), &built.metadata).await;
                 let sequence_number = built.metadata.last_sequence_number();
                 // Moved, not copied: a copy costs a pass over every snapshot of the table.
-                crate::table::remember_metadata(&built.location, built.metadata);
+                crate::table::remember_metadata(&built.location, built.metadata, built.refs);
                 return Ok(Outcome::Committed {
                     snapshot_id: staged.snapshot_id,
                     sequence_number,

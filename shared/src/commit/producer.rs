@@ -15,11 +15,14 @@ use iceberg::spec::{
 use super::record::{AppliedRecord, PROPERTY};
 use super::{Base, Change, Staged, failpoint, summary};
 use crate::error::{Error, Result};
+use crate::files::metadata::Refs;
 use crate::table::{LoadedTable, manifest_list};
 
 /// Files one attempt wrote: deleted if the attempt loses.
 pub(super) struct Built {
     pub metadata: TableMetadata,
+    /// The metadata's refs, when they could be derived from the base's (see `files::metadata`).
+    pub refs: Option<Refs>,
     pub location: String,
     /// Manifest list, and manifests written for this attempt only (a reload's removals).
     written: Vec<String>,
@@ -94,14 +97,18 @@ pub(super) async fn build_attempt(
         ..
     } = validated;
     let carry = &carry;
-    let (base_md, base_location): (&TableMetadata, _) = match (current, &staged.base) {
-        (Some(t), _) => (
-            t.metadata.as_ref(),
-            Some(t.pointer.metadata_location.clone()),
-        ),
-        (None, Base::Create(m)) => (m.as_ref(), None),
-        (None, Base::Existing(_)) => return Err(Error::Other("table vanished".into())),
-    };
+    let empty = Refs::new();
+    let (base_md, base_location, base_refs): (&TableMetadata, _, &Refs) =
+        match (current, &staged.base) {
+            (Some(t), _) => (
+                t.metadata.as_ref(),
+                Some(t.pointer.metadata_location.clone()),
+                t.refs.as_ref(),
+            ),
+            // A table not yet created has no snapshots, so no refs.
+            (None, Base::Create(m)) => (m.as_ref(), None, &empty),
+            (None, Base::Existing(_)) => return Err(Error::Other("table vanished".into())),
+        };
     let parent = base_md.current_snapshot().cloned();
     let sequence_number = base_md.next_sequence_number();
     let mut written = Vec::new();
@@ -218,7 +225,9 @@ pub(super) async fn build_attempt(
             );
             builder = builder.set_properties([(PROPERTY.to_string(), next.encode()?)].into())?;
         }
-        let metadata = builder.build()?.metadata;
+        let build = builder.build()?;
+        let metadata = build.metadata;
+        let refs = crate::files::metadata::refs_after(base_refs, &build.changes, &metadata);
         let location = match &base_location {
             Some(l) => MetadataLocation::from_str(l)?
                 .with_next_version()
@@ -226,10 +235,10 @@ pub(super) async fn build_attempt(
             None => MetadataLocation::new_with_metadata(metadata.location(), &metadata),
         }
         .to_string();
-        Ok::<_, Error>((metadata, location))
+        Ok::<_, Error>((metadata, refs, location))
     }
     .await;
-    let (metadata, location) = match built {
+    let (metadata, refs, location) = match built {
         Ok(b) => b,
         Err(e) => {
             // The list is deleted once its write is over, not while it may still be written.
@@ -244,9 +253,7 @@ pub(super) async fn build_attempt(
     // its path, and nothing can read either before the swap makes the metadata current.
     let write_metadata = async {
         let started = std::time::Instant::now();
-        metadata
-            .write_to(file_io, &MetadataLocation::from_str(&location)?)
-            .await?;
+        crate::files::metadata::write(file_io, &location, &metadata, refs.as_ref()).await?;
         crate::table::count_metadata_write(started.elapsed());
         Ok::<_, Error>(())
     };
@@ -264,6 +271,7 @@ pub(super) async fn build_attempt(
     crate::table::remember_manifest_list(&list_path, entries);
     Ok(Built {
         metadata,
+        refs,
         location,
         written,
     })
