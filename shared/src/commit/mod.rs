@@ -229,7 +229,7 @@ impl KeyBounds {
 #[derive(Debug, Clone, Default)]
 pub struct RecordUpdate {
     /// The record the input was planned against (validation replans if it moved).
-    pub base_record: AppliedRecord,
+    pub base_record: Arc<AppliedRecord>,
     pub inputs: Vec<AppliedInput>,
     /// The inputs are a new full load (a new generation).
     pub reload: bool,

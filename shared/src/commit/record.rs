@@ -31,6 +31,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
+use std::sync::Arc;
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -173,15 +174,17 @@ pub struct AppliedRecord {
 /// record (2,000 change files) takes a millisecond or more to decode: a commit at steady state
 /// spent a third of its time there. Decoding is a pure function of the text, so the text is
 /// the key; a few entries cover the tables one process commits to in turn.
-static DECODED: std::sync::Mutex<Vec<(String, AppliedRecord)>> = std::sync::Mutex::new(Vec::new());
+/// Shared, not copied: a copy of a full record is thousands of allocations.
+type Decoded = Vec<(String, Arc<AppliedRecord>)>;
+static DECODED: std::sync::Mutex<Decoded> = std::sync::Mutex::new(Vec::new());
 const DECODED_KEPT: usize = 8;
 
-fn decoded(raw: &str) -> Option<AppliedRecord> {
+fn decoded(raw: &str) -> Option<Arc<AppliedRecord>> {
     let d = DECODED.lock().ok()?;
     d.iter().find(|(r, _)| r == raw).map(|(_, rec)| rec.clone())
 }
 
-fn remember_decoded(raw: &str, record: &AppliedRecord) {
+fn remember_decoded(raw: &str, record: &Arc<AppliedRecord>) {
     if let Ok(mut d) = DECODED.lock()
         && !d.iter().any(|(r, _)| r == raw)
     {
@@ -243,14 +246,14 @@ impl AppliedRecord {
     /// The record in `properties`; `Ok(None)` when the table has none (yet).
     pub fn from_properties(
         properties: &std::collections::HashMap<String, String>,
-    ) -> Result<Option<AppliedRecord>> {
+    ) -> Result<Option<Arc<AppliedRecord>>> {
         let Some(raw) = properties.get(PROPERTY) else {
             return Ok(None);
         };
         if let Some(r) = decoded(raw) {
             return Ok(Some(r));
         }
-        let record = AppliedRecord::decode(raw)?;
+        let record = Arc::new(AppliedRecord::decode(raw)?);
         remember_decoded(raw, &record);
         Ok(Some(record))
     }
@@ -258,11 +261,11 @@ impl AppliedRecord {
     /// The table's record: the property, or for tables written before it existed, rebuilt from
     /// the snapshot summaries of its history (and written as the property by its next commit).
     /// `None`: the table has no record at all.
-    pub fn of_table(md: &TableMetadata) -> Result<Option<AppliedRecord>> {
+    pub fn of_table(md: &TableMetadata) -> Result<Option<Arc<AppliedRecord>>> {
         if let Some(r) = AppliedRecord::from_properties(md.properties())? {
             return Ok(Some(r));
         }
-        Ok(from_summaries(md))
+        Ok(from_summaries(md).map(Arc::new))
     }
 
     pub fn decode(raw: &str) -> Result<AppliedRecord> {

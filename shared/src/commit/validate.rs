@@ -142,7 +142,7 @@ pub enum Verdict {
 
 type Check = std::result::Result<Option<Verdict>, CommitError>;
 /// A rule of [`check_carrying`]; the argument receives the record a rule read.
-type Rule<'a> = &'a dyn Fn(&mut Option<AppliedRecord>) -> Check;
+type Rule<'a> = &'a dyn Fn(&mut Option<Arc<AppliedRecord>>) -> Check;
 
 fn conflict(c: Conflict) -> CommitError {
     CommitError::Conflict(c)
@@ -160,7 +160,7 @@ pub struct Validated {
     pub carry: CarriedDeletes,
     /// The table's applied-file record as validation read it (for a commit that updates it):
     /// the attempt derives the new record from it instead of decoding the property again.
-    pub record: Option<AppliedRecord>,
+    pub record: Option<Arc<AppliedRecord>>,
 }
 
 /// [`check_carrying`]'s verdict alone (the rule tests).
@@ -280,7 +280,7 @@ fn table_is_the_planned_one(staged: &Staged, now: &TableMetadata) -> Check {
 fn input_not_applied(
     staged: &Staged,
     now: &TableMetadata,
-    read: &mut Option<AppliedRecord>,
+    read: &mut Option<Arc<AppliedRecord>>,
 ) -> Check {
     let Some(update) = &staged.record else {
         return Ok(None);

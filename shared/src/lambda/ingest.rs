@@ -330,7 +330,7 @@ impl IngestHandler {
             error: None,
         };
         type Listed = Vec<(DmsObject, ObjectInfo)>;
-        let result: Result<(TableReport, Listed, AppliedRecord)> = async {
+        let result: Result<(TableReport, Listed, Arc<AppliedRecord>)> = async {
             let cfg = config.table(schema, table)?;
             let (listing, loaded) = match reads {
                 Some(r) => r?,
@@ -354,7 +354,7 @@ impl IngestHandler {
             }
             let applied = match &loaded {
                 Some(t) => AppliedRecord::of_table(&t.metadata)?.unwrap_or_default(),
-                None => AppliedRecord::default(),
+                None => Default::default(),
             };
             // Files the record passes over quietly are not listed to the ingest; the rest are
             // (a loud one is reported by it). During a full load, an event for some of its

@@ -116,7 +116,7 @@ impl Planner for RejectedPlanner<'_> {
         }
         let record = match &table {
             Some(t) => AppliedRecord::of_table(&t.metadata)?.unwrap_or_default(),
-            None => AppliedRecord::default(),
+            None => Default::default(),
         };
         if self
             .inputs

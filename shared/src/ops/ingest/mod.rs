@@ -253,7 +253,7 @@ impl<'a> Ingest<'a> {
             Some(t) => AppliedRecord::of_table(&t.metadata).ok().flatten(),
             None => None,
         };
-        let stop = same_place(&mut files, record.as_ref());
+        let stop = same_place(&mut files, record.as_deref());
         let end = stop.as_ref().map_or(files.len(), |s| s.at);
         let mut i = 0;
         while i < end {

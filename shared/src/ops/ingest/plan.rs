@@ -194,10 +194,10 @@ impl Planner for IngestPlanner<'_> {
                             table: self.cfg.target(),
                         });
                     }
-                    None => AppliedRecord::default(),
+                    None => Default::default(),
                 }
             }
-            None => AppliedRecord::default(),
+            None => Default::default(),
         };
         let standings = self.classify(&record).await?;
         if self.pending.is_empty() {
@@ -240,7 +240,7 @@ struct Staging<'a> {
     base: Base,
     changes: MetadataChanges,
     planned: Arc<TableMetadata>,
-    record: AppliedRecord,
+    record: Arc<AppliedRecord>,
     carried: Vec<crate::commit::record::LoadFile>,
     mode: Mode,
     written: Written,
@@ -281,7 +281,7 @@ impl IngestPlanner<'_> {
     async fn stage(
         &mut self,
         table: Option<LoadedTable>,
-        record: AppliedRecord,
+        record: Arc<AppliedRecord>,
         mode: Mode,
         timings: &mut Timings,
     ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
@@ -411,7 +411,7 @@ impl IngestPlanner<'_> {
     async fn stage_read(
         &self,
         table: Option<LoadedTable>,
-        record: AppliedRecord,
+        record: Arc<AppliedRecord>,
         carried: Vec<crate::commit::record::LoadFile>,
         mode: Mode,
         key: Vec<String>,
@@ -584,7 +584,7 @@ impl IngestPlanner<'_> {
     async fn stage_streamed(
         &mut self,
         table: Option<LoadedTable>,
-        record: AppliedRecord,
+        record: Arc<AppliedRecord>,
         carried: Vec<crate::commit::record::LoadFile>,
         mode: Mode,
         key: Vec<String>,
