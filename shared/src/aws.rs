@@ -2,7 +2,7 @@
 //! AWS environment (region, credentials, `AWS_ENDPOINT_URL` for an emulator), the S3 `FileIO` for
 //! the warehouse, and DMS objects in S3 (listing a table's folder, streaming objects to disk).
 //! The catalog and the functions' handlers know none of this: they take the traits
-//! ([`crate::catalog::ListFiles`], [`crate::lambda::store::ObjectStore`]) implemented here.
+//! ([`crate::catalog::ListFiles`], [`crate::storage::ObjectStore`]) implemented here.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -17,9 +17,9 @@ use tokio::task::JoinHandle;
 
 use crate::catalog::{GlueCatalog, ListFiles, ListedFile};
 use crate::error::{Error, Result};
-use crate::lambda::store::ObjectStore;
-pub use crate::lambda::store::{ObjectInfo, split_s3_uri};
 use crate::read::SourceData;
+use crate::storage::ObjectStore;
+pub use crate::storage::{ObjectInfo, split_s3_uri};
 
 /// Fails unless TLS can start: the HTTP clients under the AWS SDK and the S3 `FileIO` (reqwest
 /// with the platform verifier) refuse to be built without a CA certificate, and the latter

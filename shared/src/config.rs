@@ -95,26 +95,7 @@ pub struct TableSettings {
     pub applied_record_files: Option<usize>,
 }
 
-/// Storage of DMS `TIME` values (Spark cannot read an Iceberg `time` column at all).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TimeType {
-    #[default]
-    String,
-    Long,
-    Time,
-}
-
-impl TimeType {
-    /// The Iceberg type a new column of DMS `TIME` values gets.
-    pub fn iceberg_type(self) -> PrimitiveType {
-        match self {
-            TimeType::String => PrimitiveType::String,
-            TimeType::Long => PrimitiveType::Long,
-            TimeType::Time => PrimitiveType::Time,
-        }
-    }
-}
+pub use crate::types::TimeType;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -240,6 +221,9 @@ impl TableConfig {
 pub const DEFAULT_TARGET_FILE_SIZE: u64 = 512 * 1024 * 1024;
 /// Above this, a commit's input is read twice rather than held (see `large_input_bytes`).
 pub const DEFAULT_LARGE_INPUT_BYTES: u64 = 128 * 1024 * 1024;
+/// Change files the applied-file record keeps by default (`applied_record_files`: about a day
+/// and a half of one-minute files).
+pub const DEFAULT_WINDOW: usize = 2_000;
 
 impl Config {
     pub fn from_toml(text: &str) -> Result<Config> {
@@ -382,10 +366,7 @@ impl Config {
             skip_files: s.skip_files.clone().unwrap_or_default(),
             bad_rows: s.bad_rows.unwrap_or_default(),
             properties: s.properties.clone().unwrap_or_default(),
-            applied_record_files: s
-                .applied_record_files
-                .unwrap_or(crate::commit::record::DEFAULT_WINDOW)
-                .max(1),
+            applied_record_files: s.applied_record_files.unwrap_or(DEFAULT_WINDOW).max(1),
         })
     }
 }

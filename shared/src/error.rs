@@ -174,6 +174,16 @@ pub enum Error {
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
 
+    /// An operation on a table (scan, history, compact, expire, orphans) that is not in the
+    /// catalog.
+    #[error("table {table} does not exist")]
+    NoSuchTable { table: String },
+
+    /// The table holds what dms2iceberg cannot read or write correctly (another engine's
+    /// equality deletes): refused before anything is written.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+
     #[error("{0}")]
     Other(String),
 }
@@ -216,6 +226,8 @@ impl Error {
             Error::Catalog(_) | Error::Sqlite(_) => "CatalogError",
             Error::Storage(_) | Error::Io { .. } => "StorageError",
             Error::Iceberg(_) | Error::Parquet(_) | Error::Arrow(_) => "TableError",
+            Error::Unsupported(_) => "Unsupported",
+            Error::NoSuchTable { .. } => "NoSuchTable",
             Error::Other(_) => "Error",
         }
     }
@@ -224,7 +236,8 @@ impl Error {
     /// as reports that keep the message carry it. Errors whose message has no prefix of their
     /// own (storage, I/O, Iceberg) are `Error`, unless they are S3 requests.
     pub fn kind_of_message(message: &str) -> &'static str {
-        const PREFIXES: [(&str, &str); 5] = [
+        const PREFIXES: [(&str, &str); 6] = [
+            ("unsupported: ", "Unsupported"),
             ("bad input: ", "InputError"),
             ("object key `", "InputError"),
             ("config: ", "ConfigError"),
@@ -243,6 +256,9 @@ impl Error {
             }
             if rest.contains("holds data but no record of which DMS files") {
                 return "NoRecordError";
+            }
+            if rest.ends_with(" does not exist") && !rest.contains(':') {
+                return "NoSuchTable";
             }
             return "SchemaError";
         }
@@ -292,6 +308,10 @@ mod tests {
                 reason: "column `x` changed type".into(),
             },
             Error::NoRecord {
+                table: "a.b".into(),
+            },
+            Error::Unsupported("table has equality delete files (d.parquet)".into()),
+            Error::NoSuchTable {
                 table: "a.b".into(),
             },
             Error::CommitFailed {

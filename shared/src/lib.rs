@@ -13,6 +13,10 @@
 //!    landed by one plan → commit → replan loop, with the exactly-once record in the same
 //!    metadata commit (the protocol's invariants are written at the top of `commit`).
 //!
+//! Beneath the steps, `files` reads and writes the table's own files (metadata.json with its
+//! refs, position-delete content, small Parquet files read whole) for every step that needs
+//! them.
+//!
 //! [`ops`] strings the steps together as table operations; the Lambda handlers ([`lambda`],
 //! feature `aws`) and the CLI only wire configuration, clients and output.
 //!
@@ -49,6 +53,9 @@ pub mod ops;
 pub mod process;
 pub mod read;
 pub(crate) mod spill;
+/// Object stores the functions read DMS files from: S3 ([`aws`]) and a local folder of buckets.
+#[cfg(feature = "aws")]
+pub mod storage;
 pub(crate) mod table;
 pub(crate) mod types;
 pub(crate) mod write;

@@ -6,6 +6,27 @@ use iceberg::spec::{PrimitiveType, Type};
 
 use crate::error::{Error, Result};
 
+/// Storage of DMS `TIME` values (Spark cannot read an Iceberg `time` column at all).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeType {
+    #[default]
+    String,
+    Long,
+    Time,
+}
+
+impl TimeType {
+    /// The Iceberg type a new column of DMS `TIME` values gets.
+    pub fn iceberg_type(self) -> PrimitiveType {
+        match self {
+            TimeType::String => PrimitiveType::String,
+            TimeType::Long => PrimitiveType::Long,
+            TimeType::Time => PrimitiveType::Time,
+        }
+    }
+}
+
 /// Parses a type name as written in the config (`long`, `decimal(12,2)`, `timestamp`, ...).
 pub fn parse_type(name: &str) -> Result<PrimitiveType> {
     let n = name.trim().to_ascii_lowercase();
@@ -129,7 +150,7 @@ pub fn iceberg_type_for_arrow(dt: &DataType) -> Option<PrimitiveType> {
 pub fn stored_type(
     declared: &PrimitiveType,
     existing: Option<&PrimitiveType>,
-    time_type: crate::config::TimeType,
+    time_type: TimeType,
 ) -> PrimitiveType {
     if *declared != PrimitiveType::Time {
         return declared.clone();

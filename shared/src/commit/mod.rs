@@ -649,9 +649,12 @@ where
     let file_io = catalog.file_io();
     let mut budget: Option<Budget> = None;
     loop {
-        let current = LoadedTable::load(catalog, ident)
-            .await?
-            .ok_or_else(|| Error::Other(format!("table {ident} does not exist")))?;
+        let current =
+            LoadedTable::load(catalog, ident)
+                .await?
+                .ok_or_else(|| Error::NoSuchTable {
+                    table: ident.to_string(),
+                })?;
         let budget = budget.get_or_insert_with(|| Budget::new(RetryPolicy::of(&current.metadata)));
         let Some(new) = change(&current.metadata, &current.pointer.metadata_location)? else {
             return Ok(None);

@@ -44,8 +44,6 @@ use crate::table::{ancestry, keys, source_files};
 
 /// Table property holding the record (JSON).
 pub const PROPERTY: &str = "dms2iceberg.applied";
-/// Change files the record keeps by default (about a day and a half of one-minute files).
-pub const DEFAULT_WINDOW: usize = 2_000;
 /// Earlier generations whose LOAD identities are kept.
 const SUPERSEDED_GENERATIONS: usize = 3;
 
@@ -835,7 +833,7 @@ mod tests {
                 &[input(cdc(n), meta(5, "c", 200 + n as i64))],
                 false,
                 Some(format!("{n:035}")),
-                DEFAULT_WINDOW,
+                crate::config::DEFAULT_WINDOW,
                 5_000,
             );
         }

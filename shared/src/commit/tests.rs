@@ -446,7 +446,13 @@ async fn equality_deletes_from_another_engine_are_refused() {
         .await
         .unwrap();
     match lab.check(&staged).await {
-        Err(CommitError::Failed(e)) => assert!(e.to_string().contains("equality"), "{e}"),
+        Err(CommitError::Failed(e)) => {
+            assert_eq!(e.kind(), "Unsupported");
+            assert!(
+                e.to_string().contains("equality delete files (snapshot "),
+                "{e}"
+            );
+        }
         other => panic!("expected a refusal, got {other:?}"),
     }
     staged.discard(lab.catalog.file_io()).await;

@@ -385,14 +385,13 @@ fn no_equality_deletes(intervening: &[Arc<Snapshot>]) -> std::result::Result<(),
         let p = &s.summary().additional_properties;
         let added = |k: &str| p.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         if added("added-equality-delete-files") > 0 || added("added-equality-deletes") > 0 {
-            return Err(CommitError::Failed(Error::Other(format!(
-                "snapshot {} ({}) added equality delete files; dms2iceberg reads and writes \
-                 position deletes only and would resurrect rows those delete: rewrite them away \
-                 (Spark: CALL system.rewrite_data_files with delete-file-threshold=1) before \
-                 ingesting again",
-                s.snapshot_id(),
-                s.summary().operation.as_str()
-            ))));
+            return Err(CommitError::Failed(crate::files::equality_deletes_refused(
+                &format!(
+                    "snapshot {} ({})",
+                    s.snapshot_id(),
+                    s.summary().operation.as_str()
+                ),
+            )));
         }
     }
     Ok(())
@@ -454,7 +453,7 @@ async fn load_append_still_valid(
                 .await
                 .map(|o| (s.snapshot_id(), o))
         })
-        .buffered(crate::lookup::READ_CONCURRENCY)
+        .buffered(crate::files::parquet::READ_CONCURRENCY)
         .try_collect()
         .await?;
     for (snapshot, overlaps) in overlapping {
@@ -540,7 +539,7 @@ async fn rewrite_still_valid(
                 {
                     continue;
                 }
-                let content = crate::lookup::read_position_deletes(
+                let content = crate::files::deletes::read_position_deletes(
                     file_io,
                     f.file_path(),
                     f.file_size_in_bytes(),

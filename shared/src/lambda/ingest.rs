@@ -18,7 +18,6 @@ use tracing::{error, info, warn};
 
 use super::events::IngestEvent;
 use super::metrics::emf_line;
-use super::store::{ObjectInfo, ObjectStore};
 use super::{FunctionEnv, FunctionError};
 use crate::catalog::Catalog;
 use crate::commit::{AppliedRecord, Standing};
@@ -27,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::locate::{DmsObject, locate, table_prefix};
 use crate::lookup::LookupCache;
 use crate::ops::ingest::{FileInput, Ingest, Status, TableReport};
+use crate::storage::{ObjectInfo, ObjectStore};
 use crate::table::LoadedTable;
 
 pub struct IngestHandler {

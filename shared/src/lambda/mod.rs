@@ -2,15 +2,14 @@
 //! environment they are configured by. See README "Run on AWS".
 //!
 //! Handlers take typed events ([`events`]) and the catalog and object store as traits
-//! ([`crate::catalog::Catalog`], [`store::ObjectStore`]): the functions pass Glue and S3, tests
-//! pass a SQLite catalog and [`store::LocalObjects`] and call the handlers in-process.
+//! ([`crate::catalog::Catalog`], [`crate::storage::ObjectStore`]): the functions pass Glue and S3, tests
+//! pass a SQLite catalog and [`crate::storage::LocalObjects`] and call the handlers in-process.
 
 pub mod compact;
 pub mod events;
 pub mod ingest;
 pub mod metrics;
 pub mod runtime;
-pub mod store;
 #[cfg(test)]
 mod tests;
 
@@ -18,7 +17,7 @@ use std::path::PathBuf;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use store::{ObjectStore, split_s3_uri};
+use crate::storage::{ObjectStore, split_s3_uri};
 
 /// A failed invocation as Lambda gets it: `kind` is the `errorType` (see [`Error::kind`];
 /// `Panic` for a panic), `message` the `errorMessage` (input values left out).

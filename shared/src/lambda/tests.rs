@@ -15,10 +15,10 @@ use serde_json::Value;
 use super::compact::{CompactEnv, CompactHandler};
 use super::events::{CompactEvent, IngestEvent};
 use super::ingest::{IngestHandler, IngestResponse};
-use super::store::LocalObjects;
 use super::{FunctionEnv, FunctionError, guarded};
 use crate::catalog::{Catalog, SqliteCatalog};
 use crate::ops::scan::Scan;
+use crate::storage::LocalObjects;
 
 const LANDING: &str = "dms2iceberg-landing";
 const CONFIG_URI: &str = "s3://dms2iceberg-landing/config/dms2iceberg.toml";

@@ -24,8 +24,7 @@ use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::DataType;
 use futures::{StreamExt, TryStreamExt};
-use iceberg::arrow::ArrowFileReader;
-use iceberg::io::{FileIO, FileMetadata};
+use iceberg::io::FileIO;
 use iceberg::spec::{
     DataContentType, Datum, Manifest, ManifestContentType, PrimitiveLiteral, Struct, TableMetadata,
 };
@@ -34,6 +33,10 @@ use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::file::statistics::Statistics;
 
 use crate::error::{Error, Result};
+use crate::files::deletes::{DeletedPositions, read_position_deletes};
+use crate::files::parquet::{
+    READ_CONCURRENCY, SMALL_READ_CONCURRENCY, large_read_permit, open_parquet,
+};
 use crate::write::FileDeletes;
 use index::{INDEX_MIN_ROWS, PackedBuilder, PackedKeys};
 
@@ -162,89 +165,6 @@ impl FileKeys {
             KeyValues::Packed(p) => p.size(),
         }
     }
-}
-
-/// Content of a position-delete file: deleted positions per data file path.
-pub type DeletedPositions = HashMap<String, Vec<i64>>;
-
-/// Reads in flight at once per lookup step (manifests, delete files, key columns, ordering
-/// values): enough to cover object-storage round trips, few enough for Lambda's memory.
-pub const READ_CONCURRENCY: usize = 16;
-
-/// Reads of small files ([`WHOLE_FILE_BYTES`] at most, read whole) in flight at once: a
-/// fresh process on a table with many partitions reads hundreds of them, and each holds at
-/// most a megabyte.
-pub const SMALL_READ_CONCURRENCY: usize = 64;
-
-/// Parquet files up to this size are read whole, in one request: their footer, bloom filters
-/// and columns would otherwise cost three round trips one after another.
-pub const WHOLE_FILE_BYTES: u64 = 1 << 20;
-
-/// A Parquet file held in memory, read whole.
-struct WholeFile(bytes::Bytes);
-
-impl parquet::arrow::async_reader::AsyncFileReader for WholeFile {
-    fn get_bytes(
-        &mut self,
-        range: std::ops::Range<u64>,
-    ) -> futures::future::BoxFuture<'_, parquet::errors::Result<bytes::Bytes>> {
-        let len = self.0.len() as u64;
-        let r = if range.start <= range.end && range.end <= len {
-            Ok(self.0.slice(range.start as usize..range.end as usize))
-        } else {
-            Err(parquet::errors::ParquetError::EOF(format!(
-                "range {range:?} beyond the file's {len} bytes"
-            )))
-        };
-        Box::pin(futures::future::ready(r))
-    }
-
-    fn get_metadata<'a>(
-        &'a mut self,
-        _options: Option<&'a parquet::arrow::arrow_reader::ArrowReaderOptions>,
-    ) -> futures::future::BoxFuture<
-        'a,
-        parquet::errors::Result<Arc<parquet::file::metadata::ParquetMetaData>>,
-    > {
-        let r = parquet::file::metadata::ParquetMetaDataReader::new()
-            .parse_and_finish(&self.0)
-            .map(Arc::new);
-        Box::pin(futures::future::ready(r))
-    }
-}
-
-/// Small files are read whole, SMALL_READ_CONCURRENCY at once; a file larger than
-/// [`WHOLE_FILE_BYTES`] reads ranges of its own and holds a permit of `large` (sized
-/// READ_CONCURRENCY) while it does.
-async fn large_read_permit(
-    large: &tokio::sync::Semaphore,
-    size: u64,
-) -> Result<Option<tokio::sync::SemaphorePermit<'_>>> {
-    if size <= WHOLE_FILE_BYTES {
-        return Ok(None);
-    }
-    large
-        .acquire()
-        .await
-        .map(Some)
-        .map_err(|e| Error::Other(format!("lookup read limit: {e}")))
-}
-
-/// Opens a Parquet file for async reading: whole, in one request, if it is small; else
-/// reading ranges as asked.
-async fn open_parquet(
-    file_io: &FileIO,
-    path: &str,
-    size: u64,
-) -> Result<Box<dyn parquet::arrow::async_reader::AsyncFileReader>> {
-    let input = file_io.new_input(path)?;
-    if size <= WHOLE_FILE_BYTES {
-        return Ok(Box::new(WholeFile(input.read().await?)));
-    }
-    Ok(Box::new(ArrowFileReader::new(
-        FileMetadata { size },
-        input.reader().await?,
-    )))
 }
 
 /// Bound on cached entries; past it the cache starts over (entries are cheap to reload).
@@ -877,12 +797,7 @@ async fn candidates(
                     });
                 }
                 (_, DataContentType::EqualityDeletes) => {
-                    return Err(Error::Other(format!(
-                        "table has equality delete files ({}); dms2iceberg writes position deletes only: \
-                         rewrite the table's data files with an engine that applies them (e.g. Spark \
-                         rewrite_data_files) before ingesting",
-                        f.file_path()
-                    )));
+                    return Err(crate::files::equality_deletes_refused(f.file_path()));
                 }
                 (_, DataContentType::Data) => {}
             }
@@ -1576,43 +1491,6 @@ fn range<'a, T: Ord>(v: &'a [T], lo: &T, hi: &T) -> &'a [T] {
     &v[at..end.max(at)]
 }
 
-/// Content of a position-delete file: deleted positions per data file path.
-pub async fn read_position_deletes(
-    file_io: &FileIO,
-    path: &str,
-    size: u64,
-) -> Result<DeletedPositions> {
-    let batches = read_columns(file_io, path, size, None).await?;
-    let mut map: DeletedPositions = HashMap::new();
-    for b in batches {
-        let (paths, pos) = (b.column(0), b.column(1));
-        let paths = arrow_cast::cast(paths, &DataType::Utf8)?;
-        let paths = paths.as_string::<i32>();
-        let pos = arrow_cast::cast(pos, &DataType::Int64)?;
-        let pos = pos.as_primitive::<Int64Type>();
-        // Rows come grouped by path (the spec sorts them by path, then position).
-        let mut i = 0;
-        while i < b.num_rows() {
-            let path = paths.value(i);
-            let run = (i..b.num_rows())
-                .find(|&r| paths.value(r) != path)
-                .unwrap_or(b.num_rows());
-            map.entry(path.to_string())
-                .or_default()
-                .extend_from_slice(&pos.values()[i..run]);
-            i = run;
-        }
-    }
-    // Lookups merge these lists with sorted hits: ascending, whatever the writer did.
-    for v in map.values_mut() {
-        if !v.is_sorted() {
-            v.sort_unstable();
-        }
-        v.dedup();
-    }
-    Ok(map)
-}
-
 /// One column of one data file, compared as `data_type`.
 struct ValuesAt<'a> {
     path: &'a str,
@@ -1707,20 +1585,6 @@ async fn read_values_at(
         (offset[&g] + (p - starts[g])) as u64
     }));
     take_at(&all, idx)
-}
-
-/// Reads whole columns of a (small) Parquet file; `None` = all columns.
-async fn read_columns(
-    file_io: &FileIO,
-    path: &str,
-    size: u64,
-    _cols: Option<&[usize]>,
-) -> Result<Vec<RecordBatch>> {
-    let reader = open_parquet(file_io, path, size).await?;
-    let stream = ParquetRecordBatchStreamBuilder::new(reader)
-        .await?
-        .build()?;
-    Ok(stream.try_collect().await?)
 }
 
 #[cfg(test)]

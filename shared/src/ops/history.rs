@@ -94,14 +94,18 @@ pub async fn applied_record(
 ) -> Result<Option<RecordView>> {
     let t = LoadedTable::load(catalog, ident)
         .await?
-        .ok_or_else(|| Error::Other(format!("table {ident} does not exist")))?;
+        .ok_or_else(|| Error::NoSuchTable {
+            table: ident.to_string(),
+        })?;
     RecordView::of(&t.metadata)
 }
 
 pub async fn history(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Vec<SnapshotInfo>> {
     let t = LoadedTable::load(catalog, ident)
         .await?
-        .ok_or_else(|| Error::Other(format!("table {ident} does not exist")))?;
+        .ok_or_else(|| Error::NoSuchTable {
+            table: ident.to_string(),
+        })?;
     let snapshots = ancestry(&t.metadata);
     let mut counter = LiveRows::new(catalog.file_io(), &t.metadata);
     let mut out: Vec<SnapshotInfo> = Vec::with_capacity(snapshots.len());
@@ -143,7 +147,7 @@ struct LiveRows<'a> {
     removed_any: bool,
     manifests: HashMap<String, Arc<Manifest>>,
     /// Per position-delete file: deleted positions per data file path.
-    deletes: HashMap<String, Arc<crate::lookup::DeletedPositions>>,
+    deletes: HashMap<String, Arc<crate::files::deletes::DeletedPositions>>,
 }
 
 impl<'a> LiveRows<'a> {
@@ -215,7 +219,8 @@ impl<'a> LiveRows<'a> {
                 Some(c) => c.clone(),
                 None => {
                     let c = Arc::new(
-                        crate::lookup::read_position_deletes(self.file_io, path, *size).await?,
+                        crate::files::deletes::read_position_deletes(self.file_io, path, *size)
+                            .await?,
                     );
                     self.deletes.insert(path.clone(), c.clone());
                     c

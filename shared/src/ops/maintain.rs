@@ -267,7 +267,9 @@ impl<'a> ExpireSnapshots<'a> {
     pub async fn execute(self) -> Result<ExpireReport> {
         let table = LoadedTable::load(self.catalog, &self.ident)
             .await?
-            .ok_or_else(|| Error::Other(format!("table {} does not exist", self.ident)))?;
+            .ok_or_else(|| Error::NoSuchTable {
+                table: self.ident.to_string(),
+            })?;
         let file_io = self.catalog.file_io();
         let before = table.metadata.clone();
         let mut report = ExpireReport {
@@ -505,7 +507,9 @@ impl<'a> Orphans<'a> {
     pub async fn execute(self) -> Result<OrphanReport> {
         let table = LoadedTable::load(self.catalog, &self.ident)
             .await?
-            .ok_or_else(|| Error::Other(format!("table {} does not exist", self.ident)))?;
+            .ok_or_else(|| Error::NoSuchTable {
+                table: self.ident.to_string(),
+            })?;
         let file_io = self.catalog.file_io();
         let live = Live::collect(file_io, &table).await?;
         let now = chrono::Utc::now().timestamp_millis();

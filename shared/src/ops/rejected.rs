@@ -202,7 +202,7 @@ impl Planner for RejectedPlanner<'_> {
                 reload: false,
                 carried: vec![],
                 change_seq: None,
-                window: crate::commit::record::DEFAULT_WINDOW,
+                window: crate::config::DEFAULT_WINDOW,
             }),
         };
         Ok(Plan::Commit(Box::new(staged), ()))

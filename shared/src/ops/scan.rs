@@ -60,7 +60,9 @@ impl<'a> Scan<'a> {
     pub async fn execute(self) -> Result<ScanResult> {
         let t = LoadedTable::load(self.catalog, &self.ident)
             .await?
-            .ok_or_else(|| Error::Other(format!("table {} does not exist", self.ident)))?;
+            .ok_or_else(|| Error::NoSuchTable {
+                table: self.ident.to_string(),
+            })?;
         let md = &t.metadata;
         let snapshot_id = match (self.snapshot_id, self.as_of_ms) {
             (Some(id), _) => {

@@ -27,7 +27,7 @@ use crate::commit::{
 };
 use crate::error::{Error, Result};
 use crate::evolve::key_columns;
-use crate::lookup::{DeletedPositions, read_position_deletes};
+use crate::files::deletes::{DeletedPositions, read_position_deletes};
 use crate::table::{LoadedTable, manifest_list};
 use crate::write::is_full_load_file;
 
@@ -235,7 +235,7 @@ impl<'a> Compact<'a> {
                     }
                 }
             })
-            .buffer_unordered(crate::lookup::READ_CONCURRENCY)
+            .buffer_unordered(crate::files::parquet::READ_CONCURRENCY)
             .collect()
             .await;
         written.into_iter().filter(|w| *w).count()
@@ -482,10 +482,7 @@ impl<'a> Compact<'a> {
         let mut unread: BTreeMap<String, u64> = BTreeMap::new();
         for d in tasks.iter().flat_map(|t| t.deletes.iter()) {
             if d.file_type != DataContentType::PositionDeletes {
-                return Err(Error::Other(format!(
-                    "table has equality delete files ({}); compaction of such tables is not supported",
-                    d.file_path
-                )));
+                return Err(crate::files::equality_deletes_refused(&d.file_path));
             }
             if !deletes.contains_key(&d.file_path) {
                 unread.insert(d.file_path.clone(), d.file_size_in_bytes);
@@ -560,7 +557,9 @@ impl Planner for GroupPlanner<'_> {
     async fn plan(&mut self, table: Option<LoadedTable>) -> Result<Plan<Self::Report>> {
         let c = self.compact;
         let Some(table) = table else {
-            return Err(Error::Other(format!("table {} does not exist", c.ident)));
+            return Err(Error::NoSuchTable {
+                table: c.ident.to_string(),
+            });
         };
         let (data, deletes) = live_files(c.catalog, &table.metadata).await?;
         self.counts = (data.len(), deletes.len());
@@ -614,7 +613,7 @@ async fn live_files(
             let manifest = m.load_manifest(file_io).await?;
             Ok::<_, Error>((m, manifest))
         })
-        .buffer_unordered(crate::lookup::READ_CONCURRENCY)
+        .buffer_unordered(crate::files::parquet::READ_CONCURRENCY)
         .try_collect()
         .await?;
     let mut delete_files: Vec<(String, u64)> = Vec::new();
@@ -639,10 +638,7 @@ async fn live_files(
                     delete_files.push((f.file_path().to_string(), f.file_size_in_bytes()));
                 }
                 DataContentType::EqualityDeletes => {
-                    return Err(Error::Other(format!(
-                        "table has equality delete files ({}); compaction of such tables is not supported",
-                        f.file_path()
-                    )));
+                    return Err(crate::files::equality_deletes_refused(f.file_path()));
                 }
             }
         }
@@ -683,7 +679,7 @@ async fn read_delete_files(
             let content = read_position_deletes(file_io, &path, size).await?;
             Ok::<_, Error>((path, content))
         })
-        .buffered(crate::lookup::READ_CONCURRENCY)
+        .buffered(crate::files::parquet::READ_CONCURRENCY)
         .try_collect()
         .await
 }

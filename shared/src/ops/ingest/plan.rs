@@ -979,7 +979,7 @@ impl IngestPlanner<'_> {
         deletes: &BTreeMap<String, crate::write::FileDeletes>,
     ) {
         for (spec_id, f) in written {
-            let content: crate::lookup::DeletedPositions = deletes
+            let content: crate::files::deletes::DeletedPositions = deletes
                 .iter()
                 .filter(|(_, d)| d.spec_id == *spec_id && &d.partition == f.partition())
                 .map(|(path, d)| {

@@ -1,0 +1,50 @@
+//! Position-delete files: their content, as every reader of a table's deletes needs it.
+
+use std::collections::HashMap;
+
+use arrow_array::cast::AsArray as _;
+use arrow_array::types::Int64Type;
+use arrow_schema::DataType;
+use iceberg::io::FileIO;
+
+use crate::error::Result;
+
+/// Content of a position-delete file: deleted positions per data file path.
+pub(crate) type DeletedPositions = HashMap<String, Vec<i64>>;
+
+/// Content of a position-delete file: deleted positions per data file path.
+pub(crate) async fn read_position_deletes(
+    file_io: &FileIO,
+    path: &str,
+    size: u64,
+) -> Result<DeletedPositions> {
+    let batches = super::parquet::read_all(file_io, path, size).await?;
+    let mut map: DeletedPositions = HashMap::new();
+    for b in batches {
+        let (paths, pos) = (b.column(0), b.column(1));
+        let paths = arrow_cast::cast(paths, &DataType::Utf8)?;
+        let paths = paths.as_string::<i32>();
+        let pos = arrow_cast::cast(pos, &DataType::Int64)?;
+        let pos = pos.as_primitive::<Int64Type>();
+        // Rows come grouped by path (the spec sorts them by path, then position).
+        let mut i = 0;
+        while i < b.num_rows() {
+            let path = paths.value(i);
+            let run = (i..b.num_rows())
+                .find(|&r| paths.value(r) != path)
+                .unwrap_or(b.num_rows());
+            map.entry(path.to_string())
+                .or_default()
+                .extend_from_slice(&pos.values()[i..run]);
+            i = run;
+        }
+    }
+    // Lookups merge these lists with sorted hits: ascending, whatever the writer did.
+    for v in map.values_mut() {
+        if !v.is_sorted() {
+            v.sort_unstable();
+        }
+        v.dedup();
+    }
+    Ok(map)
+}
