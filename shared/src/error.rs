@@ -231,39 +231,6 @@ impl Error {
             Error::Other(_) => "Error",
         }
     }
-
-    /// [`Self::kind`] of an error known only by its message ([`Self::redacted`] or `Display`),
-    /// as reports that keep the message carry it. Errors whose message has no prefix of their
-    /// own (storage, I/O, Iceberg) are `Error`, unless they are S3 requests.
-    pub fn kind_of_message(message: &str) -> &'static str {
-        const PREFIXES: [(&str, &str); 6] = [
-            ("unsupported: ", "Unsupported"),
-            ("bad input: ", "InputError"),
-            ("object key `", "InputError"),
-            ("config: ", "ConfigError"),
-            ("catalog: ", "CatalogError"),
-            ("S3 ", "StorageError"),
-        ];
-        if let Some((_, kind)) = PREFIXES.iter().find(|(p, _)| message.starts_with(p)) {
-            return kind;
-        }
-        if message.starts_with("commit to ") && message.contains(" failed after ") {
-            return "CommitConflict";
-        }
-        if let Some(rest) = message.strip_prefix("table ") {
-            if rest.contains("no primary key is known") {
-                return "ConfigError";
-            }
-            if rest.contains("holds data but no record of which DMS files") {
-                return "NoRecordError";
-            }
-            if rest.ends_with(" does not exist") && !rest.contains(':') {
-                return "NoSuchTable";
-            }
-            return "SchemaError";
-        }
-        "Error"
-    }
 }
 
 impl Error {
@@ -291,7 +258,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kinds_survive_the_message() {
+    fn every_error_users_meet_has_a_kind_of_its_own() {
         let errors = [
             Error::from(InputError::new("f.csv", "bad {value}").value("x")),
             Error::Key {
@@ -324,8 +291,6 @@ mod tests {
         ];
         for e in &errors {
             assert_ne!(e.kind(), "Error", "{e:?}");
-            assert_eq!(Error::kind_of_message(&e.redacted()), e.kind(), "{e:?}");
-            assert_eq!(Error::kind_of_message(&e.to_string()), e.kind(), "{e:?}");
         }
         assert_eq!(Error::Other("x".into()).kind(), "Error");
     }

@@ -489,6 +489,16 @@ async fn attempt_until_decided(
     }
 }
 
+/// Whether the metadata file at `location` is the table's current one or in its history (the
+/// metadata log every later commit carries).
+fn holds_metadata(t: &LoadedTable, location: &str) -> bool {
+    t.pointer.metadata_location == location
+        || t.metadata
+            .metadata_log()
+            .iter()
+            .any(|m| m.metadata_file == location)
+}
+
 fn committed(staged: &Staged, t: &LoadedTable, attempts: u32) -> Outcome {
     let seq = t
         .metadata
@@ -664,8 +674,7 @@ where
             .with_new_metadata(&new)
             .to_string();
         let started = std::time::Instant::now();
-        new.write_to(file_io, &MetadataLocation::from_str(&location)?)
-            .await?;
+        crate::files::metadata::write(file_io, &location, &new, None).await?;
         crate::table::count_metadata_write(started.elapsed());
         match catalog
             .swap(ident, Some(&current.pointer), &location, &new)
@@ -679,9 +688,12 @@ where
                 let _ = file_io.delete(&location).await;
             }
             Err(SwapError::Unknown(reason)) => {
+                // As for a snapshot commit, the question is whether ours is in the table's
+                // history, not whether it is still the newest: a writer may have committed on
+                // top of it already, and applying the change again would apply it twice.
                 if LoadedTable::load(catalog, ident)
                     .await?
-                    .is_some_and(|t| t.pointer.metadata_location == location)
+                    .is_some_and(|t| holds_metadata(&t, &location))
                 {
                     return Ok(Some(new));
                 }

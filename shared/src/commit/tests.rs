@@ -576,10 +576,12 @@ async fn a_reload_replaces_whatever_is_live_when_it_commits() {
     assert_eq!(lab.rows().await, ["1=x", "5=f"]);
 }
 
-/// A catalog whose swap reports an unknown outcome once: after doing it (`lands`), or not.
+/// A catalog whose swap reports an unknown outcome once: after doing it (`lands`), or not;
+/// with `on_top`, another writer's metadata commit lands on top of it before anyone can look.
 struct Unsure {
     inner: SqliteCatalog,
     lands: bool,
+    on_top: bool,
     fired: Mutex<bool>,
 }
 
@@ -610,6 +612,27 @@ impl Catalog for Unsure {
         }
         if self.lands {
             self.inner.swap(ident, base, new_location, metadata).await?;
+            if self.on_top {
+                use std::str::FromStr as _;
+                let top = metadata
+                    .clone()
+                    .into_builder(Some(new_location.to_string()))
+                    .set_properties([("other.writer".to_string(), "1".to_string())].into())
+                    .unwrap()
+                    .build()
+                    .unwrap()
+                    .metadata;
+                let location = iceberg::MetadataLocation::from_str(new_location)
+                    .unwrap()
+                    .with_next_version()
+                    .with_new_metadata(&top)
+                    .to_string();
+                crate::files::metadata::write(self.inner.file_io(), &location, &top, None)
+                    .await
+                    .unwrap();
+                let now = self.inner.load(ident).await.unwrap().unwrap();
+                self.inner.swap(ident, Some(&now), &location, &top).await?;
+            }
         }
         Err(SwapError::Unknown("timed out".into()))
     }
@@ -636,6 +659,7 @@ async fn an_unknown_outcome_is_resolved_by_looking_for_our_snapshot() {
         let unsure = Unsure {
             inner: SqliteCatalog::open(&lab.dir.join("wh")).unwrap(),
             lands,
+            on_top: false,
             fired: Mutex::new(false),
         };
         let mut budget = retry::Budget::new(RetryPolicy::default());
@@ -657,6 +681,42 @@ async fn an_unknown_outcome_is_resolved_by_looking_for_our_snapshot() {
         );
         assert_eq!(lab.rows().await, ["1=a", "2=b1", "3=c2"]);
     }
+}
+
+#[tokio::test]
+async fn an_unknown_metadata_commit_is_resolved_by_looking_in_the_metadata_log() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let lab = loaded("unknown_metadata").await;
+    let unsure = Unsure {
+        inner: SqliteCatalog::open(&lab.dir.join("wh")).unwrap(),
+        lands: true,
+        on_top: true,
+        fired: Mutex::new(false),
+    };
+    let calls = AtomicUsize::new(0);
+    let committed = commit_metadata(&unsure, &lab.ident, |md, location| {
+        calls.fetch_add(1, SeqCst);
+        let n: u32 = md
+            .properties()
+            .get("test.applied")
+            .map_or(0, |v| v.parse().unwrap());
+        Ok(Some(
+            md.clone()
+                .into_builder(Some(location.to_string()))
+                .set_properties([("test.applied".to_string(), (n + 1).to_string())].into())?
+                .build()?
+                .metadata,
+        ))
+    })
+    .await
+    .unwrap();
+    assert!(committed.is_some());
+    // Ours landed, then another writer's commit on top of it: found in the metadata log, not
+    // applied a second time.
+    assert_eq!(calls.load(SeqCst), 1);
+    let t = lab.table().await;
+    assert_eq!(t.metadata.properties()["test.applied"], "1");
+    assert_eq!(t.metadata.properties()["other.writer"], "1");
 }
 
 /// Each data file's `id` column, in file order.

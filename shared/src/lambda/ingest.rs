@@ -438,8 +438,7 @@ impl IngestHandler {
                 .collect();
         }
         if let Some(log) = &report.error_log {
-            // The report keeps the message only; the kind is read back from it.
-            outcome.error = Some((crate::error::Error::kind_of_message(log), log.clone()));
+            outcome.error = Some((report.error_kind.unwrap_or("Error"), log.clone()));
         }
         self.log_table(&report, &files, started);
         outcome

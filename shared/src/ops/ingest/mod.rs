@@ -205,13 +205,13 @@ impl<'a> Ingest<'a> {
             commits: vec![],
             error: None,
             error_log: None,
+            error_kind: None,
             files_waiting: 0,
         };
         let (cfg, ident) = match self.resolve(schema, table) {
             Ok(r) => r,
             Err(e) => {
-                report.error_log = Some(e.redacted());
-                report.error = Some(e.to_string());
+                report.fail(&e);
                 report.files_waiting = files.len();
                 return report;
             }
@@ -230,8 +230,7 @@ impl<'a> Ingest<'a> {
             None => match LoadedTable::load(self.catalog, &ident).await {
                 Ok(t) => Some(t),
                 Err(e) => {
-                    report.error_log = Some(e.redacted());
-                    report.error = Some(e.to_string());
+                    report.fail(&e);
                     report.files_waiting = files.len();
                     return report;
                 }
@@ -263,8 +262,7 @@ impl<'a> Ingest<'a> {
             {
                 Ok(k) => k,
                 Err(e) => {
-                    report.error_log = Some(e.redacted());
-                    report.error = Some(e.to_string());
+                    report.fail(&e);
                     report.files_waiting = end - i;
                     return report;
                 }
@@ -278,8 +276,7 @@ impl<'a> Ingest<'a> {
                     report.commits.push(r);
                 }
                 if let Some((e, not_applied)) = failed {
-                    report.error_log = Some(e.redacted());
-                    report.error = Some(e.to_string());
+                    report.fail(&e);
                     report.files_waiting = not_applied + (end - i - k);
                     return report;
                 }
@@ -309,8 +306,7 @@ impl<'a> Ingest<'a> {
                     // The caller reports the error (the CLI prints it once, the function logs
                     // it with its table): here only for debugging, the value as its own field.
                     tracing::debug!(table = %ident, files = ?group.iter().map(|f| &f.object.key).collect::<Vec<_>>(), error = %e.redacted(), value = ?e.value(), "file not applied");
-                    report.error_log = Some(e.redacted());
-                    report.error = Some(e.to_string());
+                    report.fail(&e);
                     report.files_waiting = files.len() - i - n;
                     return report;
                 }
@@ -319,8 +315,7 @@ impl<'a> Ingest<'a> {
         }
         if let Some(s) = stop {
             tracing::debug!(table = %ident, error = %s.error.redacted(), "two files at one place in DMS order");
-            report.error_log = Some(s.error.redacted());
-            report.error = Some(s.error.to_string());
+            report.fail(&s.error);
             report.files_waiting = files.len() - s.at - s.involved;
         }
         report

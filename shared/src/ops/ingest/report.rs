@@ -148,11 +148,20 @@ pub struct TableReport {
     /// The same error without input values: for logs.
     #[serde(skip)]
     pub error_log: Option<String>,
+    /// The error's kind ([`crate::Error::kind`]): what alarms and dead-letter triage route on.
+    pub error_kind: Option<&'static str>,
     /// Files not applied because an earlier file failed.
     pub files_waiting: usize,
 }
 
 impl TableReport {
+    /// The table stopped at `e`: the message for the user, for logs, and its kind.
+    pub fn fail(&mut self, e: &crate::Error) {
+        self.error = Some(e.to_string());
+        self.error_log = Some(e.redacted());
+        self.error_kind = Some(e.kind());
+    }
+
     pub fn applied_files(&self) -> usize {
         self.files_with(Status::Applied)
     }
