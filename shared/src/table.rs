@@ -1,7 +1,7 @@
 //! A table as loaded from the catalog, and the keys of what we write into its metadata.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use iceberg::TableIdent;
@@ -11,6 +11,7 @@ use iceberg::table::Table;
 
 use crate::catalog::{Catalog, Pointer};
 use crate::error::Result;
+use crate::files::cache::Fifo;
 use crate::files::metadata::Refs;
 
 /// Snapshot summary and table property keys we write. Which files a table holds is in the
@@ -39,27 +40,22 @@ pub mod keys {
     pub const VERSION: &str = "dms2iceberg.version";
 }
 
-/// Parsed metadata files with their refs, newest last. A metadata file is never rewritten (each
+/// Parsed metadata files with their refs. A metadata file is never rewritten (each
 /// commit writes a new one under a new name), so its location identifies its content: one
 /// commit loads its table several times (plan, validation, the function's checks), and a long
 /// snapshot history makes every parse cost more.
-type ParsedMetadata = (String, Arc<TableMetadata>, Arc<Refs>);
-static METADATA: Mutex<Vec<ParsedMetadata>> = Mutex::new(Vec::new());
-const METADATA_CACHED: usize = 8;
+type ParsedMetadata = (Arc<TableMetadata>, Arc<Refs>);
+static METADATA: LazyLock<Mutex<Fifo<String, ParsedMetadata>>> =
+    LazyLock::new(|| Mutex::new(Fifo::entries(8)));
 
 async fn read_metadata(
     file_io: &FileIO,
     location: &str,
 ) -> Result<(Arc<TableMetadata>, Arc<Refs>)> {
-    let cached = |m: &Vec<ParsedMetadata>| {
-        m.iter()
-            .find(|(l, _, _)| l == location)
-            .map(|(_, t, r)| (t.clone(), r.clone()))
-    };
     if let Ok(m) = METADATA.lock()
-        && let Some(t) = cached(&m)
+        && let Some(t) = m.get(location)
     {
-        return Ok(t);
+        return Ok(t.clone());
     }
     let started = Instant::now();
     let (metadata, refs) = crate::files::metadata::read(file_io, location).await?;
@@ -70,13 +66,8 @@ async fn read_metadata(
 }
 
 fn remember(location: &str, metadata: Arc<TableMetadata>, refs: Arc<Refs>) {
-    if let Ok(mut m) = METADATA.lock()
-        && !m.iter().any(|(l, _, _)| l == location)
-    {
-        if m.len() >= METADATA_CACHED {
-            m.remove(0);
-        }
-        m.push((location.to_string(), metadata, refs));
+    if let Ok(mut m) = METADATA.lock() {
+        m.insert(location.to_string(), (metadata, refs));
     }
 }
 
@@ -131,22 +122,17 @@ pub(crate) fn remember_metadata(location: &str, metadata: TableMetadata, refs: O
     }
 }
 
-/// Parsed manifest lists by path, newest last: immutable like metadata files, and read by both
+/// Parsed manifest lists by path: immutable like metadata files, and read by both
 /// the plan and every commit attempt of one commit (and by the next commit of a warm process).
-type ManifestLists = Vec<(String, Arc<Vec<iceberg::spec::ManifestFile>>)>;
-static MANIFEST_LISTS: Mutex<ManifestLists> = Mutex::new(Vec::new());
-const MANIFEST_LISTS_CACHED: usize = 8;
+type ManifestLists = Fifo<String, Arc<Vec<iceberg::spec::ManifestFile>>>;
+static MANIFEST_LISTS: LazyLock<Mutex<ManifestLists>> =
+    LazyLock::new(|| Mutex::new(Fifo::entries(8)));
 
 /// Remembers a manifest list this process wrote at `path` (its entries as a read would return
 /// them): the next commit of a warm process does not GET it back.
 pub(crate) fn remember_manifest_list(path: &str, entries: Vec<iceberg::spec::ManifestFile>) {
-    if let Ok(mut m) = MANIFEST_LISTS.lock()
-        && !m.iter().any(|(p, _)| p == path)
-    {
-        if m.len() >= MANIFEST_LISTS_CACHED {
-            m.remove(0);
-        }
-        m.push((path.to_string(), Arc::new(entries)));
+    if let Ok(mut m) = MANIFEST_LISTS.lock() {
+        m.insert(path.to_string(), Arc::new(entries));
     }
 }
 
@@ -214,21 +200,16 @@ pub fn source_files(props: &std::collections::HashMap<String, String>) -> Vec<St
         .unwrap_or_default()
 }
 
-/// Manifests this process wrote, by path, newest last, as written (entries whose sequence
+/// Manifests this process wrote, by path, as written (entries whose sequence
 /// numbers the manifest list assigns): a warm process's next lookup does not GET them back.
-type WrittenManifests = Vec<(String, Arc<iceberg::spec::Manifest>)>;
-static WRITTEN_MANIFESTS: Mutex<WrittenManifests> = Mutex::new(Vec::new());
-const WRITTEN_MANIFESTS_CACHED: usize = 64;
+type WrittenManifests = Fifo<String, Arc<iceberg::spec::Manifest>>;
+static WRITTEN_MANIFESTS: LazyLock<Mutex<WrittenManifests>> =
+    LazyLock::new(|| Mutex::new(Fifo::entries(64)));
 
 /// Remembers a manifest this process wrote at `path`.
 pub(crate) fn remember_manifest(path: &str, manifest: iceberg::spec::Manifest) {
-    if let Ok(mut m) = WRITTEN_MANIFESTS.lock()
-        && !m.iter().any(|(p, _)| p == path)
-    {
-        if m.len() >= WRITTEN_MANIFESTS_CACHED {
-            m.remove(0);
-        }
-        m.push((path.to_string(), Arc::new(manifest)));
+    if let Ok(mut m) = WRITTEN_MANIFESTS.lock() {
+        m.insert(path.to_string(), Arc::new(manifest));
     }
 }
 
@@ -241,9 +222,8 @@ pub(crate) fn written_manifest(
     let written = WRITTEN_MANIFESTS
         .lock()
         .ok()?
-        .iter()
-        .find(|(p, _)| *p == file.manifest_path)
-        .map(|(_, m)| m.clone())?;
+        .get(&file.manifest_path)
+        .cloned()?;
     let entries = written
         .entries()
         .iter()
@@ -269,22 +249,16 @@ pub async fn manifest_list(
     snapshot: &Snapshot,
 ) -> Result<Vec<iceberg::spec::ManifestFile>> {
     let path = snapshot.manifest_list();
-    let cached = |m: &ManifestLists| m.iter().find(|(p, _)| p == path).map(|(_, l)| l.clone());
     if let Ok(m) = MANIFEST_LISTS.lock()
-        && let Some(l) = cached(&m)
+        && let Some(l) = m.get(path)
     {
         return Ok(l.as_ref().clone());
     }
     let bytes = file_io.new_input(path)?.read().await?;
     let list = iceberg::spec::ManifestList::parse_with_version(&bytes, metadata.format_version())?;
     let entries: Vec<iceberg::spec::ManifestFile> = list.consume_entries().into_iter().collect();
-    if let Ok(mut m) = MANIFEST_LISTS.lock()
-        && cached(&m).is_none()
-    {
-        if m.len() >= MANIFEST_LISTS_CACHED {
-            m.remove(0);
-        }
-        m.push((path.to_string(), Arc::new(entries.clone())));
+    if let Ok(mut m) = MANIFEST_LISTS.lock() {
+        m.insert(path.to_string(), Arc::new(entries.clone()));
     }
     Ok(entries)
 }

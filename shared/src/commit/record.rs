@@ -173,23 +173,17 @@ pub struct AppliedRecord {
 /// spent a third of its time there. Decoding is a pure function of the text, so the text is
 /// the key; a few entries cover the tables one process commits to in turn.
 /// Shared, not copied: a copy of a full record is thousands of allocations.
-type Decoded = Vec<(String, Arc<AppliedRecord>)>;
-static DECODED: std::sync::Mutex<Decoded> = std::sync::Mutex::new(Vec::new());
-const DECODED_KEPT: usize = 8;
+type Decoded = crate::files::cache::Fifo<String, Arc<AppliedRecord>>;
+static DECODED: std::sync::LazyLock<std::sync::Mutex<Decoded>> =
+    std::sync::LazyLock::new(|| std::sync::Mutex::new(Decoded::entries(8)));
 
 fn decoded(raw: &str) -> Option<Arc<AppliedRecord>> {
-    let d = DECODED.lock().ok()?;
-    d.iter().find(|(r, _)| r == raw).map(|(_, rec)| rec.clone())
+    DECODED.lock().ok()?.get(raw).cloned()
 }
 
 fn remember_decoded(raw: &str, record: &Arc<AppliedRecord>) {
-    if let Ok(mut d) = DECODED.lock()
-        && !d.iter().any(|(r, _)| r == raw)
-    {
-        if d.len() >= DECODED_KEPT {
-            d.remove(0);
-        }
-        d.push((raw.to_string(), record.clone()));
+    if let Ok(mut d) = DECODED.lock() {
+        d.insert(raw.to_string(), record.clone());
     }
 }
 

@@ -1,6 +1,7 @@
 //! The table's own files, as stored: metadata.json documents (and, as the layer grows, the
 //! manifest lists, manifests and delete files a snapshot's live files are read from).
 
+pub(crate) mod cache;
 pub(crate) mod deletes;
 pub(crate) mod metadata;
 pub(crate) mod parquet;

@@ -33,6 +33,7 @@ use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::file::statistics::Statistics;
 
 use crate::error::{Error, Result};
+use crate::files::cache::Fifo;
 use crate::files::deletes::{DeletedPositions, read_position_deletes};
 use crate::files::parquet::{
     READ_CONCURRENCY, SMALL_READ_CONCURRENCY, large_read_permit, open_parquet,
@@ -74,9 +75,13 @@ pub struct Located {
 /// and the decoded key columns of data files (bounded by a byte budget), which turn later
 /// lookups into in-memory searches.
 pub struct LookupCache {
-    manifests: Mutex<HashMap<String, Arc<Manifest>>>,
-    deletes: Mutex<HashMap<String, Arc<DeletedPositions>>>,
-    keys: Mutex<KeyCache>,
+    manifests: Mutex<Fifo<String, Arc<Manifest>>>,
+    deletes: Mutex<Fifo<String, Arc<DeletedPositions>>>,
+    /// Key columns of data files, in file order, row-encoded for the key types they were read
+    /// as; and the ordering-column values of the same files (with an ordering column, a warm
+    /// lookup compares every live hit's ordering values with the change's: from memory, not
+    /// storage). One byte budget for both.
+    keys: Mutex<Fifo<(String, String), Cached>>,
     /// Key index uploads in flight: they overlap the rest of the commit, and
     /// [`LookupCache::finish_index_writes`] waits for them before an invocation ends.
     index_writes: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -89,18 +94,6 @@ impl Default for LookupCache {
     fn default() -> Self {
         Self::with_key_budget(DEFAULT_KEY_CACHE_BYTES)
     }
-}
-
-/// Key columns of data files, in file order, row-encoded for the key types they were read as;
-/// and the ordering-column values of the same files (with an ordering column, a warm lookup
-/// compares every live hit's ordering values with the change's: from memory, not storage).
-/// One byte budget for both.
-#[derive(Default)]
-struct KeyCache {
-    map: HashMap<(String, String), Cached>,
-    order: std::collections::VecDeque<(String, String)>,
-    bytes: usize,
-    budget: usize,
 }
 
 #[derive(Clone)]
@@ -167,19 +160,16 @@ impl FileKeys {
     }
 }
 
-/// Bound on cached entries; past it the cache starts over (entries are cheap to reload).
+/// Bound on cached manifests and delete files, each (the oldest go first).
 const CACHE_ENTRIES: usize = 20_000;
 
 impl LookupCache {
     /// `budget` bytes for cached key columns; 0 disables that cache.
     pub fn with_key_budget(budget: usize) -> Self {
         LookupCache {
-            manifests: Mutex::default(),
-            deletes: Mutex::default(),
-            keys: Mutex::new(KeyCache {
-                budget,
-                ..Default::default()
-            }),
+            manifests: Mutex::new(Fifo::entries(CACHE_ENTRIES)),
+            deletes: Mutex::new(Fifo::entries(CACHE_ENTRIES)),
+            keys: Mutex::new(Fifo::weighed(budget, Cached::size)),
             index_writes: Mutex::default(),
         }
     }
@@ -223,12 +213,12 @@ impl LookupCache {
     }
 
     fn key_budget(&self) -> usize {
-        self.keys.lock().map(|k| k.budget).unwrap_or(0)
+        self.keys.lock().map(|k| k.limit()).unwrap_or(0)
     }
 
     fn cached_keys(&self, path: &str, sig: &str) -> Option<Arc<FileKeys>> {
         let k = self.keys.lock().ok()?;
-        match k.map.get(&(path.to_string(), sig.to_string())) {
+        match k.get(&(path.to_string(), sig.to_string())) {
             Some(Cached::Keys(fk)) => Some(fk.clone()),
             _ => None,
         }
@@ -241,7 +231,7 @@ impl LookupCache {
     /// `sig` names the column and the type it was cast to.
     fn cached_values(&self, path: &str, sig: &str) -> Option<ArrayRef> {
         let k = self.keys.lock().ok()?;
-        match k.map.get(&(path.to_string(), sig.to_string())) {
+        match k.get(&(path.to_string(), sig.to_string())) {
             Some(Cached::Values(v)) => Some(v.clone()),
             _ => None,
         }
@@ -286,31 +276,14 @@ impl LookupCache {
     /// Keeps the content of a position-delete file this process just wrote.
     pub fn remember_deletes(&self, path: &str, content: DeletedPositions) {
         if let Ok(mut c) = lock(&self.deletes) {
-            if c.len() >= CACHE_ENTRIES {
-                c.clear();
-            }
             c.insert(path.to_string(), Arc::new(content));
         }
     }
 
     fn cache_entry(&self, path: &str, sig: &str, keys: Cached) {
-        let Ok(mut c) = self.keys.lock() else { return };
-        let size = keys.size();
-        if size > c.budget {
-            return;
+        if let Ok(mut c) = self.keys.lock() {
+            c.insert((path.to_string(), sig.to_string()), keys);
         }
-        while c.bytes + size > c.budget {
-            let Some(old) = c.order.pop_front() else {
-                break;
-            };
-            if let Some(v) = c.map.remove(&old) {
-                c.bytes -= v.size();
-            }
-        }
-        let id = (path.to_string(), sig.to_string());
-        c.bytes += size;
-        c.order.push_back(id.clone());
-        c.map.insert(id, keys);
     }
 
     async fn manifest(
@@ -325,11 +298,7 @@ impl LookupCache {
             Some(ours) => ours,
             None => m.load_manifest(file_io).await?,
         });
-        let mut c = lock(&self.manifests)?;
-        if c.len() >= CACHE_ENTRIES {
-            c.clear();
-        }
-        c.insert(m.manifest_path.clone(), loaded.clone());
+        lock(&self.manifests)?.insert(m.manifest_path.clone(), loaded.clone());
         Ok(loaded)
     }
 
@@ -344,11 +313,7 @@ impl LookupCache {
         }
         let map = read_position_deletes(file_io, path, size).await?;
         let map = Arc::new(map);
-        let mut c = lock(&self.deletes)?;
-        if c.len() >= CACHE_ENTRIES {
-            c.clear();
-        }
-        c.insert(path.to_string(), map.clone());
+        lock(&self.deletes)?.insert(path.to_string(), map.clone());
         Ok((map, true))
     }
 }
