@@ -249,11 +249,8 @@ impl LookupCache {
             return;
         }
         let types: Vec<DataType> = columns.iter().map(|a| a.data_type().clone()).collect();
-        let ints = match columns {
-            [a] if a.null_count() == 0 => int_values(a),
-            _ => None,
-        };
-        let form = if ints.is_some() { "i64" } else { "rows" };
+        let ints = single_int_column(columns);
+        let sig = key_signature(field_ids, &types, ints.is_some());
         let values = match ints {
             Some(v) => pack(v),
             None => {
@@ -269,7 +266,6 @@ impl LookupCache {
             }
         };
         let sorted = values.sorted();
-        let sig = format!("{field_ids:?}{types:?}{form}");
         self.cache_keys(path, &sig, Arc::new(FileKeys { values, sorted }));
     }
 
@@ -358,6 +354,25 @@ enum FirstColumn {
     Other,
 }
 
+/// The name of a key column's cached (and indexed) form: cached key columns are only valid for
+/// the same key types and the same form (integers or rows). The one place it is built: the
+/// writer's side (`remember_keys`) and the lookup's side (`Keys::new`) must agree, and stored
+/// key indexes carry it, so it must not change (a pin test holds it).
+fn key_signature(field_ids: &[i32], types: &[DataType], ints: bool) -> String {
+    format!(
+        "{field_ids:?}{types:?}{}",
+        if ints { "i64" } else { "rows" }
+    )
+}
+
+/// A key of one integer column without NULLs: its values, the form searched fastest.
+fn single_int_column(columns: &[ArrayRef]) -> Option<Vec<i64>> {
+    match columns {
+        [a] if a.null_count() == 0 => int_values(a),
+        _ => None,
+    }
+}
+
 impl Keys {
     fn new(keys: &RecordBatch, field_ids: Vec<i32>) -> Result<Keys> {
         let arrays: Vec<ArrayRef> = keys.columns().to_vec();
@@ -368,21 +383,13 @@ impl Keys {
             Some(a) => first_values(a),
             None => FirstColumn::Other,
         };
-        let ints = match arrays.as_slice() {
-            [a] if a.null_count() == 0 => int_values(a).map(|v| {
-                let mut v: Vec<(i64, usize)> = v.into_iter().zip(0..).collect();
-                v.sort_unstable();
-                v.dedup_by_key(|(x, _)| *x);
-                v
-            }),
-            _ => None,
-        };
-        // Cached key columns are only valid for the same key types and the same form
-        // (integers or rows), so both name the cache entry.
-        let sig = format!(
-            "{field_ids:?}{types:?}{}",
-            if ints.is_some() { "i64" } else { "rows" }
-        );
+        let ints = single_int_column(&arrays).map(|v| {
+            let mut v: Vec<(i64, usize)> = v.into_iter().zip(0..).collect();
+            v.sort_unstable();
+            v.dedup_by_key(|(x, _)| *x);
+            v
+        });
+        let sig = key_signature(&field_ids, &types, ints.is_some());
         Ok(Keys {
             sig,
             field_ids,
@@ -1555,6 +1562,19 @@ async fn read_values_at(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_key_signature_does_not_change() {
+        // Stored key indexes carry it: a change would make every one of them unusable.
+        assert_eq!(
+            key_signature(&[1], &[DataType::Int64], true),
+            "[1][Int64]i64"
+        );
+        assert_eq!(
+            key_signature(&[1, 3], &[DataType::Int32, DataType::Utf8], false),
+            "[1, 3][Int32, Utf8]rows"
+        );
+    }
     use arrow_array::Int64Array;
 
     fn batch(values: &[i64]) -> RecordBatch {
