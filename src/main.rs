@@ -1,5 +1,6 @@
 //! `dms2iceberg`: apply AWS DMS output to Iceberg tables in a local warehouse (embedded SQLite
 //! catalog). `main` only parses arguments, wires the catalog and calls the library.
+#![warn(unreachable_pub)]
 
 mod cmd;
 mod output;

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 /// `scan --format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Table,
     Csv,
     Json,
@@ -24,20 +24,20 @@ pub enum Format {
 
 /// `history --format` (no CSV: refused rather than printed as a table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum TableOrJson {
+pub(crate) enum TableOrJson {
     Table,
     Json,
 }
 
 /// `--format` of the commands that print a report (ingest, compact, expire, orphans, tables).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum TextOrJson {
+pub(crate) enum TextOrJson {
     Text,
     Json,
 }
 
 /// `--format` or its older spelling `--json` (still accepted).
-pub fn json_or(format: TextOrJson, json: bool) -> bool {
+pub(crate) fn json_or(format: TextOrJson, json: bool) -> bool {
     json || format == TextOrJson::Json
 }
 
@@ -73,7 +73,11 @@ fn cells(batch: &RecordBatch) -> anyhow::Result<Vec<Vec<Option<String>>>> {
     Ok(rows)
 }
 
-pub fn write(out: &mut impl Write, batch: &RecordBatch, format: Format) -> anyhow::Result<()> {
+pub(crate) fn write(
+    out: &mut impl Write,
+    batch: &RecordBatch,
+    format: Format,
+) -> anyhow::Result<()> {
     let schema = batch.schema();
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     let rows = cells(batch)?;
@@ -196,7 +200,7 @@ fn csv_field(v: &str) -> String {
 }
 
 /// A report as one JSON line, or through `text` for people.
-pub fn report<R: Serialize>(
+pub(crate) fn report<R: Serialize>(
     r: &R,
     json: bool,
     text: impl FnOnce(&mut dyn Write, &R) -> std::io::Result<()>,
@@ -211,7 +215,7 @@ pub fn report<R: Serialize>(
 }
 
 /// `history`: one row per snapshot, oldest first, or one JSON line per snapshot.
-pub fn history(
+pub(crate) fn history(
     out: &mut impl Write,
     snapshots: &[SnapshotInfo],
     format: TableOrJson,
@@ -254,7 +258,7 @@ pub fn history(
 }
 
 /// The applied-file record in one line: what decides which DMS files the table holds.
-pub fn record_line(record: Option<&RecordView>) -> String {
+pub(crate) fn record_line(record: Option<&RecordView>) -> String {
     let Some(r) = record else {
         return "no applied-file record (no DMS file applied by dms2iceberg)".into();
     };
@@ -284,7 +288,7 @@ pub fn record_line(record: Option<&RecordView>) -> String {
     )
 }
 
-pub fn compact(out: &mut dyn Write, r: &CompactReport) -> std::io::Result<()> {
+pub(crate) fn compact(out: &mut dyn Write, r: &CompactReport) -> std::io::Result<()> {
     writeln!(
         out,
         "{}: data files {} -> {}, delete files {} -> {}; rewrote {} files ({} bytes) into {} in {} commits; {} groups left; {:.2}s",
@@ -310,7 +314,7 @@ pub fn compact(out: &mut dyn Write, r: &CompactReport) -> std::io::Result<()> {
     Ok(())
 }
 
-pub fn expire(out: &mut dyn Write, r: &ExpireReport, dry_run: bool) -> std::io::Result<()> {
+pub(crate) fn expire(out: &mut dyn Write, r: &ExpireReport, dry_run: bool) -> std::io::Result<()> {
     let (verb, deleted) = if dry_run {
         ("would expire", "would be deleted")
     } else {
@@ -330,7 +334,7 @@ pub fn expire(out: &mut dyn Write, r: &ExpireReport, dry_run: bool) -> std::io::
     Ok(())
 }
 
-pub fn orphans(
+pub(crate) fn orphans(
     out: &mut dyn Write,
     r: &OrphanReport,
     min_age_hours: f64,
@@ -359,7 +363,7 @@ pub fn orphans(
 
 /// `ingest`: a table's summary line, then what else happened to it (stdout); its failures
 /// (stderr, once each). Ok(false): the table failed or holds a file that cannot be applied.
-pub fn ingest_table(
+pub(crate) fn ingest_table(
     out: &mut impl Write,
     report: &TableReport,
     elapsed: std::time::Duration,
@@ -463,7 +467,7 @@ fn details(report: &TableReport) -> Vec<String> {
 }
 
 /// The summary line names the table already: `table x.y: reason` becomes `reason`.
-pub fn without_table_prefix<'a>(message: &'a str, table: &str) -> &'a str {
+pub(crate) fn without_table_prefix<'a>(message: &'a str, table: &str) -> &'a str {
     message
         .strip_prefix(&format!("table {table}: "))
         .unwrap_or(message)

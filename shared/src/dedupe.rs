@@ -24,7 +24,7 @@ use crate::lookup::int_values;
 use crate::read::{ChangeBatch, Op, position};
 
 /// One input file's rows, already aligned to the commit's schema.
-pub struct FileChanges {
+pub(crate) struct FileChanges {
     pub label: String,
     pub kind: FileKind,
     pub format: crate::locate::FileFormat,
@@ -33,7 +33,7 @@ pub struct FileChanges {
 
 /// What a commit applies.
 #[derive(Debug)]
-pub struct Deduped {
+pub(crate) struct Deduped {
     /// Rows to write (last change per key is I or U), sorted by key.
     pub upserts: RecordBatch,
     /// Where each row of `upserts` comes from: (file index, position in that file). A large
@@ -78,7 +78,7 @@ struct Meta {
 /// `only_keys_of`: keep only keys these files (indexes into `files`) touch. A file that arrives
 /// after later files were applied is re-merged this way: its changes and every later change
 /// to the same keys, in source order, decide those keys' rows.
-pub fn dedupe(
+pub(crate) fn dedupe(
     schema: SchemaRef,
     files: Vec<FileChanges>,
     key: &[String],
@@ -456,7 +456,7 @@ impl Input {
 impl Deduped {
     /// What a lookup needs to leave rows newer than their change alone, for a table whose
     /// schema is `schema` (before this commit); `None` without ordering columns.
-    pub fn stale_check(
+    pub(crate) fn stale_check(
         &self,
         schema: &iceberg::spec::Schema,
         order_columns: &[String],
@@ -477,7 +477,7 @@ impl Deduped {
 }
 
 /// Row encoding of key columns: byte-comparable, so keys hash and sort without per-type code.
-pub fn key_converter(key_arrays: &[ArrayRef]) -> Result<RowConverter> {
+pub(crate) fn key_converter(key_arrays: &[ArrayRef]) -> Result<RowConverter> {
     Ok(RowConverter::new(
         key_arrays
             .iter()

@@ -15,20 +15,20 @@ use crate::types::unify;
 
 /// What changes, for the summary and logs.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SchemaChange {
+pub(crate) struct SchemaChange {
     pub added: Vec<String>,
     pub promoted: Vec<(String, PrimitiveType, PrimitiveType)>,
 }
 
 impl SchemaChange {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.added.is_empty() && self.promoted.is_empty()
     }
 }
 
 /// Schema of a new table: columns in file order, the key columns required and marked as
 /// identifier fields (Iceberg's primary key).
-pub fn initial_schema(
+pub(crate) fn initial_schema(
     columns: &[(String, PrimitiveType)],
     key: &[String],
     table: &str,
@@ -75,7 +75,7 @@ fn check_key_type(name: &str, t: &PrimitiveType, table: &str) -> Result<()> {
 
 /// The schema that holds both the table's columns and `incoming` (from `file`), or `None`
 /// when the current schema already does. New field ids start above `last_column_id`.
-pub fn evolve(
+pub(crate) fn evolve(
     current: &Schema,
     last_column_id: i32,
     incoming: &[(String, PrimitiveType)],
@@ -154,7 +154,7 @@ pub fn evolve(
 }
 
 /// The table's primary key: its identifier fields, by name.
-pub fn key_columns(schema: &Schema) -> Vec<String> {
+pub(crate) fn key_columns(schema: &Schema) -> Vec<String> {
     key_field_ids(schema)
         .into_iter()
         .filter_map(|id| schema.name_by_field_id(id).map(str::to_string))
@@ -163,7 +163,7 @@ pub fn key_columns(schema: &Schema) -> Vec<String> {
 
 /// The key's field ids in field-id order. iceberg-rust keeps them in a `HashSet`, whose order
 /// differs between processes: the order files are sorted in (a composite key) must not.
-pub fn key_field_ids(schema: &Schema) -> Vec<i32> {
+pub(crate) fn key_field_ids(schema: &Schema) -> Vec<i32> {
     let mut ids: Vec<i32> = schema.identifier_field_ids().collect();
     ids.sort_unstable();
     ids
@@ -171,7 +171,7 @@ pub fn key_field_ids(schema: &Schema) -> Vec<i32> {
 
 /// Parses the config's `partition_by` (`category`, `bucket(16, id)`, `truncate(4, name)`,
 /// `day(ts)`, `month(ts)`, `year(ts)`, `hour(ts)`, `identity(x)`) against `schema`.
-pub fn partition_spec(
+pub(crate) fn partition_spec(
     partition_by: &[String],
     schema: &Schema,
     table: &str,
@@ -234,7 +234,7 @@ pub fn partition_spec(
 }
 
 /// Whether `spec` partitions the same way as `current` (same sources and transforms).
-pub fn same_partitioning(
+pub(crate) fn same_partitioning(
     spec: &iceberg::spec::UnboundPartitionSpec,
     current: &iceberg::spec::PartitionSpec,
 ) -> bool {
@@ -247,7 +247,7 @@ pub fn same_partitioning(
 }
 
 /// Sort order of our data files: the key, ascending.
-pub fn key_sort_order(schema: &Schema) -> Result<iceberg::spec::SortOrder> {
+pub(crate) fn key_sort_order(schema: &Schema) -> Result<iceberg::spec::SortOrder> {
     use iceberg::spec::{NullOrder, SortDirection, SortField, SortOrder, Transform};
     let mut b = SortOrder::builder();
     b.with_order_id(1);

@@ -18,26 +18,26 @@ use crate::files::metadata::Refs;
 /// table property [`crate::commit::record::PROPERTY`]; the summary keys describe each snapshot
 /// for `history` (and, for tables written before that property existed, are where the record
 /// is rebuilt from).
-pub mod keys {
+pub(crate) mod keys {
     /// JSON array of the DMS object keys this snapshot applied.
-    pub const SOURCE_FILES: &str = "dms2iceberg.source-files";
+    pub(crate) const SOURCE_FILES: &str = "dms2iceberg.source-files";
     /// JSON array of the DMS order keys of those objects (same order as SOURCE_FILES).
-    pub const SOURCE_ORDERS: &str = "dms2iceberg.source-orders";
+    pub(crate) const SOURCE_ORDERS: &str = "dms2iceberg.source-orders";
     /// DMS order key of the last file applied to the table (cumulative).
-    pub const WATERMARK: &str = "dms2iceberg.watermark";
+    pub(crate) const WATERMARK: &str = "dms2iceberg.watermark";
     /// Table property: the DMS `schema.table` that feeds the table (two sources resolving to one
     /// table would silently mix their rows).
-    pub const SOURCE_TABLE: &str = "dms2iceberg.source-table";
+    pub(crate) const SOURCE_TABLE: &str = "dms2iceberg.source-table";
     /// Table property: files up to this DMS order count as applied (their snapshots expired).
-    pub const EXPIRED_WATERMARK: &str = "dms2iceberg.expired-watermark";
+    pub(crate) const EXPIRED_WATERMARK: &str = "dms2iceberg.expired-watermark";
     /// Greatest change sequence applied to the table (cumulative), when configured.
-    pub const CHANGE_SEQ: &str = "dms2iceberg.change-seq";
-    pub const ROWS_INSERTED: &str = "dms2iceberg.rows-inserted";
-    pub const ROWS_UPDATED: &str = "dms2iceberg.rows-updated";
-    pub const ROWS_DELETED: &str = "dms2iceberg.rows-deleted";
+    pub(crate) const CHANGE_SEQ: &str = "dms2iceberg.change-seq";
+    pub(crate) const ROWS_INSERTED: &str = "dms2iceberg.rows-inserted";
+    pub(crate) const ROWS_UPDATED: &str = "dms2iceberg.rows-updated";
+    pub(crate) const ROWS_DELETED: &str = "dms2iceberg.rows-deleted";
     /// The snapshot is a reload: it replaced the table's contents with a new full load.
-    pub const RELOAD: &str = "dms2iceberg.reload";
-    pub const VERSION: &str = "dms2iceberg.version";
+    pub(crate) const RELOAD: &str = "dms2iceberg.reload";
+    pub(crate) const VERSION: &str = "dms2iceberg.version";
 }
 
 /// Parsed metadata files with their refs. A metadata file is never rewritten (each
@@ -175,14 +175,14 @@ impl LoadedTable {
 
 /// Snapshots from the current one back to the first, following parents (the `snapshots` list
 /// in metadata is unordered).
-pub fn ancestry(metadata: &TableMetadata) -> Vec<&Arc<Snapshot>> {
+pub(crate) fn ancestry(metadata: &TableMetadata) -> Vec<&Arc<Snapshot>> {
     ancestors(metadata).collect()
 }
 
 /// [`ancestry`], lazily: a walk that stops early (at a base snapshot, at our own) costs what it
 /// visits, not the whole history. Bounded by the snapshot count, so a parent cycle in damaged
 /// metadata ends.
-pub fn ancestors(metadata: &TableMetadata) -> impl Iterator<Item = &Arc<Snapshot>> {
+pub(crate) fn ancestors(metadata: &TableMetadata) -> impl Iterator<Item = &Arc<Snapshot>> {
     let mut next = metadata.current_snapshot_id();
     std::iter::from_fn(move || {
         let s = metadata.snapshot_by_id(next?)?;
@@ -193,7 +193,7 @@ pub fn ancestors(metadata: &TableMetadata) -> impl Iterator<Item = &Arc<Snapshot
 }
 
 /// Our summary properties of a snapshot, for `history`.
-pub fn source_files(props: &std::collections::HashMap<String, String>) -> Vec<String> {
+pub(crate) fn source_files(props: &std::collections::HashMap<String, String>) -> Vec<String> {
     props
         .get(keys::SOURCE_FILES)
         .and_then(|s| serde_json::from_str::<Vec<String>>(s).ok())
@@ -243,7 +243,7 @@ pub(crate) fn written_manifest(
 }
 
 /// The manifests of `snapshot` (unencrypted tables; we never write encrypted ones).
-pub async fn manifest_list(
+pub(crate) async fn manifest_list(
     file_io: &FileIO,
     metadata: &TableMetadata,
     snapshot: &Snapshot,

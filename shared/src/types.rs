@@ -28,7 +28,7 @@ impl TimeType {
 }
 
 /// Parses a type name as written in the config (`long`, `decimal(12,2)`, `timestamp`, ...).
-pub fn parse_type(name: &str) -> Result<PrimitiveType> {
+pub(crate) fn parse_type(name: &str) -> Result<PrimitiveType> {
     let n = name.trim().to_ascii_lowercase();
     let t = match n.as_str() {
         "boolean" | "bool" => PrimitiveType::Boolean,
@@ -71,14 +71,14 @@ pub fn parse_type(name: &str) -> Result<PrimitiveType> {
 
 /// The Arrow type a column of this Iceberg type is held in (the same mapping iceberg-rust's
 /// writer and reader use, so batches we build can be written without casts).
-pub fn arrow_type(t: &PrimitiveType) -> Result<DataType> {
+pub(crate) fn arrow_type(t: &PrimitiveType) -> Result<DataType> {
     Ok(iceberg::arrow::type_to_arrow_type(&Type::Primitive(
         t.clone(),
     ))?)
 }
 
 /// Whether Iceberg allows changing a column from `from` to `to` (spec: "Schema Evolution").
-pub fn can_promote(from: &PrimitiveType, to: &PrimitiveType) -> bool {
+pub(crate) fn can_promote(from: &PrimitiveType, to: &PrimitiveType) -> bool {
     use PrimitiveType::*;
     match (from, to) {
         (a, b) if a == b => true,
@@ -99,7 +99,7 @@ pub fn can_promote(from: &PrimitiveType, to: &PrimitiveType) -> bool {
 
 /// The type a column must have to hold values of both types, if Iceberg can get there by
 /// promoting `table` (the incoming side may be narrower: it is cast up when read).
-pub fn unify(table: &PrimitiveType, incoming: &PrimitiveType) -> Option<PrimitiveType> {
+pub(crate) fn unify(table: &PrimitiveType, incoming: &PrimitiveType) -> Option<PrimitiveType> {
     if can_promote(incoming, table) {
         Some(table.clone())
     } else if can_promote(table, incoming) {
@@ -111,7 +111,7 @@ pub fn unify(table: &PrimitiveType, incoming: &PrimitiveType) -> Option<Primitiv
 
 /// Maps a Parquet/Arrow source type to the Iceberg type we store it as. DMS writes unsigned
 /// integers, which Iceberg lacks: they widen losslessly (uint64 needs decimal(20,0)).
-pub fn iceberg_type_for_arrow(dt: &DataType) -> Option<PrimitiveType> {
+pub(crate) fn iceberg_type_for_arrow(dt: &DataType) -> Option<PrimitiveType> {
     Some(match dt {
         DataType::Boolean => PrimitiveType::Boolean,
         DataType::Int8 | DataType::Int16 | DataType::Int32 => PrimitiveType::Int,
@@ -147,7 +147,7 @@ pub fn iceberg_type_for_arrow(dt: &DataType) -> Option<PrimitiveType> {
 /// The type a file's column is stored as: what the file (or config) declares, except that DMS
 /// `TIME` values go to a new column as `time_type` says and to an existing column in the type
 /// it has (time, string or long), so a table keeps its type when the setting changes.
-pub fn stored_type(
+pub(crate) fn stored_type(
     declared: &PrimitiveType,
     existing: Option<&PrimitiveType>,
     time_type: TimeType,

@@ -16,7 +16,7 @@ use crate::output;
 
 /// Apply DMS files (files or folders) to their tables, in DMS order, exactly once.
 #[derive(clap::Args)]
-pub struct IngestArgs {
+pub(crate) struct IngestArgs {
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
     #[arg(long, default_value = "warehouse")]
@@ -38,7 +38,7 @@ pub struct IngestArgs {
     pub json: bool,
 }
 
-pub async fn run(catalog: &CatalogArgs, a: IngestArgs) -> Result<bool> {
+pub(crate) async fn run(catalog: &CatalogArgs, a: IngestArgs) -> Result<bool> {
     let IngestArgs {
         paths,
         warehouse,

@@ -12,7 +12,7 @@ use crate::output;
 /// Rewrite small files and files with many deleted rows into target-size files sorted by
 /// key (deletes applied); drop delete files nothing live needs.
 #[derive(clap::Args)]
-pub struct CompactArgs {
+pub(crate) struct CompactArgs {
     pub table: String,
     #[arg(long, default_value = "warehouse")]
     pub warehouse: String,
@@ -34,7 +34,7 @@ pub struct CompactArgs {
     pub json: bool,
 }
 
-pub async fn compact(catalog: &CatalogArgs, a: CompactArgs) -> Result<bool> {
+pub(crate) async fn compact(catalog: &CatalogArgs, a: CompactArgs) -> Result<bool> {
     let CompactArgs {
         table,
         warehouse,
@@ -61,7 +61,7 @@ pub async fn compact(catalog: &CatalogArgs, a: CompactArgs) -> Result<bool> {
 
 /// Expire snapshots older than a retention (and delete the files only they referenced).
 #[derive(clap::Args)]
-pub struct ExpireArgs {
+pub(crate) struct ExpireArgs {
     pub table: String,
     #[arg(long, default_value = "warehouse")]
     pub warehouse: String,
@@ -82,7 +82,7 @@ pub struct ExpireArgs {
     pub json: bool,
 }
 
-pub async fn expire(catalog: &CatalogArgs, a: ExpireArgs) -> Result<bool> {
+pub(crate) async fn expire(catalog: &CatalogArgs, a: ExpireArgs) -> Result<bool> {
     let ExpireArgs {
         table,
         warehouse,
@@ -107,7 +107,7 @@ pub async fn expire(catalog: &CatalogArgs, a: ExpireArgs) -> Result<bool> {
 /// List files in the table's folder that no snapshot or metadata references (`--delete`
 /// removes them). Files younger than --min-age-hours are never touched.
 #[derive(clap::Args)]
-pub struct OrphansArgs {
+pub(crate) struct OrphansArgs {
     pub table: String,
     #[arg(long, default_value = "warehouse")]
     pub warehouse: String,
@@ -123,7 +123,7 @@ pub struct OrphansArgs {
     pub json: bool,
 }
 
-pub async fn orphans(catalog: &CatalogArgs, a: OrphansArgs) -> Result<bool> {
+pub(crate) async fn orphans(catalog: &CatalogArgs, a: OrphansArgs) -> Result<bool> {
     let OrphansArgs {
         table,
         warehouse,
@@ -157,7 +157,7 @@ pub async fn orphans(catalog: &CatalogArgs, a: OrphansArgs) -> Result<bool> {
 /// Declare which DMS files a table holds, for a table with data but no record of them
 /// (created or rewritten by another engine): every file up to `--through` counts as applied.
 #[derive(clap::Args)]
-pub struct MarkAppliedArgs {
+pub(crate) struct MarkAppliedArgs {
     pub table: String,
     /// The last DMS file the table holds (file name, path or S3 key).
     #[arg(long)]
@@ -169,7 +169,7 @@ pub struct MarkAppliedArgs {
     pub force: bool,
 }
 
-pub async fn mark_applied(catalog: &CatalogArgs, a: MarkAppliedArgs) -> Result<bool> {
+pub(crate) async fn mark_applied(catalog: &CatalogArgs, a: MarkAppliedArgs) -> Result<bool> {
     let MarkAppliedArgs {
         table,
         through,

@@ -1,16 +1,16 @@
 //! The CLI's commands: `run` dispatches to one module per group of commands; each parses
 //! nothing itself (clap does), calls the library, and renders through `crate::output`.
 
-pub mod ingest;
-pub mod maintain;
-pub mod read;
+pub(crate) mod ingest;
+pub(crate) mod maintain;
+pub(crate) mod read;
 
 use anyhow::{Context, Result, bail};
 use dms2iceberg::catalog::{Catalog, SqliteCatalog};
 
 /// The subcommands, one module each (argument structs and what they run).
 #[derive(clap::Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Apply DMS files (files or folders) to their tables, in DMS order, exactly once.
     Ingest(ingest::IngestArgs),
     /// Print a table's rows, sorted by primary key.
@@ -33,7 +33,7 @@ pub enum Command {
 }
 
 /// Ok(false): ran, but some table failed.
-pub async fn run(catalog: &CatalogArgs, command: Command) -> Result<bool> {
+pub(crate) async fn run(catalog: &CatalogArgs, command: Command) -> Result<bool> {
     match command {
         Command::Ingest(a) => ingest::run(catalog, a).await,
         Command::Scan(a) => read::scan(catalog, a).await,
@@ -47,19 +47,19 @@ pub async fn run(catalog: &CatalogArgs, command: Command) -> Result<bool> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CatalogKind {
+pub(crate) enum CatalogKind {
     Sqlite,
     Glue,
 }
 
 /// Which catalog, from the global flags.
-pub struct CatalogArgs {
+pub(crate) struct CatalogArgs {
     pub kind: CatalogKind,
     pub name: String,
 }
 
 /// The catalog a command works on.
-pub async fn open_catalog(
+pub(crate) async fn open_catalog(
     args: &CatalogArgs,
     warehouse: &str,
     must_exist: bool,
@@ -90,7 +90,7 @@ pub async fn open_catalog(
 }
 
 /// RFC 3339, `YYYY-MM-DD HH:MM:SS[.fff]` (UTC), or epoch milliseconds.
-pub fn parse_time(s: &str) -> Result<i64> {
+pub(crate) fn parse_time(s: &str) -> Result<i64> {
     if let Ok(ms) = s.parse::<i64>() {
         return Ok(ms);
     }

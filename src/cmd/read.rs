@@ -10,7 +10,7 @@ use crate::output;
 
 /// Print a table's rows, sorted by primary key.
 #[derive(clap::Args)]
-pub struct ScanArgs {
+pub(crate) struct ScanArgs {
     pub table: String,
     #[arg(long, default_value = "warehouse")]
     pub warehouse: String,
@@ -25,7 +25,7 @@ pub struct ScanArgs {
     pub format: output::Format,
 }
 
-pub async fn scan(catalog: &CatalogArgs, a: ScanArgs) -> Result<bool> {
+pub(crate) async fn scan(catalog: &CatalogArgs, a: ScanArgs) -> Result<bool> {
     let ScanArgs {
         table,
         warehouse,
@@ -48,7 +48,7 @@ pub async fn scan(catalog: &CatalogArgs, a: ScanArgs) -> Result<bool> {
 
 /// List a table's snapshots, oldest first, with the DMS files each applied.
 #[derive(clap::Args)]
-pub struct HistoryArgs {
+pub(crate) struct HistoryArgs {
     pub table: String,
     #[arg(long, default_value = "warehouse")]
     pub warehouse: String,
@@ -59,7 +59,7 @@ pub struct HistoryArgs {
     pub json: bool,
 }
 
-pub async fn history(catalog: &CatalogArgs, a: HistoryArgs) -> Result<bool> {
+pub(crate) async fn history(catalog: &CatalogArgs, a: HistoryArgs) -> Result<bool> {
     let HistoryArgs {
         table,
         warehouse,
@@ -86,7 +86,7 @@ pub async fn history(catalog: &CatalogArgs, a: HistoryArgs) -> Result<bool> {
 
 /// List the tables in the warehouse.
 #[derive(clap::Args)]
-pub struct TablesArgs {
+pub(crate) struct TablesArgs {
     #[arg(long, default_value = "warehouse")]
     pub warehouse: String,
     /// `text` (a summary) or `json` (machine-readable).
@@ -97,7 +97,7 @@ pub struct TablesArgs {
     pub json: bool,
 }
 
-pub async fn tables(catalog: &CatalogArgs, a: TablesArgs) -> Result<bool> {
+pub(crate) async fn tables(catalog: &CatalogArgs, a: TablesArgs) -> Result<bool> {
     let TablesArgs {
         warehouse,
         format,

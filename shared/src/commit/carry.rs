@@ -25,7 +25,7 @@ use crate::write::{FileDeletes, write_position_deletes};
 /// A rewrite writes its rows as one stream over its new files, in order; the map keeps each old
 /// row's number in that stream and finds the new file and position only for the few rows a
 /// concurrent commit deletes.
-pub struct RowMap {
+pub(crate) struct RowMap {
     /// The files written, in the order their rows were numbered, with the number of each
     /// file's first row.
     new_files: Vec<(String, i32, Struct, u64)>,
@@ -52,7 +52,7 @@ const SPILL_BUFFER: usize = 16 * 1024;
 /// region of the spill file through a small buffer when its rows come in file order (files
 /// streamed by the merge), or are kept in memory until the end when they come in any order
 /// (files sorted in memory first, which are in memory anyway).
-pub struct RowMapBuilder {
+pub(crate) struct RowMapBuilder {
     spill: std::fs::File,
     inputs: Vec<InputRows>,
 }
@@ -77,7 +77,7 @@ struct InOrder {
 impl RowMapBuilder {
     /// `inputs`: per replaced file, its path, its row count (deleted rows included) and whether
     /// its rows will come in file order.
-    pub fn new(inputs: &[(String, u64, bool)]) -> Result<RowMapBuilder> {
+    pub(crate) fn new(inputs: &[(String, u64, bool)]) -> Result<RowMapBuilder> {
         let path =
             std::env::temp_dir().join(format!("dms2iceberg-rowmap-{}", uuid::Uuid::new_v4()));
         let spill = std::fs::OpenOptions::new()
@@ -112,7 +112,7 @@ impl RowMapBuilder {
     }
 
     /// Row `pos` of replaced file `input` is row `row` of the rewrite's output.
-    pub fn set(&mut self, input: usize, pos: u64, row: u32) -> Result<()> {
+    pub(crate) fn set(&mut self, input: usize, pos: u64, row: u32) -> Result<()> {
         let spill = &self.spill;
         let i = self
             .inputs
@@ -144,7 +144,7 @@ impl RowMapBuilder {
 
     /// The map onto `new_files` (path, spec id, partition, rows), in the order rows were
     /// written.
-    pub fn finish(mut self, new_files: Vec<(String, i32, Struct, u64)>) -> Result<RowMap> {
+    pub(crate) fn finish(mut self, new_files: Vec<(String, i32, Struct, u64)>) -> Result<RowMap> {
         let mut files = Vec::with_capacity(new_files.len());
         let mut total = 0u64;
         for (path, spec, partition, rows) in new_files {
@@ -211,14 +211,14 @@ fn write_at(spill: &std::fs::File, bytes: &[u8], at: u64) -> Result<()> {
 
 impl RowMap {
     /// A row of a replaced file that was not written (it was deleted when the rewrite read it).
-    pub const NOT_WRITTEN: u32 = u32::MAX;
+    pub(crate) const NOT_WRITTEN: u32 = u32::MAX;
     /// Rows one rewrite may write (row numbers are 32 bits, one value means not written).
-    pub const MAX_ROWS: u64 = u32::MAX as u64;
+    pub(crate) const MAX_ROWS: u64 = u32::MAX as u64;
 
     /// A map from `olds` (per replaced file and old position: the row's number in the output,
     /// or [`RowMap::NOT_WRITTEN`]) onto `new_files` (path, spec id, partition, rows).
     #[cfg(test)]
-    pub fn from_sequence(
+    pub(crate) fn from_sequence(
         olds: Vec<(String, Vec<u32>)>,
         new_files: Vec<(String, i32, Struct, u64)>,
     ) -> Result<RowMap> {
@@ -255,13 +255,13 @@ impl RowMap {
     }
 
     /// Whether the map covers `old`.
-    pub fn covers(&self, old: &str) -> bool {
+    pub(crate) fn covers(&self, old: &str) -> bool {
         self.moved.contains_key(old)
     }
 
     /// `deletes` (positions per replaced file) as positions per new file. Rows already deleted
     /// when the rewrite read them, or past the end of a file, need nothing.
-    pub fn translate(
+    pub(crate) fn translate(
         &self,
         deletes: &BTreeMap<String, Vec<i64>>,
     ) -> Result<BTreeMap<String, FileDeletes>> {

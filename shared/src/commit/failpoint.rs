@@ -7,7 +7,7 @@
 use crate::error::Result;
 
 #[cfg(feature = "failpoints")]
-pub async fn failpoint(name: &str) -> Result<()> {
+pub(crate) async fn failpoint(name: &str) -> Result<()> {
     let Ok(v) = std::env::var("DMS2ICEBERG_FAILPOINT") else {
         return Ok(());
     };

@@ -35,13 +35,13 @@
 //! 7. **One retry budget** ([`retry::RetryPolicy`], from the table's `commit.retry.*`
 //!    properties) covers lost swaps and replans alike, with jittered backoff between them.
 
-pub mod carry;
+pub(crate) mod carry;
 mod failpoint;
 pub(crate) mod producer;
-pub mod record;
-pub mod retry;
+pub(crate) mod record;
+pub(crate) mod retry;
 mod summary;
-pub mod validate;
+pub(crate) mod validate;
 
 #[cfg(test)]
 mod tests;
@@ -61,12 +61,12 @@ use iceberg::spec::{
 };
 use tracing::{debug, info, warn};
 
-pub use carry::{RowMap, RowMapBuilder};
-pub use failpoint::failpoint;
+pub(crate) use carry::{RowMap, RowMapBuilder};
+pub(crate) use failpoint::failpoint;
 pub(crate) use producer::remove_files;
-pub use record::{AppliedInput, AppliedRecord, ObjectMeta, Standing};
-pub use summary::Added;
-pub use validate::Conflict;
+pub(crate) use record::{AppliedInput, AppliedRecord, ObjectMeta, Standing};
+pub(crate) use summary::Added;
+pub(crate) use validate::Conflict;
 
 use crate::catalog::{Catalog, SwapError};
 use crate::error::{Error, Result};
@@ -75,14 +75,14 @@ use retry::{Budget, RetryPolicy};
 
 /// The table a commit was planned against.
 #[derive(Debug, Clone)]
-pub enum Base {
+pub(crate) enum Base {
     Existing(LoadedTable),
     /// The commit creates the table with this metadata (no snapshot yet).
     Create(Arc<TableMetadata>),
 }
 
 impl Base {
-    pub fn metadata(&self) -> &Arc<TableMetadata> {
+    pub(crate) fn metadata(&self) -> &Arc<TableMetadata> {
         match self {
             Base::Existing(t) => &t.metadata,
             Base::Create(m) => m,
@@ -92,21 +92,21 @@ impl Base {
 
 /// Metadata changes that go with the snapshot.
 #[derive(Debug, Clone, Default)]
-pub struct MetadataChanges {
+pub(crate) struct MetadataChanges {
     pub schema: Option<Schema>,
     pub spec: Option<UnboundPartitionSpec>,
     pub sort_order: Option<SortOrder>,
 }
 
 impl MetadataChanges {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.schema.is_none() && self.spec.is_none() && self.sort_order.is_none()
     }
 
     /// Applies the changes (without a snapshot): the metadata files must be written against.
     /// Deterministic, so validation can re-apply them to the current table and compare ids.
     /// No changes: `base` itself (a copy would be a pass over every snapshot of the table).
-    pub fn apply(&self, base: &Arc<TableMetadata>) -> Result<Arc<TableMetadata>> {
+    pub(crate) fn apply(&self, base: &Arc<TableMetadata>) -> Result<Arc<TableMetadata>> {
         if self.is_empty() {
             return Ok(base.clone());
         }
@@ -134,7 +134,7 @@ impl MetadataChanges {
 /// What a commit does to the table's files: each kind has its own validation rules and its
 /// own way of building the snapshot's manifest list.
 #[derive(Debug, Clone)]
-pub enum Change {
+pub(crate) enum Change {
     /// Ingest: new data files, and position deletes against live files (which must still be
     /// live when it commits).
     RowDelta {
@@ -183,11 +183,13 @@ impl Change {
 /// The range of key values a commit's data files hold, per key field id (from the files'
 /// lower and upper bounds). `None`: not known (a file without bounds for a key column).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct KeyBounds(pub Option<BTreeMap<i32, (iceberg::spec::Datum, iceberg::spec::Datum)>>);
+pub(crate) struct KeyBounds(
+    pub Option<BTreeMap<i32, (iceberg::spec::Datum, iceberg::spec::Datum)>>,
+);
 
 impl KeyBounds {
     /// The bounds of `files` on the key fields `ids`.
-    pub fn of<'a>(files: impl IntoIterator<Item = &'a DataFile>, ids: &[i32]) -> KeyBounds {
+    pub(crate) fn of<'a>(files: impl IntoIterator<Item = &'a DataFile>, ids: &[i32]) -> KeyBounds {
         let mut out: BTreeMap<i32, (iceberg::spec::Datum, iceberg::spec::Datum)> = BTreeMap::new();
         for f in files {
             for id in ids {
@@ -208,7 +210,7 @@ impl KeyBounds {
     }
 
     /// Whether a data file could hold a key within these bounds (unknown bounds: it could).
-    pub fn may_overlap(&self, f: &DataFile) -> bool {
+    pub(crate) fn may_overlap(&self, f: &DataFile) -> bool {
         let Some(ours) = &self.0 else { return true };
         ours.iter().all(|(id, (lo, hi))| {
             match (f.lower_bounds().get(id), f.upper_bounds().get(id)) {
@@ -227,7 +229,7 @@ impl KeyBounds {
 
 /// How the exactly-once record moves with a commit.
 #[derive(Debug, Clone, Default)]
-pub struct RecordUpdate {
+pub(crate) struct RecordUpdate {
     /// The record the input was planned against (validation replans if it moved).
     pub base_record: Arc<AppliedRecord>,
     pub inputs: Vec<AppliedInput>,
@@ -243,7 +245,7 @@ pub struct RecordUpdate {
 
 /// Everything one commit needs, prepared once and reused by every attempt.
 #[derive(Debug)]
-pub struct Staged {
+pub(crate) struct Staged {
     pub ident: TableIdent,
     pub base: Base,
     pub changes: MetadataChanges,
@@ -263,7 +265,7 @@ pub struct Staged {
 
 impl Staged {
     /// Deletes every prepared file (nothing references them unless a commit landed).
-    pub async fn discard(&self, file_io: &FileIO) {
+    pub(crate) async fn discard(&self, file_io: &FileIO) {
         for f in &self.files {
             if let Err(e) = file_io.delete(f).await {
                 warn!(file = %f, error = %e, "could not delete an abandoned file");
@@ -273,7 +275,7 @@ impl Staged {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Committed {
         snapshot_id: i64,
         sequence_number: i64,
@@ -285,7 +287,7 @@ pub enum Outcome {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum CommitError {
+pub(crate) enum CommitError {
     /// The table changed in a way our prepared files cannot follow: plan the input again.
     #[error("replan needed: {0}")]
     Conflict(Conflict),
@@ -298,7 +300,7 @@ pub enum CommitError {
 }
 
 /// A planner's decision for the table as it is now.
-pub enum Plan<R> {
+pub(crate) enum Plan<R> {
     /// Nothing to commit (every input already applied, nothing to compact, ...).
     Nothing(R),
     Commit(Box<Staged>, R),
@@ -306,7 +308,7 @@ pub enum Plan<R> {
 
 /// Plans one commit; [`run`] calls it again whenever a conflict invalidates the plan.
 #[async_trait::async_trait]
-pub trait Planner: Send {
+pub(crate) trait Planner: Send {
     type Report: Send;
     /// Plans against `table` (`None`: it does not exist yet). On an error the planner deletes
     /// whatever it wrote.
@@ -315,7 +317,7 @@ pub trait Planner: Send {
 
 /// How a [`run`] ended.
 #[derive(Debug)]
-pub struct Finished<R> {
+pub(crate) struct Finished<R> {
     pub report: R,
     /// `None` when the planner found nothing to commit.
     pub outcome: Option<Outcome>,
@@ -325,7 +327,7 @@ pub struct Finished<R> {
 
 /// The one plan → commit → replan loop. `preloaded`: the table as the caller just loaded it
 /// (saves a catalog round trip for the first plan).
-pub async fn run<P: Planner>(
+pub(crate) async fn run<P: Planner>(
     catalog: &dyn Catalog,
     ident: &TableIdent,
     preloaded: Option<Option<LoadedTable>>,
@@ -517,7 +519,7 @@ fn committed(staged: &Staged, t: &LoadedTable, attempts: u32) -> Outcome {
 /// sequence numbers are left unassigned (the manifest list gives the snapshot's), except for
 /// rewritten data, which keeps the sequence number of the snapshot it was read from
 /// (`data_sequence_number`).
-pub async fn write_manifests(
+pub(crate) async fn write_manifests(
     file_io: &FileIO,
     metadata: &TableMetadata,
     snapshot_id: i64,
@@ -632,7 +634,7 @@ async fn cleanup_expired(file_io: &FileIO, base: Option<&LoadedTable>, new: &Tab
 }
 
 /// A new snapshot id: positive, random (Iceberg's convention), not already in the table.
-pub fn new_snapshot_id(metadata: Option<&TableMetadata>) -> i64 {
+pub(crate) fn new_snapshot_id(metadata: Option<&TableMetadata>) -> i64 {
     loop {
         let id = (rand::random::<u64>() >> 2) as i64 + 1;
         if metadata.is_none_or(|m| m.snapshot_by_id(id).is_none()) {
@@ -642,13 +644,13 @@ pub fn new_snapshot_id(metadata: Option<&TableMetadata>) -> i64 {
 }
 
 /// Format version for new tables: v2 (position deletes, read by every engine; see README).
-pub const FORMAT_VERSION: FormatVersion = FormatVersion::V2;
+pub(crate) const FORMAT_VERSION: FormatVersion = FormatVersion::V2;
 
 /// Commits a metadata-only change (no new snapshot), such as expiring snapshots or declaring
 /// what a table holds: `change` derives the new metadata from the current one (`None`: nothing
 /// to do) and is re-run on every attempt, so it always applies to the table as it is. Returns
 /// the committed metadata.
-pub async fn commit_metadata<F>(
+pub(crate) async fn commit_metadata<F>(
     catalog: &dyn Catalog,
     ident: &TableIdent,
     change: F,

@@ -29,7 +29,7 @@ pub(super) struct Built {
 }
 
 impl Built {
-    pub async fn delete(&self, file_io: &FileIO) {
+    pub(super) async fn delete(&self, file_io: &FileIO) {
         for f in self.written.iter().chain(std::iter::once(&self.location)) {
             if let Err(e) = file_io.delete(f).await {
                 tracing::warn!(file = %f, error = %e, "could not delete a lost attempt's file");

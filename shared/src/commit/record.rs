@@ -43,7 +43,7 @@ use crate::locate::{FileKind, OrderKey};
 use crate::table::{ancestry, keys, source_files};
 
 /// Table property holding the record (JSON).
-pub const PROPERTY: &str = "dms2iceberg.applied";
+pub(crate) const PROPERTY: &str = "dms2iceberg.applied";
 /// Earlier generations whose LOAD identities are kept.
 const SUPERSEDED_GENERATIONS: usize = 3;
 
@@ -114,7 +114,7 @@ fn same_content(recorded: &LoadFile, arriving: &ObjectMeta) -> Option<bool> {
 
 /// One LOAD file of a generation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LoadFile {
+pub(crate) struct LoadFile {
     pub order: OrderKey,
     pub key: String,
     #[serde(flatten)]
@@ -130,7 +130,7 @@ pub struct LoadFile {
 
 /// A full load and what applies on top of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Generation {
+pub(crate) struct Generation {
     /// 1 for the first full load, +1 per reload (0: no full load applied yet).
     pub number: u32,
     #[serde(default)]
@@ -151,7 +151,7 @@ pub struct Generation {
 
 /// The whole record.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AppliedRecord {
+pub(crate) struct AppliedRecord {
     /// Greatest DMS order applied.
     pub watermark: Option<OrderKey>,
     /// Greatest change sequence value applied, when a change-sequence column is configured.
@@ -189,7 +189,7 @@ fn remember_decoded(raw: &str, record: &Arc<AppliedRecord>) {
 
 /// Where an arriving file stands against the record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Standing {
+pub(crate) enum Standing {
     /// The table holds it.
     Applied,
     /// Not applied yet; `late` when files after it in DMS order are applied (re-merge).
@@ -236,7 +236,7 @@ struct Stored {
 
 impl AppliedRecord {
     /// The record in `properties`; `Ok(None)` when the table has none (yet).
-    pub fn from_properties(
+    pub(crate) fn from_properties(
         properties: &std::collections::HashMap<String, String>,
     ) -> Result<Option<Arc<AppliedRecord>>> {
         let Some(raw) = properties.get(PROPERTY) else {
@@ -253,14 +253,14 @@ impl AppliedRecord {
     /// The table's record: the property, or for tables written before it existed, rebuilt from
     /// the snapshot summaries of its history (and written as the property by its next commit).
     /// `None`: the table has no record at all.
-    pub fn of_table(md: &TableMetadata) -> Result<Option<Arc<AppliedRecord>>> {
+    pub(crate) fn of_table(md: &TableMetadata) -> Result<Option<Arc<AppliedRecord>>> {
         if let Some(r) = AppliedRecord::from_properties(md.properties())? {
             return Ok(Some(r));
         }
         Ok(from_summaries(md).map(Arc::new))
     }
 
-    pub fn decode(raw: &str) -> Result<AppliedRecord> {
+    pub(crate) fn decode(raw: &str) -> Result<AppliedRecord> {
         let bad = |why: String| {
             Error::Other(format!(
                 "table property {PROPERTY} cannot be read ({why}); it records which DMS files \
@@ -287,7 +287,7 @@ impl AppliedRecord {
         })
     }
 
-    pub fn encode(&self) -> Result<String> {
+    pub(crate) fn encode(&self) -> Result<String> {
         let s = Stored {
             v: 1,
             watermark: self.watermark.clone(),
@@ -304,7 +304,7 @@ impl AppliedRecord {
 
     /// The object key recorded at `order` (a change file in the window, or a LOAD file of the
     /// current load).
-    pub fn key_at(&self, order: &OrderKey) -> Option<&str> {
+    pub(crate) fn key_at(&self, order: &OrderKey) -> Option<&str> {
         self.files.get(order).map(String::as_str).or_else(|| {
             self.load
                 .files
@@ -320,7 +320,7 @@ impl AppliedRecord {
     }
 
     /// Where the file `order` (of `kind`, with what is known of its content) stands.
-    pub fn classify(&self, order: &OrderKey, kind: FileKind, meta: &ObjectMeta) -> Standing {
+    pub(crate) fn classify(&self, order: &OrderKey, kind: FileKind, meta: &ObjectMeta) -> Standing {
         match kind {
             FileKind::Load => self.classify_load(order, meta),
             FileKind::Cdc => self.classify_change(order, meta),
@@ -421,7 +421,7 @@ impl AppliedRecord {
 
     /// Applied files after `order` that a late file must be re-merged with (this generation's
     /// LOAD files and change files), in DMS order; an error when some fell out of the window.
-    pub fn applied_after(&self, order: &OrderKey) -> Result<Vec<(OrderKey, String)>> {
+    pub(crate) fn applied_after(&self, order: &OrderKey) -> Result<Vec<(OrderKey, String)>> {
         let floor = match &self.load.since {
             Some(s) if s > order => s,
             _ => order,
@@ -455,7 +455,7 @@ impl AppliedRecord {
 
     /// The record after a commit applies `inputs` (`reload`: as a new generation). `window`:
     /// change files to keep; `now_ms`: wall time, for the horizon.
-    pub fn applied(
+    pub(crate) fn applied(
         &self,
         inputs: &[AppliedInput],
         reload: bool,
@@ -468,7 +468,7 @@ impl AppliedRecord {
 
     /// [`AppliedRecord::applied`], with `carried`: files of the current load a reload takes
     /// along into the new one (they joined late, see [`LoadFile::joined_late`]).
-    pub fn applied_with(
+    pub(crate) fn applied_with(
         &self,
         inputs: &[AppliedInput],
         carried: &[LoadFile],
@@ -546,7 +546,7 @@ impl AppliedRecord {
 
     /// A record declaring every file up to `through` applied (an operator's statement about a
     /// table that has data but no record).
-    pub fn declared(through: &OrderKey, now_ms: i64) -> AppliedRecord {
+    pub(crate) fn declared(through: &OrderKey, now_ms: i64) -> AppliedRecord {
         AppliedRecord {
             watermark: Some(through.clone()),
             horizon: Some(through.clone()),

@@ -8,7 +8,7 @@ use iceberg::spec::{TableMetadata, TableProperties};
 use tracing::warn;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RetryPolicy {
+pub(crate) struct RetryPolicy {
     /// Attempts after the first: lost swaps and replans count alike.
     pub num_retries: u32,
     pub min_wait: Duration,
@@ -28,7 +28,7 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    pub fn of(metadata: &TableMetadata) -> RetryPolicy {
+    pub(crate) fn of(metadata: &TableMetadata) -> RetryPolicy {
         let ours = RetryPolicy::default();
         let props = metadata.properties();
         if !props.keys().any(|k| k.starts_with("commit.retry.")) {
@@ -68,7 +68,7 @@ impl RetryPolicy {
 
     /// Full jitter over an exponential cap: contenders spread out instead of colliding again in
     /// lockstep.
-    pub fn backoff(&self, retry: u32) -> Duration {
+    pub(crate) fn backoff(&self, retry: u32) -> Duration {
         let min = self.min_wait.as_millis() as u64;
         let exp = min.saturating_mul(2u64.saturating_pow(retry.saturating_sub(1).min(16)));
         let cap = exp.min(self.max_wait.as_millis() as u64).max(1);
@@ -78,14 +78,14 @@ impl RetryPolicy {
 
 /// Attempts spent by one commit, across lost swaps and replans.
 #[derive(Debug)]
-pub struct Budget {
+pub(crate) struct Budget {
     policy: RetryPolicy,
     started: Instant,
     retries: u32,
 }
 
 impl Budget {
-    pub fn new(policy: RetryPolicy) -> Budget {
+    pub(crate) fn new(policy: RetryPolicy) -> Budget {
         Budget {
             policy,
             started: Instant::now(),
@@ -94,22 +94,22 @@ impl Budget {
     }
 
     /// The table's policy may change between attempts (an operator raising the retries).
-    pub fn update(&mut self, policy: RetryPolicy) {
+    pub(crate) fn update(&mut self, policy: RetryPolicy) {
         self.policy = policy;
     }
 
     /// Counts one retry; `false` when the budget is spent.
-    pub fn retry(&mut self) -> bool {
+    pub(crate) fn retry(&mut self) -> bool {
         self.retries += 1;
         self.retries <= self.policy.num_retries
             && self.started.elapsed() < self.policy.total_timeout
     }
 
-    pub fn retries(&self) -> u32 {
+    pub(crate) fn retries(&self) -> u32 {
         self.retries
     }
 
-    pub async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         tokio::time::sleep(self.policy.backoff(self.retries)).await;
     }
 }

@@ -8,7 +8,7 @@ use iceberg::spec::{DataContentType, DataFile, Summary};
 
 /// What a commit adds (and, for rewrites, removes).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Added {
+pub(crate) struct Added {
     pub data_files: u64,
     pub records: u64,
     pub data_files_size: u64,
@@ -26,7 +26,7 @@ pub struct Added {
 
 impl Added {
     /// Counts files a snapshot removes (a rewrite's inputs, a reload's whole table).
-    pub fn count_removed(&mut self, removed: &[(DataContentType, DataFile)]) {
+    pub(crate) fn count_removed(&mut self, removed: &[(DataContentType, DataFile)]) {
         for (content, f) in removed {
             match content {
                 DataContentType::Data => {
@@ -44,7 +44,7 @@ impl Added {
     }
 }
 
-pub fn summarize(parent: Option<&Summary>, a: &Added) -> HashMap<String, String> {
+pub(super) fn summarize(parent: Option<&Summary>, a: &Added) -> HashMap<String, String> {
     let mut m = HashMap::new();
     let mut put = |k: &str, v: u64| {
         if v > 0 {

@@ -32,7 +32,7 @@ use crate::table::{LoadedTable, ancestors, manifest_list};
 
 /// Why a prepared commit cannot go ahead as planned: the input must be planned again.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Conflict {
+pub(crate) enum Conflict {
     /// Another writer moved the catalog pointer between our load and our swap.
     SwapLost,
     TableDropped,
@@ -69,7 +69,7 @@ pub enum Conflict {
 
 impl Conflict {
     /// A stable name for logs and metrics.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Conflict::SwapLost => "swap_lost",
             Conflict::TableDropped => "table_dropped",
@@ -131,7 +131,7 @@ impl fmt::Display for Conflict {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     #[default]
     Proceed,
     /// Our snapshot is already in the table (an earlier attempt landed).
@@ -150,11 +150,11 @@ fn conflict(c: Conflict) -> CommitError {
 
 /// Positions per replaced data file that commits since a rewrite's base deleted: the rewrite
 /// carries them over to the files replacing them.
-pub type CarriedDeletes = BTreeMap<String, Vec<i64>>;
+pub(crate) type CarriedDeletes = BTreeMap<String, Vec<i64>>;
 
 /// What validation decided, and what it found that the attempt builds on.
 #[derive(Debug, Default)]
-pub struct Validated {
+pub(crate) struct Validated {
     pub verdict: Verdict,
     /// Deletes a rewrite must carry over to its new files.
     pub carry: CarriedDeletes,
@@ -165,7 +165,7 @@ pub struct Validated {
 
 /// [`check_carrying`]'s verdict alone (the rule tests).
 #[cfg(test)]
-pub async fn check(
+pub(crate) async fn check(
     staged: &Staged,
     current: Option<&LoadedTable>,
     file_io: &FileIO,
@@ -175,7 +175,7 @@ pub async fn check(
 
 /// Runs every rule in order (the first that decides wins), and returns the deletes a rewrite
 /// must carry over to its new files and the record it read.
-pub async fn check_carrying(
+pub(crate) async fn check_carrying(
     staged: &Staged,
     current: Option<&LoadedTable>,
     file_io: &FileIO,
@@ -564,7 +564,7 @@ async fn rewrite_still_valid(
 }
 
 /// Paths of the data files in the current snapshot.
-pub async fn live_data_files(
+pub(crate) async fn live_data_files(
     md: &TableMetadata,
     file_io: &FileIO,
 ) -> std::result::Result<BTreeSet<String>, CommitError> {

@@ -433,7 +433,7 @@ const MAX_COLUMN_NAME: usize = 1024;
 /// Longest CSV record: the parser holds a whole record in memory, so a file without line breaks
 /// (or a decompression bomb of one line) must fail instead of growing without bound. DMS writes
 /// LOBs truncated to `LobMaxSize` (32 KB by default).
-pub const MAX_RECORD_BYTES: u64 = 128 << 20;
+pub(super) const MAX_RECORD_BYTES: u64 = 128 << 20;
 
 fn reader(data: &SourceData, label: &str, delimiter: &[u8]) -> Result<(Reader, Arc<Mutex<Lines>>)> {
     let mut input = data.open(label, DEFAULT_MAX_DECOMPRESSED_BYTES)?;

@@ -106,7 +106,7 @@ fn guarded<T>(label: &str, f: impl FnOnce() -> T) -> Result<T> {
 }
 
 /// Random access to either kind of source, as the Parquet reader needs.
-pub enum ParquetSource {
+pub(super) enum ParquetSource {
     File(std::fs::File),
     Bytes(bytes::Bytes),
 }

@@ -32,14 +32,14 @@ use crate::error::{Error, Result};
 /// partitions (a 200-partition change writes 400 files: 7 rounds of PUTs, not 25). Memory
 /// hardly grows with it: the rows are in memory already, and each upload holds one
 /// partition's encoded file.
-pub const WRITE_CONCURRENCY: usize = 64;
+pub(crate) const WRITE_CONCURRENCY: usize = 64;
 
 /// Rows per Parquet row group: the unit that statistics and bloom filters let a lookup skip.
-pub const ROW_GROUP_ROWS: usize = 128 * 1024;
+pub(crate) const ROW_GROUP_ROWS: usize = 128 * 1024;
 
 /// Field ids Iceberg reserves for position-delete files.
-pub const DELETE_FILE_PATH_ID: i32 = 2147483546;
-pub const DELETE_POS_ID: i32 = 2147483545;
+pub(crate) const DELETE_FILE_PATH_ID: i32 = 2147483546;
+pub(crate) const DELETE_POS_ID: i32 = 2147483545;
 
 /// How a file's columns are encoded. zstd level 1 everywhere: it encodes in about two thirds
 /// of level 3's time for about 1% more bytes (a 1 GB full load: 2.99 against 4.30 s on one
@@ -60,7 +60,7 @@ enum Encoding {
 /// Columns of `sample` (a first batch of rows) whose values are so varied that a dictionary
 /// does not pay: most values distinct (a key, a sequence, a measure), or a dictionary of a whole
 /// row group that would overflow its page (long, nearly unique text). Written without one.
-pub fn varied_columns(sample: &RecordBatch) -> Vec<String> {
+pub(crate) fn varied_columns(sample: &RecordBatch) -> Vec<String> {
     const DICTIONARY_PAGE_BYTES: usize = 1 << 20;
     let rows = sample.num_rows();
     if rows == 0 {
@@ -110,10 +110,10 @@ fn base_properties(encoding: Encoding) -> parquet::file::properties::WriterPrope
 /// them with the transfer time, and changes cached during the load can be older): a lookup
 /// never takes a row of such a file for newer than a change. The name says it, so it survives
 /// snapshot expiry and needs no extra read; a file rewritten by another engine loses it.
-pub const FULL_LOAD_SUFFIX: &str = "fullload";
+pub(crate) const FULL_LOAD_SUFFIX: &str = "fullload";
 
 /// Whether a data file (by path) holds only full-load rows.
-pub fn is_full_load_file(path: &str) -> bool {
+pub(crate) fn is_full_load_file(path: &str) -> bool {
     path.rsplit('/')
         .next()
         .is_some_and(|name| name.ends_with(&format!("-{FULL_LOAD_SUFFIX}.parquet")))
@@ -121,7 +121,7 @@ pub fn is_full_load_file(path: &str) -> bool {
 
 /// Writes `rows` (already in the table's current schema, column for column, sorted by key) as
 /// data files of the table's default partition spec. Returns `(spec id, file)` pairs.
-pub async fn write_data_files(
+pub(crate) async fn write_data_files(
     file_io: &FileIO,
     metadata: &TableMetadata,
     rows: &RecordBatch,
@@ -132,7 +132,7 @@ pub async fn write_data_files(
 }
 
 /// [`write_data_files`]; `full_load`: every row comes from a full load (the files are named so).
-pub async fn write_data_files_of(
+pub(crate) async fn write_data_files_of(
     file_io: &FileIO,
     metadata: &TableMetadata,
     rows: &RecordBatch,
@@ -153,12 +153,12 @@ pub async fn write_data_files_of(
 }
 
 /// What a writer hands back about a file it wrote: its path and all its rows, in file order.
-pub type SeenFile<'a> = &'a (dyn Fn(&str, &RecordBatch) + Sync);
+pub(crate) type SeenFile<'a> = &'a (dyn Fn(&str, &RecordBatch) + Sync);
 
 /// [`write_data_files_of`]; `seen` is called with each file that holds one partition's rows
 /// whole (a partition split over several files by size is not reported), so a caller can keep
 /// what it wrote instead of reading it back.
-pub async fn write_data_files_seen(
+pub(crate) async fn write_data_files_seen(
     file_io: &FileIO,
     metadata: &TableMetadata,
     rows: &RecordBatch,
@@ -318,7 +318,7 @@ impl DataFilePlan {
 /// Data files written from rows that arrive in batches, each partition's rows in the order
 /// they come (sorted by key when they come sorted): one rolling writer per partition of the
 /// table's default spec. Memory: each open writer's current row group.
-pub struct DataFileStream {
+pub(crate) struct DataFileStream {
     plan: DataFilePlan,
     /// Open writers, in the order their partitions first appeared.
     writers: Vec<(Option<PartitionKey>, DataWriter)>,
@@ -328,7 +328,7 @@ pub struct DataFileStream {
 impl DataFileStream {
     /// `rows`: about how many rows will come (sizes the bloom filters); `plain`: text columns
     /// written without a dictionary ([`varied_columns`]).
-    pub fn new(
+    pub(crate) fn new(
         file_io: &FileIO,
         metadata: &TableMetadata,
         key: &[String],
@@ -353,16 +353,16 @@ impl DataFileStream {
     }
 
     /// The table's schema in Arrow form: what [`DataFileStream::write`] takes.
-    pub fn arrow_schema(&self) -> &arrow_schema::SchemaRef {
+    pub(crate) fn arrow_schema(&self) -> &arrow_schema::SchemaRef {
         &self.plan.arrow_schema
     }
 
     /// Partitions rows went to so far.
-    pub fn partitions(&self) -> usize {
+    pub(crate) fn partitions(&self) -> usize {
         self.writers.len()
     }
 
-    pub async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+    pub(crate) async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         let batch = RecordBatch::try_new(self.plan.arrow_schema.clone(), batch.columns().to_vec())?;
         for (pk, part) in self.plan.split(&batch)? {
             let name = format!("{:?}", pk.as_ref().map(|k| k.data()));
@@ -382,7 +382,7 @@ impl DataFileStream {
 
     /// Closes every file: `(spec id, file)` per file, partition by partition in the order
     /// partitions first appeared, each partition's files in the order their rows came.
-    pub async fn close(self) -> Result<Vec<(i32, DataFile)>> {
+    pub(crate) async fn close(self) -> Result<Vec<(i32, DataFile)>> {
         let mut out = Vec::new();
         for (pk, w) in self.writers {
             out.extend(self.plan.finish(&pk, w.close().await?)?);
@@ -391,7 +391,7 @@ impl DataFileStream {
     }
 
     /// Closes and deletes every file written (an abandoned rewrite leaves nothing behind).
-    pub async fn abort(self, file_io: &FileIO) {
+    pub(crate) async fn abort(self, file_io: &FileIO) {
         let mut paths = Vec::new();
         for (pk, w) in self.writers {
             if let Ok(builders) = w.close().await
@@ -416,7 +416,7 @@ pub struct FileDeletes {
 
 /// Writes position-delete files: one per partition, rows sorted by (file path, position) as the
 /// spec requires. `deletes` is keyed by data file path.
-pub async fn write_position_deletes(
+pub(crate) async fn write_position_deletes(
     file_io: &FileIO,
     metadata: &TableMetadata,
     deletes: &BTreeMap<String, FileDeletes>,
