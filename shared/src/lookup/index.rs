@@ -34,25 +34,25 @@
 use crate::error::{Error, Result};
 
 /// Keys per block: a search decodes at most one block per key it looks for.
-pub const BLOCK: usize = 128;
+pub(crate) const BLOCK: usize = 128;
 
 /// Data files with fewer rows get no stored index: their key column is one small read.
-pub const INDEX_MIN_ROWS: u64 = crate::write::ROW_GROUP_ROWS as u64;
+pub(crate) const INDEX_MIN_ROWS: u64 = crate::write::ROW_GROUP_ROWS as u64;
 
 /// Suffix of a data file's key index object.
-pub const KEY_INDEX_SUFFIX: &str = ".keyindex";
+pub(crate) const KEY_INDEX_SUFFIX: &str = ".keyindex";
 
 const MAGIC: &[u8; 8] = b"DMS2IKEY";
 const VERSION: u32 = 1;
 
 /// Where the key index of a data file lives.
-pub fn index_path(data_file: &str) -> String {
+pub(crate) fn index_path(data_file: &str) -> String {
     format!("{data_file}{KEY_INDEX_SUFFIX}")
 }
 
 /// A sorted integer key column, packed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct PackedKeys {
+pub(crate) struct PackedKeys {
     /// Per block: its first key, and where the deltas of its other keys start in `deltas`.
     heads: Vec<(i64, u64)>,
     /// LEB128 varints of `key[i] - key[i - 1]` for every key that does not start a block.
@@ -65,14 +65,14 @@ pub struct PackedKeys {
 
 /// Builds [`PackedKeys`] from keys in ascending order.
 #[derive(Default)]
-pub struct PackedBuilder {
+pub(crate) struct PackedBuilder {
     keys: PackedKeys,
     prev: i64,
 }
 
 impl PackedBuilder {
     /// Appends `values`; `false` (and the builder is spent) if they do not ascend.
-    pub fn extend(&mut self, values: &[i64]) -> bool {
+    pub(crate) fn extend(&mut self, values: &[i64]) -> bool {
         for &v in values {
             let k = &mut self.keys;
             if k.len.is_multiple_of(BLOCK) {
@@ -93,7 +93,7 @@ impl PackedBuilder {
         true
     }
 
-    pub fn finish(mut self) -> PackedKeys {
+    pub(crate) fn finish(mut self) -> PackedKeys {
         self.keys.deltas.shrink_to_fit();
         self.keys.heads.shrink_to_fit();
         self.keys.dense = dense_blocks(&self.keys.heads, &self.keys.deltas);
@@ -188,16 +188,13 @@ impl<'a> Cursor<'a> {
 }
 
 impl PackedKeys {
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Memory held.
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         self.heads.capacity() * std::mem::size_of::<(i64, u64)>()
             + self.deltas.capacity()
             + self.dense.capacity()
@@ -233,7 +230,7 @@ impl PackedKeys {
     /// the block its first occurrence must be in (galloping over block heads). Each block is
     /// decoded at most once, however many keys land in it (a small file of a bucketed table
     /// spans the whole key range, so every one of a change's keys lands in it).
-    pub fn search(&self, keys: &[(i64, usize)]) -> Vec<(i64, usize)> {
+    pub(crate) fn search(&self, keys: &[(i64, usize)]) -> Vec<(i64, usize)> {
         let mut hits = Vec::new();
         let n = self.heads.len();
         let Some(mut c) = Cursor::at_block(self, 0) else {
@@ -275,8 +272,9 @@ impl PackedKeys {
         hits
     }
 
-    /// Every key, in order (tests and checks).
-    pub fn to_vec(&self) -> Vec<i64> {
+    /// Every key, in order.
+    #[cfg(test)]
+    pub(crate) fn to_vec(&self) -> Vec<i64> {
         let mut out = Vec::with_capacity(self.len);
         if let Some(mut c) = Cursor::at_block(self, 0) {
             out.push(c.value);
@@ -289,7 +287,7 @@ impl PackedKeys {
 
     /// The stored form (see the module docs) for the data file of `file_size` bytes and the
     /// key types named by `sig`.
-    pub fn encode(&self, file_size: u64, sig: &str) -> Result<Vec<u8>> {
+    pub(crate) fn encode(&self, file_size: u64, sig: &str) -> Result<Vec<u8>> {
         let mut body = Vec::with_capacity(self.heads.len() * 16 + self.deltas.len());
         for (first, at) in &self.heads {
             body.extend_from_slice(&first.to_le_bytes());
@@ -315,7 +313,12 @@ impl PackedKeys {
 
     /// Reads a stored index. `Ok(None)`: it is a valid index of another file (size, row count)
     /// or of other key types than asked for. `Err`: it is not a valid index at all.
-    pub fn decode(bytes: &[u8], file_size: u64, rows: u64, sig: &str) -> Result<Option<Self>> {
+    pub(crate) fn decode(
+        bytes: &[u8],
+        file_size: u64,
+        rows: u64,
+        sig: &str,
+    ) -> Result<Option<Self>> {
         let mut r = Reader { bytes, at: 0 };
         if r.take(8)? != MAGIC {
             return Err(Error::Other("not a dms2iceberg key index".into()));

@@ -13,7 +13,7 @@
 //! key index ([`index`]) when there is one: a fraction of the bytes and no decompression of
 //! plain `i64` pages.
 
-pub mod index;
+pub(crate) mod index;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};

@@ -7,7 +7,7 @@
 mod csv;
 mod layout;
 mod parquet;
-pub mod text;
+pub(crate) mod text;
 
 use std::io::Read;
 use std::path::PathBuf;

@@ -18,7 +18,7 @@ use crate::error::{InputError, VALUE};
 /// A value that does not fit its column: why (a template holding [`VALUE`] where the value
 /// goes), and the value itself, kept apart so logs can leave it out.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadValue {
+pub(crate) struct BadValue {
     pub reason: String,
     pub value: Option<String>,
 }
@@ -32,7 +32,7 @@ impl BadValue {
     }
 
     /// The error for `file`, with the value in its own field.
-    pub fn into_input_error(self, file: &str) -> InputError {
+    pub(crate) fn into_input_error(self, file: &str) -> InputError {
         let e = InputError::new(file, self.reason);
         match self.value {
             Some(v) => e.value(v),
@@ -55,7 +55,7 @@ impl std::fmt::Display for BadValue {
 
 /// How a column of DMS `TIME` values is stored (the `time_type` setting).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimeAs {
+pub(crate) enum TimeAs {
     /// `HH:MM:SS.ffffff` text.
     String,
     /// Microseconds since midnight.
@@ -63,7 +63,7 @@ pub enum TimeAs {
 }
 
 /// Accumulates one column of typed values from text.
-pub enum ColumnBuilder {
+pub(crate) enum ColumnBuilder {
     Bool(BooleanBuilder),
     Int(Int32Builder),
     Long(Int64Builder),
@@ -80,7 +80,7 @@ pub enum ColumnBuilder {
 }
 
 impl ColumnBuilder {
-    pub fn new(t: &PrimitiveType, capacity: usize) -> Result<ColumnBuilder, String> {
+    pub(crate) fn new(t: &PrimitiveType, capacity: usize) -> Result<ColumnBuilder, String> {
         Ok(match t {
             PrimitiveType::Boolean => ColumnBuilder::Bool(BooleanBuilder::with_capacity(capacity)),
             PrimitiveType::Int => ColumnBuilder::Int(Int32Builder::with_capacity(capacity)),
@@ -118,7 +118,7 @@ impl ColumnBuilder {
 
     /// A builder for values the source declares as `declared` (the config's `columns`), stored
     /// as `t`: a DMS `TIME` stored as text or microseconds is still read as a time of day.
-    pub fn for_source(
+    pub(crate) fn for_source(
         t: &PrimitiveType,
         declared: Option<&PrimitiveType>,
         capacity: usize,
@@ -138,7 +138,7 @@ impl ColumnBuilder {
     /// Appends `value` (`None` = NULL) if it converts exactly to the column's type: what is
     /// stored reads back as the same value (no leading zeros dropped, no digits rounded away,
     /// no spaces trimmed). On error nothing is appended.
-    pub fn push(&mut self, value: Option<&[u8]>) -> Result<(), BadValue> {
+    pub(crate) fn push(&mut self, value: Option<&[u8]>) -> Result<(), BadValue> {
         let Some(v) = value else {
             self.push_null();
             return Ok(());
@@ -230,7 +230,7 @@ impl ColumnBuilder {
         }
     }
 
-    pub fn push_null(&mut self) {
+    pub(crate) fn push_null(&mut self) {
         match self {
             ColumnBuilder::Bool(b) => b.append_null(),
             ColumnBuilder::Int(b) => b.append_null(),
@@ -247,7 +247,7 @@ impl ColumnBuilder {
         }
     }
 
-    pub fn finish(&mut self) -> ArrayRef {
+    pub(crate) fn finish(&mut self) -> ArrayRef {
         match self {
             ColumnBuilder::Bool(b) => Arc::new(b.finish()),
             ColumnBuilder::Int(b) => Arc::new(b.finish()),
@@ -272,7 +272,7 @@ fn utf8(v: &[u8]) -> Result<&str, BadValue> {
     })
 }
 
-pub fn parse_bool(s: &str) -> Result<bool, String> {
+pub(crate) fn parse_bool(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
         "true" | "t" | "1" | "yes" | "y" => Ok(true),
         "false" | "f" | "0" | "no" | "n" => Ok(false),
@@ -457,7 +457,7 @@ fn parse_float<'a>(s: &'a str, what: &str) -> Result<&'a str, String> {
 
 /// `-123.45` (or `-1.2345e+02`) → unscaled i128 at `scale`; digits past `scale` are refused
 /// unless they are zeros, and so are leading zeros.
-pub fn parse_decimal(s: &str, precision: u32, scale: u32) -> Result<i128, String> {
+pub(crate) fn parse_decimal(s: &str, precision: u32, scale: u32) -> Result<i128, String> {
     match plain_decimal(s, precision, scale) {
         Some(v) => Ok(v),
         None => general_decimal(s, precision, scale),
@@ -493,7 +493,7 @@ fn general_decimal(s: &str, precision: u32, scale: u32) -> Result<i128, String> 
 }
 
 /// Microseconds since midnight → `HH:MM:SS.ffffff`.
-pub fn format_time(micros: i64) -> String {
+pub(crate) fn format_time(micros: i64) -> String {
     let (secs, us) = (micros.div_euclid(1_000_000), micros.rem_euclid(1_000_000));
     format!(
         "{:02}:{:02}:{:02}.{us:06}",
@@ -505,7 +505,7 @@ pub fn format_time(micros: i64) -> String {
 
 const UNIX_EPOCH_DAYS_FROM_CE: i32 = 719_163;
 
-pub fn parse_date(s: &str) -> Result<i32, String> {
+pub(crate) fn parse_date(s: &str) -> Result<i32, String> {
     // `yyyy-MM-dd` exactly, the form DMS writes, without chrono's format interpreter (the
     // largest cost of a timestamp column); anything else takes chrono's parser.
     let b = s.as_bytes();
@@ -533,7 +533,7 @@ fn digits(b: &[u8]) -> Option<i64> {
 }
 
 /// `HH:MM:SS[.fraction]` → microseconds since midnight.
-pub fn parse_time(s: &str) -> Result<i64, String> {
+pub(crate) fn parse_time(s: &str) -> Result<i64, String> {
     let err = || format!("cannot parse {VALUE} as time (HH:mm:ss[.ffffff])");
     let b = s.as_bytes();
     if b.len() < 8 || b[2] != b':' || b[5] != b':' {
@@ -570,7 +570,7 @@ fn fraction_micros(f: &str) -> Option<i64> {
 
 /// `yyyy-MM-dd[ T]HH:mm:ss[.f{0,9}]`, for timestamptz optionally followed by `Z` or `±HH:MM`
 /// (no zone = UTC, which is what DMS writes) → microseconds since the epoch.
-pub fn parse_timestamp(s: &str, with_zone: bool) -> Result<i64, String> {
+pub(crate) fn parse_timestamp(s: &str, with_zone: bool) -> Result<i64, String> {
     let err = || format!("cannot parse {VALUE} as timestamp (yyyy-MM-dd HH:mm:ss[.ffffff])");
     if s.len() < 19 {
         return Err(err());
