@@ -4,9 +4,11 @@
 //! The pipeline, one module per step (in the order a DMS file goes through them):
 //!
 //! 1. [`locate`]: object key → source table, file kind, place in DMS order.
-//! 2. [`read`]: file bytes → Arrow batches of typed rows with their `Op`.
-//! 3. [`dedupe`]: per primary key keep the last change.
-//! 4. [`evolve`]: new columns and type promotions, as one schema change.
+//! 2. `evolve`: the table's schema for the files (new columns, type promotions), settled from
+//!    their headers or Parquet schemas before any row is read, so that every batch is read in
+//!    the table's types; committed as one schema change with the data.
+//! 3. [`read`]: file bytes → Arrow batches of typed rows with their `Op`.
+//! 4. `dedupe`: per primary key keep the last change.
 //! 5. [`lookup`]: where the table holds each changed key (file, position), without a scan.
 //! 6. [`write`]: Parquet data files for upserts, position-delete files for replaced rows.
 //! 7. [`commit`]: one atomic snapshot per input: every table change is a typed `Change`

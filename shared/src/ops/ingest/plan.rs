@@ -1,6 +1,6 @@
 //! Planning one ingest commit against the table as it is now: which pending files the table's
-//! record says to apply (and how: as changes, late, or as a reload), then read → dedupe →
-//! evolve → lookup → write, staged for [`crate::commit`]. The commit loop calls [`IngestPlanner::plan`]
+//! record says to apply (and how: as changes, late, or as a reload), then evolve (the schema,
+//! from the files' headers) → read → dedupe → lookup → write, staged for [`crate::commit`]. The commit loop calls [`IngestPlanner::plan`]
 //! again whenever another writer's commit invalidates a plan.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
