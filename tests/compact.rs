@@ -48,7 +48,7 @@ fn maintain_env(
 
 fn compact(w: &Work, extra: &[&str]) -> Value {
     let (r, rep) = maintain(w, "compact", extra, &[]);
-    let r = r.ok();
+    let r = r.assert_success();
     rep.unwrap_or_else(|| panic!("compact printed no report:\n{}", r.describe()))
 }
 
@@ -97,7 +97,7 @@ fn scan_secs(w: &Work, n: usize) -> f64 {
         (0..n)
             .map(|_| {
                 let t = Instant::now();
-                w.scan_run(TABLE, &[]).ok();
+                w.scan_run(TABLE, &[]).assert_success();
                 t.elapsed().as_secs_f64()
             })
             .collect(),
@@ -126,7 +126,7 @@ fn compaction_reads_the_same_with_fewer_files() {
     );
     let meta = w.meta(TABLE);
     let steps = w.asof(TABLE);
-    w.ingest().ok();
+    w.ingest().assert_success();
     w.assert_table(TABLE);
     let before_hist = w.history(TABLE);
     let scan_before = scan_secs(&w, 3);
@@ -230,7 +230,7 @@ fn expire_then_orphans_delete_only_what_nothing_needs() {
         ],
     );
     let meta = w.meta(TABLE);
-    w.ingest().ok();
+    w.ingest().assert_success();
     compact(&w, &[]);
     let hist = check_files_once(&w, &meta);
     let n = hist.len();
@@ -371,7 +371,7 @@ fn compaction_never_loses_to_continuous_ingest() {
     let meta = w.meta(TABLE);
     let feed = w.dir.join("feed");
     make_feed(&w, &feed, &meta.files[..1]);
-    w.ingest_paths(std::slice::from_ref(&feed)).ok();
+    w.ingest_paths(std::slice::from_ref(&feed)).assert_success();
     use std::sync::Arc;
     use std::sync::atomic::AtomicUsize;
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -466,7 +466,7 @@ fn compaction_never_loses_to_continuous_ingest() {
             runs_done.store(runs, SeqCst);
             continue;
         }
-        let r = r.ok();
+        let r = r.assert_success();
         let rep = rep.unwrap_or_else(|| panic!("no report:\n{}", r.describe()));
         assert_eq!(
             num(&rep, "replans"),
@@ -483,7 +483,7 @@ fn compaction_never_loses_to_continuous_ingest() {
         assert!(errors.is_empty(), "ingest failed: {errors:?}");
     }
     // The rerun after the last crash, then everything must read exact.
-    w.ingest_paths(std::slice::from_ref(&feed)).ok();
+    w.ingest_paths(std::slice::from_ref(&feed)).assert_success();
     let rep = compact(&w, &[]);
     assert_eq!(num(&rep, "replans"), 0, "{rep}");
     w.assert_table(TABLE);
@@ -544,7 +544,7 @@ fn crash_mid_compaction_leaves_the_table_exact() {
             ],
         );
         let meta = w.meta(TABLE);
-        w.ingest().ok();
+        w.ingest().assert_success();
         let spec = if kill {
             format!("{point}:kill")
         } else {
@@ -634,20 +634,20 @@ fn binary_column_added_by_evolution_scans_and_compacts() {
             w.dir.display().to_string(),
         ],
     )
-    .ok();
-    w.ingest().ok();
+    .assert_success();
+    w.ingest().assert_success();
     w.assert_table("shop.blobs");
     let wh = w.wh().display().to_string();
     let table = w
         .cli(&["scan", "shop.blobs", "--warehouse", &wh])
-        .ok()
+        .assert_success()
         .stdout;
     assert!(
         table.contains("00ff") && table.contains("(6 rows)"),
         "{table}"
     );
     let (r, rep) = maintain_env(&w, "shop.blobs", "compact", &[], &[]);
-    let rep = rep.unwrap_or_else(|| panic!("no report:\n{}", r.ok().describe()));
+    let rep = rep.unwrap_or_else(|| panic!("no report:\n{}", r.assert_success().describe()));
     // At least the full load, written before the column existed (full-load files are
     // compacted apart from change files).
     assert!(num(&rep, "data_files_rewritten") >= 1, "{rep}");
@@ -667,7 +667,7 @@ fn set_pointer(w: &Work, table: &str, location: &str) {
         &python(),
         ["-c", script, &db.display().to_string(), location, ns, name],
     )
-    .ok();
+    .assert_success();
 }
 
 fn pointer(w: &Work, table: &str) -> String {
@@ -679,7 +679,7 @@ fn pointer(w: &Work, table: &str) -> String {
         &python(),
         ["-c", script, &db.display().to_string(), ns, name],
     )
-    .ok()
+    .assert_success()
     .stdout
     .trim()
     .to_string()
@@ -704,7 +704,7 @@ fn orphans_keep_what_other_writers_reference() {
             "75",
         ],
     );
-    w.ingest().ok();
+    w.ingest().assert_success();
     let current = pointer(&w, TABLE);
     let path = current.strip_prefix("file://").unwrap().to_string();
     set_pointer(&w, TABLE, &format!("file:{path}"));
@@ -736,7 +736,7 @@ fn orphans_keep_what_other_writers_reference() {
 
     let (r, rep) = maintain(&w, "orphans", &["--min-age-hours", "0", "--delete"], &[]);
     let rep = rep.unwrap_or_else(|| panic!("no report:\n{}", r.describe()));
-    let r = r.ok();
+    let r = r.assert_success();
     assert!(
         std::path::Path::new(&path).exists(),
         "the current metadata.json was deleted: {rep}\n{}",
@@ -759,6 +759,6 @@ fn orphans_keep_what_other_writers_reference() {
         &[],
     )
     .0
-    .ok();
+    .assert_success();
     w.assert_table(TABLE);
 }

@@ -132,7 +132,7 @@ fn crash_case(point: &str, kill: bool, prior: usize, late: bool, seed: &str) -> 
         (None, None)
     } else {
         let (r, reps) = ingest_json(&w, &first, &[], &[]);
-        r.ok();
+        r.assert_success();
         assert_eq!(Figures::of(&reps).applied_files, applied_before);
         let i0 = inspect(&w, TABLE);
         assert!(
@@ -140,7 +140,10 @@ fn crash_case(point: &str, kill: bool, prior: usize, late: bool, seed: &str) -> 
             "orphans before any crash: {:?}",
             i0.orphans
         );
-        (Some(i0), Some(w.scan_run(TABLE, &[]).ok().stdout))
+        (
+            Some(i0),
+            Some(w.scan_run(TABLE, &[]).assert_success().stdout),
+        )
     };
 
     // 2. The whole tree with the failpoint: the victim crashes.
@@ -203,7 +206,7 @@ fn crash_case(point: &str, kill: bool, prior: usize, late: bool, seed: &str) -> 
                 "{spec}: a crash before the swap changed what the table references"
             );
             assert_eq!(
-                w.scan_run(TABLE, &[]).ok().stdout,
+                w.scan_run(TABLE, &[]).assert_success().stdout,
                 scan0.clone().unwrap(),
                 "{spec}: a crash before the swap changed the table"
             );
@@ -232,7 +235,7 @@ fn crash_case(point: &str, kill: bool, prior: usize, late: bool, seed: &str) -> 
 
     // 3. Run again, without the failpoint.
     let (r, reps) = ingest_json(&w, &[w.dms()], &[], &[]);
-    let r = r.ok();
+    let r = r.assert_success();
     let victim_reports: Vec<&Value> = reps
         .iter()
         .filter(|c| {
@@ -532,7 +535,7 @@ fn crashes_among_concurrent_writers() {
 
     // A clean run finishes the tree.
     let (r, clean_reports) = ingest_json(&w, &[w.dms()], &[], &[]);
-    r.ok();
+    r.assert_success();
     let clean = Figures::of(&clean_reports);
     let hist = check_history(&w, TABLE, &meta);
     let end = inspect(&w, TABLE);

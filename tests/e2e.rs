@@ -17,7 +17,7 @@ use std::path::PathBuf;
 fn roundtrip(name: &str, scenario: &str, args: &[&str], table: &str) -> Work {
     let w = Work::new(name);
     w.generate(scenario, args);
-    w.ingest().ok();
+    w.ingest().assert_success();
     w.assert_table(table);
     w
 }
@@ -42,7 +42,7 @@ fn product_csv() {
         .collect();
     assert_eq!(ids, vec![100, 101, 102, 104, 105, 106]);
     assert_eq!(rows[2]["quantity_available"], 11);
-    let t = w.tables().ok();
+    let t = w.tables().assert_success();
     assert!(
         t.stdout.contains("sales.product"),
         "`tables` does not list sales.product:\n{}",
@@ -100,7 +100,8 @@ fn product_time_travel_file_by_file() {
     let steps = w.asof(table);
     assert_eq!(steps.len(), 3);
     for s in &steps {
-        w.ingest_paths(&[w.dms().join(&s.after_file)]).ok();
+        w.ingest_paths(&[w.dms().join(&s.after_file)])
+            .assert_success();
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let hist = w.history(table);
@@ -585,10 +586,10 @@ fn new_column_arrives_in_a_later_run() {
             ],
         ),
     );
-    w.ingest().ok();
+    w.ingest().assert_success();
     w.assert_table_rows("shop.orders", &w.expected_initial("shop.orders"), "initial");
     w.promote_pending();
-    w.ingest().ok();
+    w.ingest().assert_success();
     w.assert_table("shop.orders");
 }
 
@@ -597,7 +598,7 @@ fn two_tables_in_one_tree() {
     let w = Work::new("two_tables");
     w.generate("product", &[]);
     w.generate("synthetic", &with(SMALL, &["--seed", "44"]));
-    w.ingest().ok();
+    w.ingest().assert_success();
     w.assert_table("sales.product");
     w.assert_table("shop.orders");
 }
@@ -642,8 +643,8 @@ fn repeated_ingest_is_a_noop() {
     );
     let table = "shop.orders";
     let hist = w.history(table);
-    let scan = w.scan_run(table, &[]).ok().stdout;
-    let again = w.ingest().ok();
+    let scan = w.scan_run(table, &[]).assert_success().stdout;
+    let again = w.ingest().assert_success();
     assert!(
         again.output().to_lowercase().contains("skip"),
         "second ingest should report the files as skipped:\n{}",
@@ -651,14 +652,14 @@ fn repeated_ingest_is_a_noop() {
     );
     assert_eq!(w.history(table), hist, "second ingest changed history");
     assert_eq!(
-        w.scan_run(table, &[]).ok().stdout,
+        w.scan_run(table, &[]).assert_success().stdout,
         scan,
         "second ingest changed the table"
     );
     // Re-delivering a single old file (an S3 event repeated) is also a no-op.
     let meta = w.meta(table);
     let one = w.dms().join(&meta.files[1]);
-    w.ingest_paths(&[one]).ok();
+    w.ingest_paths(&[one]).assert_success();
     assert_eq!(
         w.history(table),
         hist,
@@ -667,7 +668,7 @@ fn repeated_ingest_is_a_noop() {
     // The same DMS objects seen under another root (a re-synced copy) are still the same files.
     let copy = w.dir.join("copy-of-dms");
     copy_tree(&w.dms(), &copy);
-    w.ingest_paths(&[copy]).ok();
+    w.ingest_paths(&[copy]).assert_success();
     assert_eq!(
         w.history(table),
         hist,
@@ -701,7 +702,7 @@ fn late_change_file_is_not_lost() {
     let meta = w.meta(table);
     // LOAD, then the 2nd change file, then the 1st one.
     for f in [&meta.files[0], &meta.files[2], &meta.files[1]] {
-        w.ingest_paths(&[w.dms().join(f)]).ok();
+        w.ingest_paths(&[w.dms().join(f)]).assert_success();
     }
     w.assert_table(table);
 }
@@ -718,9 +719,10 @@ fn change_files_delivered_in_reverse_order() {
     );
     let table = "shop.orders";
     let meta = w.meta(table);
-    w.ingest_paths(&[w.dms().join(&meta.files[0])]).ok();
+    w.ingest_paths(&[w.dms().join(&meta.files[0])])
+        .assert_success();
     for f in meta.files[1..].iter().rev() {
-        w.ingest_paths(&[w.dms().join(f)]).ok();
+        w.ingest_paths(&[w.dms().join(f)]).assert_success();
     }
     w.assert_table(table);
 }
@@ -738,10 +740,10 @@ fn bad_input(name: &str, orders_args: &[&str]) {
     let orders = "shop.orders";
     let product = "sales.product";
 
-    w.ingest().ok();
+    w.ingest().assert_success();
     w.assert_table(orders);
     w.assert_table_rows(product, &w.expected_initial(product), "initial");
-    let scan_before = w.scan_run(orders, &[]).ok().stdout;
+    let scan_before = w.scan_run(orders, &[]).assert_success().stdout;
     let hist_before = w.history(orders);
 
     w.promote_pending();
@@ -780,7 +782,7 @@ fn bad_input(name: &str, orders_args: &[&str]) {
         );
     }
     assert_eq!(
-        w.scan_run(orders, &[]).ok().stdout,
+        w.scan_run(orders, &[]).assert_success().stdout,
         scan_before,
         "bad input changed {orders}"
     );
@@ -867,7 +869,7 @@ fn bad_input_no_primary_key_configured() {
         !w.scan_run("shop.orders", &[]).status.success(),
         "shop.orders should not exist"
     );
-    let t = w.tables().ok();
+    let t = w.tables().assert_success();
     assert!(!t.stdout.contains("shop.orders"), "{}", t.describe());
     w.assert_table("sales.product");
 }

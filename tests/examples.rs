@@ -39,7 +39,7 @@ fn headerless_example() {
     let dms = root.join("dms").display().to_string();
     let cfg = root.join("dms2iceberg.toml").display().to_string();
     let args = ["ingest", &dms, "--config", &cfg, "--warehouse", &wh];
-    let r = w.cli(&args).ok();
+    let r = w.cli(&args).assert_success();
     assert!(
         r.stdout.contains("3 files applied")
             && r.stdout
@@ -48,7 +48,7 @@ fn headerless_example() {
         r.describe()
     );
     w.assert_table("shop.customers");
-    let again = w.cli(&args).ok();
+    let again = w.cli(&args).assert_success();
     assert!(
         again.stdout.contains("0 files applied, 3 skipped"),
         "{}",

@@ -27,7 +27,7 @@ fn ingest_with(w: &Work, paths: &[PathBuf], extra: &[&str]) -> Vec<Value> {
         a.push(x);
     }
     a.extend(extra.iter().map(std::ffi::OsString::from));
-    let r = w.cli(&a).ok();
+    let r = w.cli(&a).assert_success();
     common::parse_json_lines(&r.stdout, "ingest --format json")
 }
 

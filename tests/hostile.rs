@@ -86,7 +86,7 @@ fn parallel_load_segments_under_a_bucket_folder() {
         &w,
         "[source]\nbucket_folder = \"dms\"\nparallel_load_folders = true\n[defaults]\nprimary_key = [\"id\"]\n",
     );
-    ingest(&w, &["dms"]).ok();
+    ingest(&w, &["dms"]).assert_success();
     expect(
         &w,
         "s.t",
@@ -103,14 +103,14 @@ fn key_change_on_an_existing_table_without_primary_key_in_the_config() {
     let w = Work::new("hostile_key_from_table");
     put(&w, "dms/s/t/LOAD00000001.csv", b"Op,id,v\nI,1,a\nI,2,b\n");
     config(&w, "[defaults]\nprimary_key = [\"id\"]\n");
-    ingest(&w, &["dms"]).ok();
+    ingest(&w, &["dms"]).assert_success();
     config(&w, "[defaults]\nlowercase_names = true\n");
     put(
         &w,
         "dms/s/t/20220302-1134010000.csv",
         b"Op,BI_id,id,v\nU,1,10,x\n",
     );
-    ingest(&w, &["dms"]).ok();
+    ingest(&w, &["dms"]).assert_success();
     expect(
         &w,
         "s.t",
@@ -136,7 +136,7 @@ fn columns_that_look_like_before_images_are_kept() {
         b"Op,BI_id,id,total,bi_total,qty,BI_qty\nU,1,2,6,8,4,2\n",
     );
     config(&w, "[defaults]\nprimary_key = [\"id\"]\n");
-    ingest(&w, &["dms"]).ok();
+    ingest(&w, &["dms"]).assert_success();
     expect(
         &w,
         "s.t",
@@ -203,7 +203,7 @@ fn a_dms_table_named_like_a_rejected_rows_table_is_refused_until_renamed() {
             "{QUARANTINE_T}[tables.\"s.t__rejected\"]\nprimary_key = [\"id\"]\ntarget = \"s.t_rejected_src\"\n"
         ),
     );
-    ingest(&w, &["dms"]).ok();
+    ingest(&w, &["dms"]).assert_success();
     expect(&w, "s.t_rejected_src", ID_V, id_v(&[(7, "q")]), "renamed");
     assert_eq!(rejected_rows(&w, "s.t__rejected").len(), 1);
 }
@@ -223,14 +223,14 @@ fn rejected_rows_never_go_into_a_dms_table_of_that_name() {
         &w,
         &format!("{QUARANTINE_T}[tables.\"s.t__rejected\"]\nprimary_key = [\"id\"]\n"),
     );
-    ingest(&w, &["dms/s/t__rejected"]).ok();
+    ingest(&w, &["dms/s/t__rejected"]).assert_success();
     let r = ingest(&w, &["dms/s/t"]);
     fails_with(
         &r,
         &["rejected rows of s.t", "fed by DMS table s.t__rejected"],
     );
     expect(&w, "s.t__rejected", ID_V, id_v(&[(7, "q")]), "unchanged");
-    let tables = w.tables().ok();
+    let tables = w.tables().assert_success();
     assert!(
         !tables.stdout.lines().any(|l| l == "s.t"),
         "nothing of s.t may be committed:\n{}",
@@ -263,7 +263,7 @@ fn two_change_files_at_one_place_stop_the_table_until_one_is_skipped() {
         &w,
         "[defaults]\nprimary_key = [\"id\"]\nskip_files = [\"20220302-113401.csv\"]\n",
     );
-    ingest(&w, &["dms"]).ok();
+    ingest(&w, &["dms"]).assert_success();
     expect(&w, "s.t", ID_V, id_v(&[(1, "y"), (2, "z")]), "one skipped");
 }
 
@@ -283,7 +283,7 @@ fn parquet(w: &Work, rel: &str, rows: &[(&str, i64, &str)], gzip: bool) {
         &python(),
         ["-c", script, &p.display().to_string(), spec.as_str(), gz],
     )
-    .ok();
+    .assert_success();
 }
 
 /// Item 7: `x.csv` and `x.parquet` of one stem are one place too; a file at the place of one
@@ -311,7 +311,7 @@ fn csv_and_parquet_of_one_stem_and_late_twins_are_refused_copies_are_one_file() 
         &w,
         "[defaults]\nprimary_key = [\"id\"]\nskip_files = [\"20220302-1134010000.csv\"]\n",
     );
-    ingest(&w, &["dms"]).ok();
+    ingest(&w, &["dms"]).assert_success();
     expect(
         &w,
         "s.t",
@@ -330,7 +330,7 @@ fn csv_and_parquet_of_one_stem_and_late_twins_are_refused_copies_are_one_file() 
     put(&c, "a/dms/s/u/LOAD00000001.csv", b"Op,id,v\nI,1,a\n");
     put(&c, "b/dms/s/u/LOAD00000001.csv", b"Op,id,v\nI,1,a\n");
     config(&c, "[defaults]\nprimary_key = [\"id\"]\n");
-    ingest(&c, &["a", "b"]).ok();
+    ingest(&c, &["a", "b"]).assert_success();
     expect(&c, "s.u", ID_V, id_v(&[(1, "a")]), "copies");
     assert_eq!(c.history("s.u").len(), 1);
     // Not copies: the same name with other bytes is refused.
@@ -358,7 +358,7 @@ fn a_schema_named_catalog() {
         b"Op,id,v\nI,2,b\n",
     );
     config(&w, "[defaults]\nprimary_key = [\"id\"]\n");
-    ingest(&w, &["dms"]).ok();
+    ingest(&w, &["dms"]).assert_success();
     expect(&w, "catalog.t", ID_V, id_v(&[(1, "a"), (2, "b")]), "final");
     assert!(w.wh().join("catalog.db").is_file());
 }
@@ -402,7 +402,7 @@ fn odd_paths_outside_table_folders_are_skipped_and_listed() {
     symlink(".", &w.dir.join("in/dms/loop"));
     mkfifo(&w.dir.join("in/pipe"));
     config(&w, "[defaults]\nprimary_key = [\"id\"]\n");
-    let r = ingest(&w, &["in"]).ok();
+    let r = ingest(&w, &["in"]).assert_success();
     for listed in [
         "my notes/readme.txt",
         "sa.les/t/LOAD00000001.csv",
@@ -469,7 +469,7 @@ fn a_schema_named_like_the_bucket_folder() {
         &w,
         "[source]\nbucket_folder = \"shop\"\n[defaults]\nprimary_key = [\"id\"]\n",
     );
-    ingest(&w, &["shop"]).ok();
+    ingest(&w, &["shop"]).assert_success();
     expect(&w, "shop.orders", ID_V, id_v(&[(1, "b")]), "shop");
     expect(&w, "sales.orders", ID_V, id_v(&[(2, "c")]), "sales");
 }
@@ -491,7 +491,7 @@ fn gzipped_parquet_is_read() {
         true,
     );
     config(&w, "[defaults]\nprimary_key = [\"id\"]\n");
-    ingest(&w, &["dms"]).ok();
+    ingest(&w, &["dms"]).assert_success();
     expect(
         &w,
         "s.t",
@@ -515,7 +515,7 @@ fn a_dms_file_in_an_unexpected_folder_stops_its_table() {
     let r = ingest(&w, &["dms"]);
     fails_with(&r, &["part2/LOAD00000002.csv", "parallel_load_folders"]);
     expect(&w, "s.u", ID_V, id_v(&[(3, "c")]), "u");
-    let tables = w.tables().ok();
+    let tables = w.tables().assert_success();
     assert!(
         !tables.stdout.lines().any(|l| l == "s.t"),
         "{}",
@@ -525,7 +525,7 @@ fn a_dms_file_in_an_unexpected_folder_stops_its_table() {
         &w,
         &format!("{base}[tables.\"s.t\"]\nskip_files = [\"part2/LOAD00000002.csv\"]\n"),
     );
-    ingest(&w, &["dms"]).ok();
+    ingest(&w, &["dms"]).assert_success();
     expect(
         &w,
         "s.t",

@@ -57,7 +57,7 @@ fn parquet(path: &Path, columns: &[(&str, Vec<&str>)]) {
         serde_json::to_string(&spec).unwrap(),
         path.display().to_string()
     );
-    run(&python(), ["-c", code.as_str()]).ok();
+    run(&python(), ["-c", code.as_str()]).assert_success();
 }
 
 /// Writes the input of a case into a work dir, with the planted value.

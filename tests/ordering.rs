@@ -132,7 +132,7 @@ fn ingest_reports(w: &Work, n: usize) -> Vec<serde_json::Value> {
             &n,
             "--json",
         ])
-        .ok();
+        .assert_success();
     parse_json_lines(&r.stdout, "ingest --json")
 }
 

@@ -156,7 +156,7 @@ fn a_reload_replaces_the_table_and_changes_apply_on_top() {
     let w = Work::new("reload_single");
     let mut d = Dms::new(&w);
     let (mut state, _) = before_reload(&mut d);
-    w.ingest().ok();
+    w.ingest().assert_success();
     w.assert_table_rows("s.t", &rows(&state), "before");
     let before = w.history("s.t");
 
@@ -180,7 +180,7 @@ fn a_reload_replaces_the_table_and_changes_apply_on_top() {
         &mut state,
         &[('U', 30, "x", 301), ('D', 1, "a1", 10)],
     );
-    w.ingest().ok();
+    w.ingest().assert_success();
     w.assert_table_rows("s.t", &rows(&state), "after");
     assert_eq!(
         history_ops(&w),
@@ -202,7 +202,7 @@ fn a_late_change_file_from_before_the_reload_is_superseded() {
     let mut d = Dms::new(&w);
     let (mut state, files) = before_reload(&mut d);
     // The second change file is delivered late: only the load and the first one are applied.
-    w.ingest_paths(&files[..2]).ok();
+    w.ingest_paths(&files[..2]).assert_success();
     let late = std::fs::read(&files[2]).unwrap();
     let late_mtime = std::fs::metadata(&files[2]).unwrap().modified().unwrap();
     d.empty_folder();
@@ -214,7 +214,7 @@ fn a_late_change_file_from_before_the_reload_is_superseded() {
         &mut state,
         &[('U', 7, "after", 77)],
     );
-    w.ingest().ok();
+    w.ingest().assert_success();
     w.assert_table_rows("s.t", &rows(&state), "after_reload");
     // Now the pre-reload file arrives (S3 event delayed, object kept elsewhere): its changes
     // (2 -> c2, 4 -> b4) are older than the reload and must not come back.
@@ -238,7 +238,7 @@ fn a_multi_file_reload_delivered_in_any_order_equals_the_in_order_one() {
     let w = Work::new("reload_multi");
     let mut d = Dms::new(&w);
     let (mut state, _) = before_reload(&mut d);
-    w.ingest().ok();
+    w.ingest().assert_success();
     d.empty_folder();
     source_during_reload(&mut state);
     let all: Vec<(i64, &(String, i64))> = state.iter().map(|(k, v)| (*k, v)).collect();
@@ -259,14 +259,14 @@ fn a_multi_file_reload_delivered_in_any_order_equals_the_in_order_one() {
     assert!(r.output().contains("LOAD00000001"), "{}", r.describe());
     assert_eq!(w.scan("s.t", &[]), before, "a failed file changes nothing");
     for f in [&l1, &l2, &c] {
-        w.ingest_paths(std::slice::from_ref(f)).ok();
+        w.ingest_paths(std::slice::from_ref(f)).assert_success();
     }
     w.assert_table_rows("s.t", &rows(&state), "shuffled");
     // The same delivered as a folder (what the Lambda and a folder ingest see): in one go.
     let w2 = Work::new("reload_multi_folder");
     let mut d2 = Dms::new(&w2);
     let (mut state2, _) = before_reload(&mut d2);
-    w2.ingest().ok();
+    w2.ingest().assert_success();
     d2.empty_folder();
     source_during_reload(&mut state2);
     let all2: Vec<(i64, &(String, i64))> = state2.iter().map(|(k, v)| (*k, v)).collect();
@@ -278,7 +278,7 @@ fn a_multi_file_reload_delivered_in_any_order_equals_the_in_order_one() {
         &mut state2,
         &[('U', 30, "y", 302)],
     );
-    w2.ingest().ok();
+    w2.ingest().assert_success();
     w2.assert_table_rows("s.t", &rows(&state2), "folder");
     // Delivered again, all of it: nothing changes.
     let again = ingest_json(&w, &[l1, l2, c]);
@@ -296,15 +296,15 @@ fn a_segmented_parallel_load_reloads_as_one() {
     d.load("SEGMENT1_LOAD00000001.csv", &all[..6]);
     d.load("SEGMENT2_LOAD00000001.csv", &all[6..]);
     d.changes("20220302-1100000000.csv", &mut state, &[('D', 1, "", 0)]);
-    w.ingest().ok();
+    w.ingest().assert_success();
     w.assert_table_rows("s.t", &rows(&state), "first");
     d.empty_folder();
     state = (5..=15).map(|i| (i, (format!("r{i}"), i))).collect();
     let all: Vec<(i64, &(String, i64))> = state.iter().map(|(k, v)| (*k, v)).collect();
     let s2 = d.load("SEGMENT2_LOAD00000001.csv", &all[5..]);
     let s1 = d.load("SEGMENT1_LOAD00000001.csv", &all[..5]);
-    w.ingest_paths(&[s2]).ok();
-    w.ingest_paths(&[s1]).ok();
+    w.ingest_paths(&[s2]).assert_success();
+    w.ingest_paths(&[s1]).assert_success();
     w.assert_table_rows("s.t", &rows(&state), "reloaded");
 }
 
@@ -335,7 +335,7 @@ fn a_full_load_only_task_that_reruns_daily_replaces_the_table_each_day() {
                 .unwrap();
             last_day2 = Some(keep);
         }
-        w.ingest().ok();
+        w.ingest().assert_success();
         w.assert_table_rows("s.t", &rows(&state), &format!("day{day}"));
     }
     // Day 2's second file, delivered again after day 3: an old load's file, not applied.
@@ -349,7 +349,7 @@ fn a_table_with_data_but_no_record_is_refused_until_declared() {
     let w = Work::new("no_record");
     let mut d = Dms::new(&w);
     let (state, files) = before_reload(&mut d);
-    w.ingest().ok();
+    w.ingest().assert_success();
     // Another engine rewrote the table's properties (or it came from a tool without a record).
     let py = format!(
         "from pyiceberg.catalog.sql import SqlCatalog\n\
@@ -358,7 +358,7 @@ fn a_table_with_data_but_no_record_is_refused_until_declared() {
          with t.transaction() as tx:\n    tx.remove_properties('dms2iceberg.applied')\n",
         wh = w.wh().display()
     );
-    common::run(&common::python(), ["-c", &py]).ok();
+    common::run(&common::python(), ["-c", &py]).assert_success();
     // Without the record (and our snapshot summaries gone too after expiry) the history
     // would be re-applied; here the summaries still say what is applied, so the record is
     // rebuilt from them.
@@ -385,7 +385,7 @@ fn a_table_with_data_but_no_record_is_refused_until_declared() {
          t.maintenance.expire_snapshots().by_ids(old).commit()\n",
         wh = w.wh().display()
     );
-    common::run(&common::python(), ["-c", &py]).ok();
+    common::run(&common::python(), ["-c", &py]).assert_success();
     let mut state = state;
     state.insert(10, ("other".into(), 1));
     let r = w.ingest();
@@ -407,7 +407,7 @@ fn a_table_with_data_but_no_record_is_refused_until_declared() {
         "--through",
         &last,
     ])
-    .ok();
+    .assert_success();
     d.changes(
         "20220302-1200000000.csv",
         &mut state,
@@ -424,7 +424,7 @@ fn the_record_survives_snapshot_expiry_by_another_engine() {
     let w = Work::new("record_survives");
     let mut d = Dms::new(&w);
     let (mut state, _) = before_reload(&mut d);
-    w.ingest().ok();
+    w.ingest().assert_success();
     // A foreign writer changes a row, then expires all history (Glue retention after Spark).
     let py = format!(
         "import pyarrow as pa\n\
@@ -441,7 +441,7 @@ fn the_record_survives_snapshot_expiry_by_another_engine() {
          t.maintenance.expire_snapshots().by_ids(old).commit()\n",
         wh = w.wh().display()
     );
-    common::run(&common::python(), ["-c", &py]).ok();
+    common::run(&common::python(), ["-c", &py]).assert_success();
     state.insert(10, ("spark".into(), 1000));
     // None of our snapshots is left, and `tables` still shows what the table holds.
     let tables = w.cli(&[
@@ -451,7 +451,8 @@ fn the_record_survives_snapshot_expiry_by_another_engine() {
         "--format",
         "json",
     ]);
-    let line: Value = serde_json::from_str(tables.ok().stdout.trim()).expect("tables JSON");
+    let line: Value =
+        serde_json::from_str(tables.assert_success().stdout.trim()).expect("tables JSON");
     assert_eq!(line["applied"]["in_property"], true, "{line}");
     let last = line["applied"]["last_file"].as_str().unwrap_or_default();
     assert!(last.ends_with(".csv") && !last.contains("LOAD"), "{line}");
@@ -488,7 +489,7 @@ fn files_older_than_the_record_are_quiet_when_old_and_loud_when_new() {
             &[('U', id, "c", id * 100)],
         ));
     }
-    w.ingest().ok();
+    w.ingest().assert_success();
     w.assert_table_rows("s.t", &rows(&state), "applied");
     // `expire` keeps nothing of the history but the record: a re-run is still a no-op, and
     // files that fell out of the two-file window are taken as applied, quietly.
@@ -503,8 +504,8 @@ fn files_older_than_the_record_are_quiet_when_old_and_loud_when_new() {
         "--retain-last",
         "1",
     ])
-    .ok();
-    let r = w.ingest().ok();
+    .assert_success();
+    let r = w.ingest().assert_success();
     assert!(
         r.stdout
             .contains("older than the table's applied-file record"),
@@ -530,6 +531,6 @@ fn files_older_than_the_record_are_quiet_when_old_and_loud_when_new() {
     std::fs::write(&inside, "Op,id,v,n\nU,3,inside,3\nU,4,inside,4\n").unwrap();
     state.insert(3, ("inside".into(), 3));
     // 4 was changed again by the 11:30 file, which comes after: it keeps that change.
-    w.ingest_paths(&[inside]).ok();
+    w.ingest_paths(&[inside]).assert_success();
     w.assert_table_rows("s.t", &rows(&state), "re_merged");
 }

@@ -71,7 +71,7 @@ fn ingest(w: &Work, catalog: &str) -> Run {
 fn scan(w: &Work, catalog: &str, table: &str, extra: &[&str]) -> Vec<Value> {
     let mut a = vec!["scan", table, "--format", "json"];
     a.extend_from_slice(extra);
-    let r = cli(w, catalog, &a).ok();
+    let r = cli(w, catalog, &a).assert_success();
     parse_json_lines(&r.stdout, &format!("scan {table}"))
 }
 
@@ -176,7 +176,7 @@ fn spark_reads_every_table_and_snapshot() {
     );
     w.generate("product", &[]);
     w.set_default(&format!("drop_columns = [\"{TIME_COLUMN}\"]"));
-    w.ingest().ok();
+    w.ingest().assert_success();
 
     let mut sp = spark();
     // The catalog name JdbcCatalog looks up is the Spark catalog's: `default` is ours.
@@ -466,7 +466,7 @@ fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool) {
         ],
     );
     w.set_default(&format!("drop_columns = [\"{TIME_COLUMN}\"]"));
-    ingest(&w, catalog).ok();
+    ingest(&w, catalog).assert_success();
     let meta = w.meta(table);
     let columns: Vec<String> = meta
         .columns
@@ -541,7 +541,7 @@ fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool) {
         let pending = w.asof(table).iter().filter(|s| s.pending).count();
         expected = after_new_dms(&w, table, &initial, &after_spark);
         w.promote_pending();
-        let r = ingest(&w, catalog).ok();
+        let r = ingest(&w, catalog).assert_success();
         let applied_before = meta.files.len() - pending;
         let want = format!("{pending} files applied, {applied_before} skipped (already applied)");
         assert!(
@@ -562,7 +562,7 @@ fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool) {
 
     // Our maintenance.
     let (r, c) = maintain(&w, catalog, "compact", table, &[]);
-    r.ok();
+    r.assert_success();
     assert_rows(
         "scan after our compact",
         &meta,
@@ -576,7 +576,7 @@ fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool) {
         table,
         &["--min-age-hours", "0", "--delete"],
     );
-    let r = r.ok();
+    let r = r.assert_success();
     assert!(o["refused"].is_null(), "{o}\n{}", r.describe());
     assert_all_exist(&spark_refs, "Spark's metadata references after its expiry");
     let (r, e) = maintain(
@@ -586,7 +586,7 @@ fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool) {
         table,
         &["--older-than-hours", "0", "--retain-last", "1"],
     );
-    r.ok();
+    r.assert_success();
 
     // Everyone reads the same table, and nothing referenced is missing.
     assert_rows(
@@ -643,7 +643,7 @@ fn files_spark_imports_from_elsewhere_are_never_deleted() {
     let table = "sales.product";
     let w = Work::new("spark_imports");
     w.generate("product", &[]);
-    ingest(&w, catalog).ok();
+    ingest(&w, catalog).assert_success();
     let mut sp = spark();
     sp.catalog(catalog, &w.wh());
     let t = format!("{catalog}.{table}");
@@ -696,7 +696,7 @@ fn files_spark_imports_from_elsewhere_are_never_deleted() {
     // first snapshot keeps that snapshot.
     let hist = parse_json_lines(
         &cli(&w, catalog, &["history", table, "--format", "json"])
-            .ok()
+            .assert_success()
             .stdout,
         "history",
     );
@@ -714,7 +714,7 @@ fn files_spark_imports_from_elsewhere_are_never_deleted() {
         table,
         &["--older-than-hours", "0", "--retain-last", "1"],
     );
-    r.ok();
+    r.assert_success();
     for p in &imported {
         assert!(p.exists(), "{} was deleted: {e}", p.display());
     }

@@ -338,15 +338,15 @@ fn batch_with_a_redelivered_old_file_is_exact() {
     let (w, meta) = small_tree("batch_redelivered", "91", 6);
     let p = |i: usize| w.dms().join(&meta.files[i]);
     let (r, _) = ingest_json(&w, &[p(0), p(1), p(2), p(3)], &[], &[]);
-    r.ok();
+    r.assert_success();
     let (r, reps) = ingest_json(&w, &[p(1), p(4)], &["--files-per-commit", "2"], &[]);
-    let r = r.ok();
+    let r = r.assert_success();
     eprintln!(
         "redelivered c1 with new c4 in one batch: {}",
         r.stdout.trim()
     );
     // The rest of the tree, one file per commit, so the final state is comparable.
-    ingest_json(&w, &[w.dms()], &[], &[]).0.ok();
+    ingest_json(&w, &[w.dms()], &[], &[]).0.assert_success();
     w.assert_table(TABLE);
     check_history(&w, TABLE, &meta);
     let f = Figures::of(&reps);
@@ -361,7 +361,7 @@ fn batch_with_the_same_file_under_two_roots_is_applied_once() {
     let copy = w.dir.join("copy");
     make_feed(&w, &copy, &[meta.files[1].clone(), meta.files[3].clone()]);
     let (r, reps) = ingest_json(&w, &[w.dms(), copy], &["--files-per-commit", "3"], &[]);
-    r.ok();
+    r.assert_success();
     check_history(&w, TABLE, &meta);
     w.assert_table(TABLE);
     let by = applied_by_reports(&reps);
@@ -386,8 +386,8 @@ fn batch_planned_before_a_concurrent_later_file_is_exact() {
             "the batching ingest printed no report"
         );
         let (rb, _) = ingest_json(&w, &[last], &[], &[]);
-        rb.ok();
-        a.finish().ok();
+        rb.assert_success();
+        a.finish().assert_success();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             w.assert_table(TABLE);
             check_history(&w, TABLE, &meta);
@@ -465,8 +465,8 @@ fn late_round(
             (f.finish(), s.finish())
         }
     };
-    let r_full = r_full.ok();
-    let r_sub = r_sub.ok();
+    let r_full = r_full.assert_success();
+    let r_sub = r_sub.assert_success();
     let rep_full = parse_reports(&r_full);
     let rep_sub = parse_reports(&r_sub);
     let f_full = Figures::of(&rep_full);

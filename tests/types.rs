@@ -109,7 +109,7 @@ fn partial_overrides_pin_types_exactly() {
         cfg.contains("{ name = \"zip\", type = \"string\" }") && !cfg.contains("header"),
         "{cfg}"
     );
-    w.ingest().ok();
+    w.ingest().assert_success();
     w.assert_table(TABLE);
     let rows = w.scan(TABLE, &[]);
     assert!(
@@ -127,7 +127,7 @@ fn exponent_doubles_infer_double() {
     w.generate("synthetic", &small(&["--pin", "zip=string"]));
     let meta = w.meta(TABLE);
     assert_eq!(meta.columns["weight"], "double");
-    w.ingest().ok();
+    w.ingest().assert_success();
     w.assert_table(TABLE);
 }
 
@@ -150,7 +150,7 @@ fn time_columns_follow_time_type() {
         a.extend(args);
         w.generate("synthetic", &a);
         assert_eq!(w.meta(TABLE).columns["ship_time"], ty);
-        w.ingest().ok();
+        w.ingest().assert_success();
         w.assert_table(TABLE);
     }
     let w = Work::new("time_kept");
@@ -171,7 +171,7 @@ fn time_columns_follow_time_type() {
             "2",
         ],
     );
-    w.ingest().ok();
+    w.ingest().assert_success();
     w.assert_table_rows(TABLE, &w.expected_initial(TABLE), "initial");
     let cfg = std::fs::read_to_string(w.config()).unwrap();
     std::fs::write(
@@ -180,7 +180,7 @@ fn time_columns_follow_time_type() {
     )
     .unwrap();
     w.promote_pending();
-    w.ingest().ok();
+    w.ingest().assert_success();
     // meta still says `time`: the existing column keeps its type.
     w.assert_table(TABLE);
 }

@@ -1036,7 +1036,7 @@ impl Lab {
                 "--format",
                 "json",
             ])
-            .ok();
+            .assert_success();
         parse_json_lines(&r.stdout, &format!("{command} {glue_table}"))
     }
 

@@ -56,8 +56,8 @@ pub struct Run {
 }
 
 impl Run {
-    /// Panics (with everything it printed) unless the command succeeded.
-    pub fn ok(self) -> Run {
+    /// Panics (with everything it printed) unless the command succeeded; the run, for reading.
+    pub fn assert_success(self) -> Run {
         if !self.status.success() {
             panic!("command failed ({}):\n{}", self.status, self.describe());
         }
@@ -269,7 +269,7 @@ impl Work {
             self.dir.display().to_string(),
         ];
         a.extend(args.iter().map(|s| s.to_string()));
-        run(&python(), &a).ok();
+        run(&python(), &a).assert_success();
     }
 
     pub fn meta(&self, table: &str) -> Meta {
@@ -359,7 +359,7 @@ impl Work {
         a.push(self.wh().into_os_string());
         a.push("--config".into());
         a.push(self.config().into_os_string());
-        let r = self.cli(&a).ok();
+        let r = self.cli(&a).assert_success();
         parse_json_lines(&r.stdout, "ingest --json")
     }
 
@@ -378,7 +378,7 @@ impl Work {
 
     /// `scan TABLE --format json [extra…]`, parsed; panics if the scan fails.
     pub fn scan(&self, table: &str, extra: &[&str]) -> Vec<Value> {
-        let r = self.scan_run(table, extra).ok();
+        let r = self.scan_run(table, extra).assert_success();
         parse_json_lines(&r.stdout, &format!("scan {table}"))
     }
 
@@ -387,7 +387,7 @@ impl Work {
         let wh = self.wh().display().to_string();
         let r = self
             .cli(&["history", table, "--warehouse", &wh, "--format", "json"])
-            .ok();
+            .assert_success();
         let h = parse_json_lines(&r.stdout, &format!("history {table}"));
         for (i, s) in h.iter().enumerate() {
             for k in ["snapshot_id", "timestamp_ms", "operation", "source_files"] {

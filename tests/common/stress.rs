@@ -765,7 +765,7 @@ pub fn inspect(w: &Work, table: &str) -> Inspection {
             std::ffi::OsStr::new(table),
         ],
     )
-    .ok();
+    .assert_success();
     let v: Value = serde_json::from_str(r.stdout.trim())
         .unwrap_or_else(|e| panic!("inspect_table.py: bad output ({e})\n{}", r.describe()));
     let set = |k: &str| -> BTreeSet<String> {
