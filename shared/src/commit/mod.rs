@@ -491,6 +491,23 @@ async fn attempt_until_decided(
     }
 }
 
+/// Tables other engines made in format versions other than ours: v1 tables are upgraded to v2
+/// by our first commit (v2 readers read v1 files; Iceberg's own upgrade is just this); a v3
+/// table (Iceberg 1.8+ engines: deletion vectors, row lineage) is refused, since its readers
+/// expect what v3 writers write (row ids, deletion vectors in place of position-delete files).
+pub(crate) fn writable_version(metadata: &TableMetadata, table: &str) -> Result<()> {
+    match metadata.format_version() {
+        FormatVersion::V1 | FormatVersion::V2 => Ok(()),
+        v => Err(Error::Unsupported(format!(
+            "table {table} is Iceberg format version {} (an engine on Iceberg 1.8 or later made \
+             it: deletion vectors, row lineage); dms2iceberg writes format version 2 and would \
+             commit what v3 readers misread: keep this table out of dms2iceberg, or recreate it \
+             with 'format-version'='2'",
+            v as u8
+        ))),
+    }
+}
+
 /// Whether the metadata file at `location` is the table's current one or in its history (the
 /// metadata log every later commit carries).
 fn holds_metadata(t: &LoadedTable, location: &str) -> bool {

@@ -8,8 +8,9 @@ use std::str::FromStr;
 use iceberg::MetadataLocation;
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataContentType, DataFile, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestListWriter,
-    ManifestWriterBuilder, Snapshot, Summary, TableMetadata, UNASSIGNED_SEQUENCE_NUMBER,
+    DataContentType, DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile,
+    ManifestListWriter, ManifestWriterBuilder, Snapshot, Summary, TableMetadata,
+    UNASSIGNED_SEQUENCE_NUMBER,
 };
 
 use super::record::{AppliedRecord, PROPERTY};
@@ -109,8 +110,11 @@ pub(super) async fn build_attempt(
             (None, Base::Create(m)) => (m.as_ref(), None, &empty),
             (None, Base::Existing(_)) => return Err(Error::Other("table vanished".into())),
         };
+    super::writable_version(base_md, &staged.ident.to_string())?;
     let parent = base_md.current_snapshot().cloned();
-    let sequence_number = base_md.next_sequence_number();
+    // What the table's next sequence number is once it is v2 (a v1 table's is always 0, and our
+    // commit upgrades it).
+    let sequence_number = base_md.last_sequence_number() + 1;
     let mut written = Vec::new();
 
     // What the snapshot holds besides our prepared manifests.
@@ -206,8 +210,11 @@ pub(super) async fn build_attempt(
     let built = async {
         let mut builder = staged
             .changes
-            .apply_to(base_md.clone().into_builder(base_location.clone()))?
-            .set_branch_snapshot(snapshot, MAIN_BRANCH)?;
+            .apply_to(base_md.clone().into_builder(base_location.clone()))?;
+        if base_md.format_version() == FormatVersion::V1 {
+            builder = builder.upgrade_format_version(FormatVersion::V2)?;
+        }
+        let mut builder = builder.set_branch_snapshot(snapshot, MAIN_BRANCH)?;
         if let Some(update) = &staged.record {
             // Recomputed from the table as it is: validation made sure it still holds what the
             // input was planned against, and read it (unless it had no inputs to check).

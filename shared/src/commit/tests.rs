@@ -719,6 +719,99 @@ async fn an_unknown_metadata_commit_is_resolved_by_looking_in_the_metadata_log()
     assert_eq!(t.metadata.properties()["other.writer"], "1");
 }
 
+#[tokio::test]
+async fn a_format_version_3_table_is_refused_and_left_as_it_was() {
+    let lab = loaded("v3").await;
+    commit_metadata(&lab.catalog, &lab.ident, |md, location| {
+        Ok(Some(
+            md.clone()
+                .into_builder(Some(location.to_string()))
+                .upgrade_format_version(iceberg::spec::FormatVersion::V3)?
+                .build()?
+                .metadata,
+        ))
+    })
+    .await
+    .unwrap();
+    let before = lab.table().await;
+    let r = Ingest::new(&lab.catalog, &lab.config)
+        .execute(
+            "s",
+            "t",
+            vec![lab.file("20220302-1135010000.csv", "U,3,c2\n")],
+            |_| {},
+        )
+        .await;
+    let e = r.error.expect("refused");
+    assert_eq!(r.error_kind, Some("Unsupported"));
+    assert!(e.contains("format version 3"), "{e}");
+    let after = lab.table().await;
+    assert_eq!(
+        after.pointer.metadata_location,
+        before.pointer.metadata_location
+    );
+    assert_eq!(lab.rows().await, ["1=a", "2=b1", "3=c"]);
+}
+
+#[tokio::test]
+async fn a_format_version_1_table_is_upgraded_by_the_first_commit() {
+    use std::str::FromStr as _;
+    let lab = Lab::new("v1");
+    let schema = iceberg::spec::Schema::builder()
+        .with_fields(vec![
+            Arc::new(NestedField::required(
+                1,
+                "id",
+                Type::Primitive(PrimitiveType::Long),
+            )),
+            Arc::new(NestedField::optional(
+                2,
+                "v",
+                Type::Primitive(PrimitiveType::String),
+            )),
+        ])
+        .with_identifier_field_ids([1])
+        .build()
+        .unwrap();
+    let md = iceberg::spec::TableMetadataBuilder::new(
+        schema,
+        iceberg::spec::PartitionSpec::unpartition_spec(),
+        iceberg::spec::SortOrder::unsorted_order(),
+        lab.catalog.default_location(&lab.ident),
+        iceberg::spec::FormatVersion::V1,
+        Default::default(),
+    )
+    .unwrap()
+    .build()
+    .unwrap()
+    .metadata;
+    let location = iceberg::MetadataLocation::new_with_metadata(md.location(), &md).to_string();
+    crate::files::metadata::write(lab.catalog.file_io(), &location, &md, None)
+        .await
+        .unwrap();
+    lab.catalog
+        .swap(&lab.ident, None, &location, &md)
+        .await
+        .unwrap();
+    assert!(iceberg::MetadataLocation::from_str(&location).is_ok());
+    lab.ingest(vec![lab.file("LOAD00000001.csv", "I,1,a\nI,2,b\n")])
+        .await;
+    lab.ingest(vec![lab.file("20220302-1134010000.csv", "U,2,b1\nD,1,a\n")])
+        .await;
+    let t = lab.table().await;
+    assert_eq!(
+        t.metadata.format_version(),
+        iceberg::spec::FormatVersion::V2
+    );
+    // Sequence numbers as a v2 table's: the update's delete applies to the load's rows.
+    assert_eq!(lab.rows().await, ["2=b1"]);
+    assert!(
+        crate::table::ancestry(&t.metadata)
+            .iter()
+            .all(|s| s.sequence_number() >= 1)
+    );
+}
+
 /// Each data file's `id` column, in file order.
 async fn ids_per_file(lab: &Lab) -> Vec<Vec<i64>> {
     let t = lab.table().await;

@@ -508,6 +508,7 @@ impl<'a> Ingest<'a> {
 /// schemas under one Glue database, a `target` typo) would silently mix their rows, and their
 /// files (same names) would even pass for applied.
 pub fn check_source(cfg: &TableConfig, table: &LoadedTable) -> Result<()> {
+    crate::commit::writable_version(&table.metadata, &cfg.target())?;
     if crate::ops::rejected::is_rejected_rows_table(&table.metadata) {
         return Err(Error::Config(format!(
             "table {} holds the rejected rows of {}; DMS table {} resolves to it too: set \
