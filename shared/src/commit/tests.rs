@@ -751,6 +751,12 @@ async fn a_format_version_3_table_is_refused_and_left_as_it_was() {
         before.pointer.metadata_location
     );
     assert_eq!(lab.rows().await, ["1=a", "2=b1", "3=c"]);
+    // Compaction refuses it before it rewrites anything.
+    let e = Compact::new(&lab.catalog, lab.ident.clone())
+        .execute()
+        .await
+        .expect_err("refused");
+    assert_eq!(e.kind(), "Unsupported");
 }
 
 #[tokio::test]

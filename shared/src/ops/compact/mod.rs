@@ -561,6 +561,7 @@ impl Planner for GroupPlanner<'_> {
                 table: c.ident.to_string(),
             });
         };
+        crate::commit::writable_version(&table.metadata, &c.ident.to_string())?;
         let (data, deletes) = live_files(c.catalog, &table.metadata).await?;
         self.counts = (data.len(), deletes.len());
         if self.first {
