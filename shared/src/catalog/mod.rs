@@ -90,14 +90,28 @@ pub struct ListedFile {
     pub modified_ms: i64,
 }
 
-/// Lists a local folder (`file:///abs/path` or `/abs/path`) recursively.
+/// Lists a local folder recursively. The folder as any writer spells it: `file:///abs` (ours),
+/// `file:/abs` (Iceberg Java), `file://abs`, or `/abs`. A folder that is not there is an error,
+/// not an empty listing: a table's own location always holds its metadata, so a missing one
+/// means the location names another machine's disk (and an orphan listing would find nothing
+/// while files sit where the table really is).
 pub fn list_local(location: &str) -> Result<Vec<ListedFile>> {
-    let (prefix, root) = match location.strip_prefix("file://") {
-        Some(p) => ("file://", p),
-        None => ("", location),
+    let (prefix, root) = match location.strip_prefix("file:") {
+        Some(rest) => ("file://", format!("/{}", rest.trim_start_matches('/'))),
+        None if location.starts_with('/') => ("", location.to_string()),
+        None => {
+            return Err(crate::Error::Storage(format!(
+                "{location}: not a local folder (file:/… or an absolute path)"
+            )));
+        }
     };
+    if !std::path::Path::new(&root).is_dir() {
+        return Err(crate::Error::Storage(format!(
+            "{location}: the table's folder {root} is not on this machine; nothing listed"
+        )));
+    }
     let mut out = Vec::new();
-    let mut stack = vec![std::path::PathBuf::from(root)];
+    let mut stack = vec![std::path::PathBuf::from(&root)];
     while let Some(dir) = stack.pop() {
         let entries = match std::fs::read_dir(&dir) {
             Ok(e) => e,
@@ -127,4 +141,33 @@ pub fn list_local(location: &str) -> Result<Vec<ListedFile>> {
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
+}
+
+#[cfg(test)]
+mod list_tests {
+    use super::*;
+
+    #[test]
+    fn every_spelling_of_a_local_folder_lists_its_files() {
+        let dir = std::env::temp_dir().join(format!("d2i-list-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        std::fs::write(dir.join("data/stray.parquet"), b"x").unwrap();
+        let d = dir.display().to_string();
+        for location in [format!("file://{d}"), format!("file:{d}"), d.clone()] {
+            let listed = list_local(&location).unwrap();
+            assert_eq!(listed.len(), 1, "{location}");
+            assert!(
+                listed[0].path.ends_with("/data/stray.parquet"),
+                "{location}"
+            );
+        }
+        // Iceberg Java's spelling lists as ours does: paths that metadata would reference.
+        assert_eq!(
+            list_local(&format!("file:{d}")).unwrap()[0].path,
+            format!("file://{d}/data/stray.parquet")
+        );
+        let gone = list_local(&format!("file:{d}/missing")).unwrap_err();
+        assert!(gone.to_string().contains("not on this machine"), "{gone}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
