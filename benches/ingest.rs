@@ -19,11 +19,11 @@ use std::time::Instant;
 
 use dms2iceberg::catalog::SqliteCatalog;
 use dms2iceberg::config::Config;
-use dms2iceberg::lookup::LookupCache;
 use dms2iceberg::ops::discover::discover;
 use dms2iceberg::ops::ingest::{CommitReport, Ingest, local_inputs};
 use dms2iceberg::ops::parse_ident;
 use dms2iceberg::ops::scan::Scan;
+use dms2iceberg::{CacheLimits, TableCache};
 
 struct Rng(u64);
 impl Rng {
@@ -144,11 +144,13 @@ async fn apply_changes(
     cache_bytes: usize,
     load_files: usize,
 ) -> anyhow::Result<Phase> {
-    let catalog = SqliteCatalog::open(wh)?;
+    let cache = TableCache::new(CacheLimits {
+        key_bytes: cache_bytes,
+    });
+    let catalog = SqliteCatalog::open(wh)?.with_cache(Arc::new(cache));
     let tables = discover(&[dms.to_path_buf()], &config.source)?;
     let t = &tables[0];
-    let cache = Arc::new(LookupCache::with_key_budget(cache_bytes));
-    let ingest = Ingest::new(&catalog, config).cache(cache);
+    let ingest = Ingest::new(&catalog, config);
     let changes: Vec<_> = t.files.iter().skip(load_files).cloned().collect();
     reset_peak_rss();
     let mut per_file = Vec::new();

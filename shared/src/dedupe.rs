@@ -20,8 +20,8 @@ use arrow_schema::SchemaRef;
 
 use crate::error::{Error, InputError, Result};
 use crate::locate::FileKind;
-use crate::lookup::int_values;
 use crate::read::{ChangeBatch, Op, position};
+use crate::types::int_values;
 
 /// One input file's rows, already aligned to the commit's schema.
 pub(crate) struct FileChanges {

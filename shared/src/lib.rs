@@ -15,9 +15,11 @@
 //!    landed by one plan → commit → replan loop, with the exactly-once record in the same
 //!    metadata commit (the protocol's invariants are written at the top of `commit`).
 //!
-//! Beneath the steps, `files` reads and writes the table's own files (metadata.json with its
-//! refs, position-delete content, small Parquet files read whole) for every step that needs
-//! them.
+//! Beneath the steps, `files` reads and writes the table's own files for every step that needs
+//! them: metadata.json with its refs, manifest lists and manifests, a snapshot's live files
+//! (the one walk lookup, compaction, validation and history share), position-delete content,
+//! small Parquet files read whole, key columns and key indexes; all through the process's one
+//! [`TableCache`].
 //!
 //! [`ops`] strings the steps together as table operations; the Lambda handlers ([`lambda`],
 //! feature `aws`) and the CLI only wire configuration, clients and output.
@@ -33,8 +35,10 @@
 //!   (embedded default) and, with feature `aws`, the Glue catalog and S3 clients in [`aws`];
 //! - configuration: [`config::Config`] (the TOML file; per-table settings);
 //! - errors: [`Error`] with [`error::InputError`] naming file, line/row and column;
-//! - the reader ([`read`], [`locate`]) and [`lookup::LookupCache`], public for the hostile-input
-//!   tests and the benchmarks that drive them directly.
+//! - the cache of table files: [`TableCache`] (with [`CacheLimits`]), one per process, handed
+//!   to the catalog it opens (`with_cache`) so that every operation of the process shares it;
+//! - the reader ([`read`], [`locate`]), public for the hostile-input tests and the benchmarks
+//!   that drive them directly.
 //! - [`metadata_io`]: what the process spent reading and writing metadata.json files (the part
 //!   of a commit that grows with the snapshot history), for the benchmarks.
 
@@ -63,4 +67,5 @@ pub(crate) mod types;
 pub(crate) mod write;
 
 pub use error::{Error, Result};
-pub use table::{MetadataIo, metadata_io};
+pub use files::metadata::{MetadataIo, metadata_io};
+pub use files::{CacheLimits, DEFAULT_KEY_CACHE_BYTES, FileReads, Files, TableCache};

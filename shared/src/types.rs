@@ -161,6 +161,23 @@ pub(crate) fn stored_type(
     }
 }
 
+/// An int or long column's values as i64.
+pub(crate) fn int_values(a: &arrow_array::ArrayRef) -> Option<Vec<i64>> {
+    use arrow_array::cast::AsArray as _;
+    use arrow_array::types::{Int32Type, Int64Type};
+    match a.data_type() {
+        arrow_schema::DataType::Int64 => Some(a.as_primitive::<Int64Type>().values().to_vec()),
+        arrow_schema::DataType::Int32 => Some(
+            a.as_primitive::<Int32Type>()
+                .values()
+                .iter()
+                .map(|v| i64::from(*v))
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,13 +8,21 @@ use dms2iceberg::lambda::events::IngestEvent;
 use dms2iceberg::lambda::ingest::IngestHandler;
 use dms2iceberg::lambda::runtime::report_init_error;
 use dms2iceberg::lambda::{FunctionEnv, FunctionError, guarded};
+use dms2iceberg::{CacheLimits, TableCache};
 use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 
 async fn init() -> Result<IngestHandler, FunctionError> {
     let env = FunctionEnv::from_env()?;
     check_ca_store()?;
     let aws = Aws::from_env().await;
-    let catalog = Arc::new(aws.glue_catalog(&env.warehouse)?);
+    // The function's cache of table files: warm invocations read back nothing it wrote.
+    let cache = TableCache::new(CacheLimits {
+        key_bytes: env.key_cache_bytes,
+    });
+    let catalog = Arc::new(
+        aws.glue_catalog(&env.warehouse)?
+            .with_cache(Arc::new(cache)),
+    );
     let objects = Arc::new(S3Objects::new(aws.s3.clone(), env.spool.clone()));
     Ok(IngestHandler::new(env, catalog, objects).await?)
 }

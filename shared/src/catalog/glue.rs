@@ -19,15 +19,16 @@ use iceberg::{NamespaceIdent, TableIdent};
 
 use super::{Catalog, ListFiles, ListedFile, Pointer, SwapError};
 use crate::error::{Error, Result};
+use crate::files::{Files, TableCache};
 
 pub struct GlueCatalog {
     client: Client,
     /// For listing table folders (orphan files).
-    files: std::sync::Arc<dyn ListFiles>,
+    lister: std::sync::Arc<dyn ListFiles>,
     catalog_id: Option<String>,
     /// `s3://bucket/prefix`: new tables go to `<warehouse>/<database>.db/<table>`.
     warehouse: String,
-    file_io: FileIO,
+    files: Files,
     /// List only this database (a function granted one database cannot call GetDatabases).
     only_database: Option<String>,
 }
@@ -35,19 +36,26 @@ pub struct GlueCatalog {
 impl GlueCatalog {
     pub fn new(
         client: Client,
-        files: std::sync::Arc<dyn ListFiles>,
+        lister: std::sync::Arc<dyn ListFiles>,
         catalog_id: Option<String>,
         warehouse: &str,
         file_io: FileIO,
     ) -> Self {
         GlueCatalog {
             client,
-            files,
+            lister,
             catalog_id,
             warehouse: warehouse.trim_end_matches('/').to_string(),
-            file_io,
+            files: Files::new(file_io, std::sync::Arc::new(TableCache::default())),
             only_database: None,
         }
+    }
+
+    /// Reads of table files go through `cache` (the owner's: a warm function's) instead of a
+    /// cache of this catalog's own.
+    pub fn with_cache(mut self, cache: std::sync::Arc<TableCache>) -> Self {
+        self.files = Files::new(self.files.io().clone(), cache);
+        self
     }
 
     /// Restrict `list_tables` to one database.
@@ -179,8 +187,8 @@ pub fn hive_type(t: &Type) -> String {
 
 #[async_trait]
 impl Catalog for GlueCatalog {
-    fn file_io(&self) -> &FileIO {
-        &self.file_io
+    fn files(&self) -> &Files {
+        &self.files
     }
 
     fn default_location(&self, ident: &TableIdent) -> String {
@@ -322,7 +330,7 @@ impl Catalog for GlueCatalog {
     }
 
     async fn list_files(&self, location: &str) -> Result<Vec<ListedFile>> {
-        self.files.list_files(location).await
+        self.lister.list_files(location).await
     }
 
     async fn list_tables(&self) -> Result<Vec<TableIdent>> {

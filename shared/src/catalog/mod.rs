@@ -21,6 +21,7 @@ pub use glue::{GlueCatalog, hive_type};
 pub use sqlite::{CATALOG_NAME as SQLITE_CATALOG_NAME, SqliteCatalog};
 
 use crate::error::Result;
+use crate::files::Files;
 
 /// What the catalog says a table's current metadata is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,8 +50,13 @@ pub enum SwapError {
 
 #[async_trait]
 pub trait Catalog: Send + Sync {
+    /// Storage for table files, with the cache their reads go through.
+    fn files(&self) -> &Files;
+
     /// Storage for table files.
-    fn file_io(&self) -> &FileIO;
+    fn file_io(&self) -> &FileIO {
+        self.files().io()
+    }
 
     /// Location for a new table's files.
     fn default_location(&self, ident: &TableIdent) -> String;

@@ -1,7 +1,7 @@
 //! Embedded catalog: a SQLite file in the JDBC/PyIceberg `SqlCatalog` schema.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,6 +12,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{Catalog, ListedFile, Pointer, SwapError, list_local};
 use crate::error::{Error, Result};
+use crate::files::{Files, TableCache};
 
 /// The default catalog name: what PyIceberg's `SqlCatalog("default", ...)` uses. Iceberg
 /// Java's JdbcCatalog uses the name of the catalog it is configured as (a Spark catalog's
@@ -23,7 +24,7 @@ pub struct SqliteCatalog {
     /// The `catalog_name` column of every row this catalog reads or writes.
     name: String,
     warehouse_uri: String,
-    file_io: FileIO,
+    files: Files,
     path: PathBuf,
 }
 
@@ -63,7 +64,7 @@ impl SqliteCatalog {
             conn: Mutex::new(conn),
             name: CATALOG_NAME.to_string(),
             warehouse_uri: format!("file://{}", warehouse.display()),
-            file_io: FileIO::new_with_fs(),
+            files: Files::new(FileIO::new_with_fs(), Arc::new(TableCache::default())),
             path,
         })
     }
@@ -77,6 +78,13 @@ impl SqliteCatalog {
         }
         self.name = name.to_string();
         Ok(self)
+    }
+
+    /// Reads of table files go through `cache` (the owner's, shared by every operation of
+    /// the process) instead of a cache of this catalog's own.
+    pub fn with_cache(mut self, cache: Arc<TableCache>) -> SqliteCatalog {
+        self.files = Files::new(self.files.io().clone(), cache);
+        self
     }
 
     pub fn name(&self) -> &str {
@@ -114,8 +122,8 @@ fn ns_string(ns: &NamespaceIdent) -> String {
 
 #[async_trait]
 impl Catalog for SqliteCatalog {
-    fn file_io(&self) -> &FileIO {
-        &self.file_io
+    fn files(&self) -> &Files {
+        &self.files
     }
 
     fn default_location(&self, ident: &TableIdent) -> String {

@@ -13,10 +13,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-use iceberg::io::FileIO;
 use iceberg::spec::{DataFile, ManifestFile, Struct, TableMetadata};
 
 use crate::error::{Error, Result};
+use crate::files::Files;
 use crate::write::{FileDeletes, write_position_deletes};
 
 /// Where every row of the files a rewrite replaces went: 4 bytes per row read, kept in an
@@ -309,7 +309,7 @@ pub(super) struct Carried {
 /// Writes the translated deletes and their manifest (sequence number unassigned: the attempt's
 /// snapshot gives its own, so they apply to the rewritten files).
 pub(super) async fn write(
-    file_io: &FileIO,
+    files: &Files,
     md: &TableMetadata,
     snapshot_id: i64,
     map: &RowMap,
@@ -324,10 +324,14 @@ pub(super) async fn write(
     if translated.is_empty() {
         return Ok(out);
     }
-    let files = write_position_deletes(file_io, md, &translated).await?;
-    out.written
-        .extend(files.iter().map(|(_, f)| f.file_path().to_string()));
-    match super::write_manifests(file_io, md, snapshot_id, &[], &files, None).await {
+    let file_io = files.io();
+    let deletes_written = write_position_deletes(file_io, md, &translated).await?;
+    out.written.extend(
+        deletes_written
+            .iter()
+            .map(|(_, f)| f.file_path().to_string()),
+    );
+    match super::write_manifests(files, md, snapshot_id, &[], &deletes_written, None).await {
         Ok(m) => {
             out.written
                 .extend(m.iter().map(|m| m.manifest_path.clone()));
@@ -340,7 +344,7 @@ pub(super) async fn write(
             return Err(e);
         }
     }
-    out.files = files.into_iter().map(|(_, f)| f).collect();
+    out.files = deletes_written.into_iter().map(|(_, f)| f).collect();
     Ok(out)
 }
 

@@ -31,6 +31,6 @@ pub(crate) async fn failpoint(name: &str) -> Result<()> {
 
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
-pub async fn failpoint(_name: &str) -> Result<()> {
+pub(crate) async fn failpoint(_name: &str) -> Result<()> {
     Ok(())
 }

@@ -70,6 +70,7 @@ pub(crate) use validate::Conflict;
 
 use crate::catalog::{Catalog, SwapError};
 use crate::error::{Error, Result};
+use crate::files::Files;
 use crate::table::LoadedTable;
 use retry::{Budget, RetryPolicy};
 
@@ -422,7 +423,7 @@ async fn attempt_until_decided(
             (1, Base::Create(_)) => None,
             _ => LoadedTable::load(catalog, &staged.ident).await?,
         };
-        let validated = validate::check_carrying(staged, current.as_ref(), file_io).await?;
+        let validated = validate::check_carrying(staged, current.as_ref(), catalog.files()).await?;
         match validated.verdict {
             validate::Verdict::Proceed => {}
             validate::Verdict::AlreadyCommitted => {
@@ -435,8 +436,14 @@ async fn attempt_until_decided(
                 return Ok(Outcome::AlreadyApplied { attempts: attempt });
             }
         }
-        let built =
-            producer::build_attempt(staged, current.as_ref(), file_io, attempt, validated).await?;
+        let built = producer::build_attempt(
+            staged,
+            current.as_ref(),
+            catalog.files(),
+            attempt,
+            validated,
+        )
+        .await?;
         if let Err(e) = failpoint("after-metadata").await {
             built.delete(file_io).await;
             return Err(e.into());
@@ -459,7 +466,9 @@ async fn attempt_until_decided(
                 cleanup_expired(file_io, current.as_ref(), &built.metadata).await;
                 let sequence_number = built.metadata.last_sequence_number();
                 // Moved, not copied: a copy costs a pass over every snapshot of the table.
-                crate::table::remember_metadata(&built.location, built.metadata, built.refs);
+                catalog
+                    .files()
+                    .remember_metadata(&built.location, built.metadata, built.refs);
                 return Ok(Outcome::Committed {
                     snapshot_id: staged.snapshot_id,
                     sequence_number,
@@ -537,7 +546,7 @@ fn committed(staged: &Staged, t: &LoadedTable, attempts: u32) -> Outcome {
 /// rewritten data, which keeps the sequence number of the snapshot it was read from
 /// (`data_sequence_number`).
 pub(crate) async fn write_manifests(
-    file_io: &FileIO,
+    files: &Files,
     metadata: &TableMetadata,
     snapshot_id: i64,
     data: &[(i32, DataFile)],
@@ -546,9 +555,9 @@ pub(crate) async fn write_manifests(
 ) -> Result<Vec<ManifestFile>> {
     let schema: SchemaRef = metadata.current_schema().clone();
     let mut jobs: Vec<(bool, i32, Vec<DataFile>)> = Vec::new();
-    for (content, files) in [(false, data), (true, deletes)] {
+    for (content, of_kind) in [(false, data), (true, deletes)] {
         let mut by_spec: BTreeMap<i32, Vec<DataFile>> = BTreeMap::new();
-        for (spec, f) in files {
+        for (spec, f) in of_kind {
             by_spec.entry(*spec).or_default().push(f.clone());
         }
         jobs.extend(by_spec.into_iter().map(|(s, f)| (content, s, f)));
@@ -559,7 +568,7 @@ pub(crate) async fn write_manifests(
     let write_one = |n: usize| {
         let schema = schema.clone();
         async move {
-            let (content, spec_id, files) = &jobs_ref[n];
+            let (content, spec_id, entries_of) = &jobs_ref[n];
             let (content, spec_id) = (*content, *spec_id);
             let spec: &PartitionSpecRef =
                 metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
@@ -573,7 +582,7 @@ pub(crate) async fn write_manifests(
                 uuid::Uuid::new_v4(),
                 n
             );
-            let output = file_io.new_output(&path)?;
+            let output = files.io().new_output(&path)?;
             let builder = ManifestWriterBuilder::new(
                 output,
                 Some(snapshot_id),
@@ -589,7 +598,7 @@ pub(crate) async fn write_manifests(
                 (false, Some(s)) => s,
                 _ => iceberg::spec::UNASSIGNED_SEQUENCE_NUMBER,
             };
-            for f in files {
+            for f in entries_of {
                 w.add_file(f.clone(), seq)?;
             }
             let written = w.write_manifest_file().await?;
@@ -606,7 +615,7 @@ pub(crate) async fn write_manifests(
                     ManifestContentType::Data
                 })
                 .build();
-            let entries = files
+            let entries = entries_of
                 .iter()
                 .map(|f| {
                     ManifestEntry::builder()
@@ -617,7 +626,7 @@ pub(crate) async fn write_manifests(
                         .build()
                 })
                 .collect();
-            crate::table::remember_manifest(&path, Manifest::new(metadata, entries));
+            files.remember_manifest(&path, Manifest::new(metadata, entries));
             Ok::<_, Error>(written)
         }
     };
@@ -692,9 +701,7 @@ where
             .with_next_version()
             .with_new_metadata(&new)
             .to_string();
-        let started = std::time::Instant::now();
         crate::files::metadata::write(file_io, &location, &new, None).await?;
-        crate::table::count_metadata_write(started.elapsed());
         match catalog
             .swap(ident, Some(&current.pointer), &location, &new)
             .await

@@ -17,7 +17,8 @@ use super::record::{AppliedRecord, PROPERTY};
 use super::{Base, Change, Staged, failpoint, summary};
 use crate::error::{Error, Result};
 use crate::files::metadata::Refs;
-use crate::table::{LoadedTable, manifest_list};
+use crate::files::{Files, Fill};
+use crate::table::LoadedTable;
 
 /// Files one attempt wrote: deleted if the attempt loses.
 pub(super) struct Built {
@@ -45,7 +46,7 @@ impl Built {
 async fn carried_manifests(
     staged: &Staged,
     base_md: &TableMetadata,
-    file_io: &FileIO,
+    files: &Files,
     parent_manifests: Vec<ManifestFile>,
     carry: &super::validate::CarriedDeletes,
     (written, added): (&mut Vec<String>, &mut super::Added),
@@ -62,8 +63,7 @@ async fn carried_manifests(
                 .filter(|m| !replaced_manifests.contains(&m.manifest_path))
                 .collect();
             if let (Some(map), false) = (row_map, carry.is_empty()) {
-                let c =
-                    super::carry::write(file_io, base_md, staged.snapshot_id, map, carry).await?;
+                let c = super::carry::write(files, base_md, staged.snapshot_id, map, carry).await?;
                 written.extend(c.written);
                 for f in &c.files {
                     added.delete_files += 1;
@@ -75,7 +75,7 @@ async fn carried_manifests(
             kept
         }
         Change::Reload => {
-            let removal = remove_files(file_io, base_md, staged.snapshot_id, |_| true).await?;
+            let removal = remove_files(files, base_md, staged.snapshot_id, |_| true).await?;
             written.extend(removal.manifests.iter().map(|m| m.manifest_path.clone()));
             added.count_removed(&removal.removed);
             removal.manifests
@@ -88,7 +88,7 @@ async fn carried_manifests(
 pub(super) async fn build_attempt(
     staged: &Staged,
     current: Option<&LoadedTable>,
-    file_io: &FileIO,
+    files: &Files,
     attempt: u32,
     validated: super::validate::Validated,
 ) -> Result<Built> {
@@ -116,17 +116,18 @@ pub(super) async fn build_attempt(
     // commit upgrades it).
     let sequence_number = base_md.last_sequence_number() + 1;
     let mut written = Vec::new();
+    let file_io = files.io();
 
     // What the snapshot holds besides our prepared manifests.
     let parent_manifests = match &parent {
-        Some(p) => manifest_list(file_io, base_md, p).await?,
+        Some(p) => files.manifest_list(base_md, p).await?.as_ref().clone(),
         None => Vec::new(),
     };
     let mut added = staged.added.clone();
     let carried = carried_manifests(
         staged,
         base_md,
-        file_io,
+        files,
         parent_manifests,
         carry,
         (&mut written, &mut added),
@@ -258,12 +259,8 @@ pub(super) async fn build_attempt(
     };
     // The manifest list and metadata.json in flight together: the metadata names the list by
     // its path, and nothing can read either before the swap makes the metadata current.
-    let write_metadata = async {
-        let started = std::time::Instant::now();
-        crate::files::metadata::write(file_io, &location, &metadata, refs.as_ref()).await?;
-        crate::table::count_metadata_write(started.elapsed());
-        Ok::<_, Error>(())
-    };
+    let write_metadata =
+        crate::files::metadata::write(file_io, &location, &metadata, refs.as_ref());
     let (list, meta) = tokio::join!(list_written, write_metadata);
     let result = match list.and(meta) {
         Ok(()) => failpoint("after-manifest-list").await,
@@ -275,7 +272,7 @@ pub(super) async fn build_attempt(
         }
         return Err(e);
     }
-    crate::table::remember_manifest_list(&list_path, entries);
+    files.remember_manifest_list(&list_path, entries);
     Ok(Built {
         metadata,
         refs,
@@ -298,7 +295,7 @@ pub(crate) struct Removal {
 /// EXISTING entries with their snapshot and sequence numbers. Manifests left with no live
 /// entry are dropped.
 pub(crate) async fn remove_files(
-    file_io: &FileIO,
+    files: &Files,
     md: &TableMetadata,
     snapshot_id: i64,
     remove: impl Fn(&DataFile) -> bool,
@@ -311,8 +308,8 @@ pub(crate) async fn remove_files(
     let Some(snapshot) = md.current_snapshot() else {
         return Ok(out);
     };
-    for m in manifest_list(file_io, md, snapshot).await? {
-        let manifest = m.load_manifest(file_io).await?;
+    let list = files.manifest_list(md, snapshot).await?;
+    for (m, manifest) in list.iter().zip(files.manifests(&list, Fill::Pass).await?) {
         let touched = manifest
             .entries()
             .iter()
@@ -335,7 +332,7 @@ pub(crate) async fn remove_files(
             out.manifests.len()
         );
         let builder = ManifestWriterBuilder::new(
-            file_io.new_output(&path)?,
+            files.io().new_output(&path)?,
             Some(snapshot_id),
             md.current_schema().clone(),
             spec.as_ref().clone(),

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use iceberg::TableIdent;
-use iceberg::io::FileIO;
 use iceberg::spec::{NestedField, PrimitiveType, TableMetadata, Type, UnboundPartitionSpec};
 
 use super::validate::{self, Conflict, Verdict};
@@ -83,7 +82,7 @@ impl Lab {
 
     async fn check(&self, staged: &Staged) -> std::result::Result<Verdict, CommitError> {
         let now = self.table().await;
-        validate::check(staged, Some(&now), self.catalog.file_io()).await
+        validate::check(staged, Some(&now), self.catalog.files()).await
     }
 
     /// `id=v` of every row, sorted.
@@ -185,7 +184,7 @@ async fn a_rewrite_that_keeps_the_referenced_files_does_not_disturb_an_update() 
     // referenced is hard to force, so commit a replace of an unrelated rewrite directly.
     let t = lab.table().await;
     let keep = referenced_data_files.clone();
-    let removal = remove_files(lab.catalog.file_io(), &t.metadata, 7, |f| {
+    let removal = remove_files(lab.catalog.files(), &t.metadata, 7, |f| {
         f.content_type() == iceberg::spec::DataContentType::Data && !keep.contains(f.file_path())
     })
     .await
@@ -247,7 +246,7 @@ async fn a_rewrite_of_a_file_our_deletes_point_into_needs_a_replan() {
     };
     let gone = referenced_data_files.clone();
     let t = lab.table().await;
-    let removal = remove_files(lab.catalog.file_io(), &t.metadata, 7, |f| {
+    let removal = remove_files(lab.catalog.files(), &t.metadata, 7, |f| {
         gone.contains(f.file_path())
     })
     .await
@@ -494,7 +493,7 @@ async fn compaction_carries_over_deletes_ingest_commits_meanwhile() {
     // With it, the deletes (keys 2 and 4) are carried over and the rewrite commits as planned.
     let now = lab.table().await;
     let validate::Validated { verdict, carry, .. } =
-        validate::check_carrying(&staged, Some(&now), lab.catalog.file_io())
+        validate::check_carrying(&staged, Some(&now), lab.catalog.files())
             .await
             .unwrap();
     assert_eq!(verdict, Verdict::Proceed);
@@ -523,9 +522,13 @@ async fn compaction_carries_over_deletes_ingest_commits_meanwhile() {
     let snap = t.metadata.current_snapshot().unwrap();
     assert_eq!(snap.snapshot_id(), staged.snapshot_id);
     let (mut data_seqs, mut delete_seqs) = (Vec::new(), Vec::new());
-    for m in crate::table::manifest_list(lab.catalog.file_io(), &t.metadata, snap)
+    for m in lab
+        .catalog
+        .files()
+        .manifest_list(&t.metadata, snap)
         .await
         .unwrap()
+        .iter()
     {
         if m.added_snapshot_id != staged.snapshot_id {
             continue;
@@ -587,8 +590,8 @@ struct Unsure {
 
 #[async_trait]
 impl Catalog for Unsure {
-    fn file_io(&self) -> &FileIO {
-        self.inner.file_io()
+    fn files(&self) -> &crate::files::Files {
+        self.inner.files()
     }
     fn default_location(&self, ident: &TableIdent) -> String {
         self.inner.default_location(ident)
@@ -947,7 +950,7 @@ async fn a_file_that_claims_the_key_order_but_is_unsorted_is_sorted_before_mergi
         Some(md.default_sort_order_id() as i32)
     );
     let snapshot_id = new_snapshot_id(Some(md));
-    let manifests = write_manifests(file_io, md, snapshot_id, &written, &[], None)
+    let manifests = write_manifests(lab.catalog.files(), md, snapshot_id, &written, &[], None)
         .await
         .unwrap();
     foreign_append_of(&lab, snapshot_id, manifests).await;
@@ -999,10 +1002,12 @@ async fn a_file_many_delete_files_point_into_is_rewritten_though_few_rows_are_de
     assert!(rows.contains(&"49=u7".to_string()), "{rows:?}");
 }
 
-/// Applies `files` with a fresh process's cache; the lookup figures of its one commit.
+/// Applies `files` as a fresh process would (a catalog opened anew, so an empty cache); the
+/// lookup figures of its one commit.
 async fn cold_lookup(lab: &Lab, file: FileInput) -> crate::lookup::LookupStats {
     let mut stats = Vec::new();
-    let r = Ingest::new(&lab.catalog, &lab.config)
+    let fresh = SqliteCatalog::open(&lab.dir.join("wh")).unwrap();
+    let r = Ingest::new(&fresh, &lab.config)
         .execute("s", "t", vec![file], |c| stats.push(c.lookup.clone()))
         .await;
     assert!(r.error.is_none(), "{:?}", r.error);
@@ -1013,7 +1018,7 @@ async fn cold_lookup(lab: &Lab, file: FileInput) -> crate::lookup::LookupStats {
 #[tokio::test]
 async fn a_large_files_key_index_is_written_once_read_by_fresh_processes_and_ignored_when_damaged()
 {
-    use crate::lookup::index::{INDEX_MIN_ROWS, index_path};
+    use crate::files::index::{INDEX_MIN_ROWS, index_path};
     let lab = Lab::new("keyindex");
     let n = INDEX_MIN_ROWS as i64 + 10_000;
     let rows: String = (1..=n).map(|i| format!("I,{i},v{i}\n")).collect();
@@ -1089,6 +1094,51 @@ async fn a_large_files_key_index_is_written_once_read_by_fresh_processes_and_ign
     assert_eq!(lab.rows().await, want);
 }
 
+/// A warm process (one catalog, so one cache) commits a change file reading no table file back
+/// from storage: not its metadata, manifest list, manifests, delete files or key columns. On
+/// S3 each would be a request wave; the cache's owner is what keeps it so.
+#[tokio::test]
+async fn a_warm_commit_reads_no_table_file_back() {
+    let lab = loaded("warm-reads").await;
+    let before = lab.catalog.files().cache().reads();
+    let mut lookups = Vec::new();
+    let r = Ingest::new(&lab.catalog, &lab.config)
+        .execute(
+            "s",
+            "t",
+            vec![lab.file("20220302-1134020000.csv", "U,1,a2\nD,3,\nI,4,d\n")],
+            |c| lookups.push(c.lookup.clone()),
+        )
+        .await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(lab.catalog.files().cache().reads(), before);
+    assert_eq!(lookups.len(), 1);
+    assert_eq!(
+        (lookups[0].data_files_read, lookups[0].delete_files_read),
+        (0, 0),
+        "{:?}",
+        lookups[0]
+    );
+    assert!(lookups[0].key_cache_hits > 0, "{:?}", lookups[0]);
+    // A fresh process reads them (the test would pass vacuously if nothing were counted).
+    let fresh = SqliteCatalog::open(&lab.dir.join("wh")).unwrap();
+    let r = Ingest::new(&fresh, &lab.config)
+        .execute(
+            "s",
+            "t",
+            vec![lab.file("20220302-1134030000.csv", "U,2,b2\n")],
+            |_| {},
+        )
+        .await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let cold = fresh.files().cache().reads();
+    assert!(
+        cold.metadata >= 1 && cold.manifest_lists >= 1 && cold.manifests >= 1,
+        "{cold:?}"
+    );
+    assert_eq!(lab.rows().await, ["1=a2", "2=b2", "4=d"]);
+}
+
 /// A warm process answers its next lookup from the manifests it wrote instead of reading them
 /// back: what it holds must be what a read returns (entries, inherited sequence numbers,
 /// bounds), for data and delete manifests, partitioned or not.
@@ -1098,14 +1148,11 @@ async fn the_manifests_a_process_remembers_are_what_a_read_returns() {
     let c2 = lab.file("20220302-1134020000.csv", "U,1,a2\nD,3,\nI,4,d\n");
     lab.ingest(vec![c2]).await;
     let t = lab.table().await;
-    let io = lab.catalog.file_io();
+    let (files, io) = (lab.catalog.files(), lab.catalog.file_io());
     let mut compared = 0;
     for s in t.metadata.snapshots() {
-        for m in crate::table::manifest_list(io, &t.metadata, s)
-            .await
-            .unwrap()
-        {
-            if let Some(ours) = crate::table::written_manifest(&m) {
+        for m in files.manifest_list(&t.metadata, s).await.unwrap().iter() {
+            if let Some(ours) = files.remembered_manifest(m) {
                 assert_eq!(
                     ours,
                     m.load_manifest(io).await.unwrap(),
@@ -1126,7 +1173,7 @@ async fn the_manifests_a_process_remembers_are_what_a_read_returns() {
 /// it reads the index, not the new file's key column.
 #[tokio::test]
 async fn compaction_leaves_key_indexes_for_the_large_files_it_writes() {
-    use crate::lookup::index::INDEX_MIN_ROWS;
+    use crate::files::index::INDEX_MIN_ROWS;
     let lab = Lab::new("compact-keyindex");
     let n = INDEX_MIN_ROWS as i64 + 5_000;
     let rows: String = (1..=n).map(|i| format!("I,{i},v{i}\n")).collect();
@@ -1320,7 +1367,7 @@ async fn validation_hands_the_record_it_read_to_the_attempt() {
         .plan(vec![lab.file("20220302-1135010000.csv", "U,3,c2\n")])
         .await;
     let now = lab.table().await;
-    let v = validate::check_carrying(&staged, Some(&now), lab.catalog.file_io())
+    let v = validate::check_carrying(&staged, Some(&now), lab.catalog.files())
         .await
         .unwrap();
     assert_eq!(v.verdict, Verdict::Proceed);
@@ -1340,7 +1387,7 @@ async fn validation_hands_the_record_it_read_to_the_attempt() {
         summary: Default::default(),
         record: None,
     };
-    let v = validate::check_carrying(&no_record, Some(&now), lab.catalog.file_io())
+    let v = validate::check_carrying(&no_record, Some(&now), lab.catalog.files())
         .await
         .unwrap();
     assert_eq!(v.record, None);

@@ -20,15 +20,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
-use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataContentType, ManifestContentType, ManifestStatus, Operation, Snapshot, TableMetadata,
+    ManifestContentType, ManifestFile, ManifestStatus, Operation, Snapshot, TableMetadata,
 };
 
 use super::record::{AppliedRecord, Standing};
 use super::{Base, Change, CommitError, RowMap, Staged};
-use crate::error::Error;
-use crate::table::{LoadedTable, ancestors, manifest_list};
+use crate::files::live::Scope;
+use crate::files::{Files, Fill};
+use crate::table::{LoadedTable, ancestors};
 
 /// Why a prepared commit cannot go ahead as planned: the input must be planned again.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,9 +168,9 @@ pub(crate) struct Validated {
 pub(crate) async fn check(
     staged: &Staged,
     current: Option<&LoadedTable>,
-    file_io: &FileIO,
+    files: &Files,
 ) -> std::result::Result<Verdict, CommitError> {
-    Ok(check_carrying(staged, current, file_io).await?.verdict)
+    Ok(check_carrying(staged, current, files).await?.verdict)
 }
 
 /// Runs every rule in order (the first that decides wins), and returns the deletes a rewrite
@@ -178,7 +178,7 @@ pub(crate) async fn check(
 pub(crate) async fn check_carrying(
     staged: &Staged,
     current: Option<&LoadedTable>,
-    file_io: &FileIO,
+    files: &Files,
 ) -> std::result::Result<Validated, CommitError> {
     let mut out = Validated::default();
     let Some(current) = current else {
@@ -206,7 +206,7 @@ pub(crate) async fn check_carrying(
     match &staged.change {
         Change::RowDelta {
             referenced_data_files,
-        } => row_delta_still_valid(referenced_data_files, now, &intervening, file_io).await?,
+        } => row_delta_still_valid(referenced_data_files, now, &intervening, files).await?,
         Change::Rewrite {
             replaced_manifests,
             removed_data_files,
@@ -218,12 +218,12 @@ pub(crate) async fn check_carrying(
                 row_map.as_deref(),
                 now,
                 &intervening,
-                file_io,
+                files,
             )
             .await?;
         }
         Change::LoadAppend { bounds, checked } => {
-            load_append_still_valid(bounds, checked, now, &intervening, file_io).await?
+            load_append_still_valid(bounds, checked, now, &intervening, files).await?
         }
         // A reload replaces whatever is live when it commits; appended rows touch nothing.
         Change::Reload | Change::Append => {}
@@ -403,7 +403,7 @@ async fn row_delta_still_valid(
     referenced: &BTreeSet<String>,
     now: &TableMetadata,
     intervening: &[Arc<Snapshot>],
-    file_io: &FileIO,
+    files: &Files,
 ) -> std::result::Result<(), CommitError> {
     if let Some(s) = intervening
         .iter()
@@ -417,7 +417,7 @@ async fn row_delta_still_valid(
     if intervening.is_empty() || referenced.is_empty() {
         return Ok(());
     }
-    let live = live_data_files(now, file_io).await?;
+    let live = live_data_files(now, files).await?;
     if let Some(gone) = referenced.iter().find(|f| !live.contains(*f)) {
         return Err(conflict(Conflict::ReferencedFileRemoved {
             file: gone.clone(),
@@ -434,7 +434,7 @@ async fn load_append_still_valid(
     checked: &std::sync::Mutex<BTreeSet<i64>>,
     now: &TableMetadata,
     intervening: &[Arc<Snapshot>],
-    file_io: &FileIO,
+    files: &Files,
 ) -> std::result::Result<(), CommitError> {
     use futures::{StreamExt, TryStreamExt};
     let seen = |id: i64| checked.lock().is_ok_and(|c| c.contains(&id));
@@ -449,7 +449,7 @@ async fn load_append_still_valid(
     let overlapping: Vec<(i64, bool)> = futures::stream::iter(0..unchecked.len())
         .map(|i| async move {
             let s = unchecked_ref[i];
-            adds_rows_within(bounds, now, s, file_io)
+            adds_rows_within(bounds, now, s, files)
                 .await
                 .map(|o| (s.snapshot_id(), o))
         })
@@ -478,13 +478,17 @@ async fn adds_rows_within(
     bounds: &super::KeyBounds,
     now: &TableMetadata,
     s: &Snapshot,
-    file_io: &FileIO,
+    files: &Files,
 ) -> std::result::Result<bool, CommitError> {
-    for m in manifest_list(file_io, now, s).await? {
-        if m.content != ManifestContentType::Data || m.added_snapshot_id != s.snapshot_id() {
-            continue;
-        }
-        let manifest = m.load_manifest(file_io).await.map_err(Error::from)?;
+    let list = files.manifest_list(now, s).await?;
+    let added: Vec<ManifestFile> = list
+        .iter()
+        .filter(|m| {
+            m.content == ManifestContentType::Data && m.added_snapshot_id == s.snapshot_id()
+        })
+        .cloned()
+        .collect();
+    for manifest in files.manifests(&added, Fill::Pass).await? {
         if manifest
             .entries()
             .iter()
@@ -505,30 +509,34 @@ async fn rewrite_still_valid(
     row_map: Option<&RowMap>,
     now: &TableMetadata,
     intervening: &[Arc<Snapshot>],
-    file_io: &FileIO,
+    files: &Files,
 ) -> std::result::Result<CarriedDeletes, CommitError> {
     let mut carry = CarriedDeletes::new();
     if intervening.is_empty() {
         return Ok(carry);
     }
     if let Some(current) = now.current_snapshot() {
-        let listed: BTreeSet<String> = manifest_list(file_io, now, current)
-            .await?
-            .into_iter()
-            .map(|m| m.manifest_path)
-            .collect();
-        if let Some(m) = replaced_manifests.iter().find(|m| !listed.contains(*m)) {
+        let list = files.manifest_list(now, current).await?;
+        let listed: BTreeSet<&str> = list.iter().map(|m| m.manifest_path.as_str()).collect();
+        if let Some(m) = replaced_manifests
+            .iter()
+            .find(|m| !listed.contains(m.as_str()))
+        {
             return Err(conflict(Conflict::ManifestRewritten {
                 manifest: m.clone(),
             }));
         }
     }
     for s in intervening {
-        for m in manifest_list(file_io, now, s).await? {
-            if m.content != ManifestContentType::Deletes || m.added_snapshot_id != s.snapshot_id() {
-                continue;
-            }
-            let manifest = m.load_manifest(file_io).await.map_err(Error::from)?;
+        let list = files.manifest_list(now, s).await?;
+        let added: Vec<ManifestFile> = list
+            .iter()
+            .filter(|m| {
+                m.content == ManifestContentType::Deletes && m.added_snapshot_id == s.snapshot_id()
+            })
+            .cloned()
+            .collect();
+        for manifest in files.manifests(&added, Fill::Pass).await? {
             for e in manifest.entries() {
                 if e.status() != ManifestStatus::Added {
                     continue;
@@ -539,23 +547,23 @@ async fn rewrite_still_valid(
                 {
                     continue;
                 }
-                let content = crate::files::deletes::read_position_deletes(
-                    file_io,
-                    f.file_path(),
-                    f.file_size_in_bytes(),
-                )
-                .await?;
-                for (target, positions) in content {
-                    if !removed_data_files.contains(&target) {
+                let (content, _) = files
+                    .position_deletes(f.file_path(), f.file_size_in_bytes(), Fill::Pass)
+                    .await?;
+                for (target, positions) in content.iter() {
+                    if !removed_data_files.contains(target) {
                         continue;
                     }
-                    if !row_map.is_some_and(|r| r.covers(&target)) {
+                    if !row_map.is_some_and(|r| r.covers(target)) {
                         return Err(conflict(Conflict::DeletesAgainstRewrittenFile {
-                            file: target,
+                            file: target.clone(),
                             snapshot: s.snapshot_id(),
                         }));
                     }
-                    carry.entry(target).or_default().extend(positions);
+                    carry
+                        .entry(target.clone())
+                        .or_default()
+                        .extend_from_slice(positions);
                 }
             }
         }
@@ -566,22 +574,11 @@ async fn rewrite_still_valid(
 /// Paths of the data files in the current snapshot.
 pub(crate) async fn live_data_files(
     md: &TableMetadata,
-    file_io: &FileIO,
+    files: &Files,
 ) -> std::result::Result<BTreeSet<String>, CommitError> {
-    let mut out = BTreeSet::new();
-    let Some(s) = md.current_snapshot() else {
-        return Ok(out);
-    };
-    for m in manifest_list(file_io, md, s).await? {
-        if m.content != ManifestContentType::Data {
-            continue;
-        }
-        let manifest = m.load_manifest(file_io).await.map_err(Error::from)?;
-        for e in manifest.entries() {
-            if e.is_alive() && e.content_type() == DataContentType::Data {
-                out.insert(e.file_path().to_string());
-            }
-        }
-    }
-    Ok(out)
+    let live = files.live(md, Scope::Data, Fill::Pass).await?;
+    Ok(live
+        .data()
+        .map(|d| d.file().file_path().to_string())
+        .collect())
 }

@@ -1,10 +1,164 @@
-//! The one eviction rule of every cache of table files: insertion order, bounded by a total
-//! weight (one per entry, or bytes). Table files are immutable by path (a commit writes new
-//! files under new names), so an entry never goes stale and a key present is never replaced.
+//! The cache of a table's files, owned by whoever keeps a process warm (the CLI process, a
+//! Lambda function between invocations) and handed to the catalog it opens, and the one
+//! eviction rule of every part of it: insertion order, bounded by a total weight (one per
+//! entry, or bytes). Table files are immutable by path (a commit writes new files under new
+//! names), so an entry never goes stale and a key present is never replaced.
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use iceberg::spec::{Manifest, ManifestFile, TableMetadata};
+
+use super::deletes::DeletedPositions;
+use super::keys::Cached;
+use super::metadata::Refs;
+
+/// What the cache may hold. Metadata files and manifest lists are few and re-read by every
+/// commit attempt; manifests and delete files are many and small; key columns are the bulk,
+/// so they have a byte budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheLimits {
+    /// Bytes of decoded key columns (and ordering columns) of data files; 0 keeps none.
+    pub key_bytes: usize,
+}
+
+/// Default memory for cached key columns.
+pub const DEFAULT_KEY_CACHE_BYTES: usize = 512 << 20;
+
+impl Default for CacheLimits {
+    fn default() -> Self {
+        CacheLimits {
+            key_bytes: DEFAULT_KEY_CACHE_BYTES,
+        }
+    }
+}
+
+/// Parsed metadata files (each commit writes a new one under a new name, so the location
+/// identifies the content; one commit loads its table several times).
+const METADATA_ENTRIES: usize = 8;
+/// Manifest lists: read by the plan and every attempt of a commit, and the next commit.
+const LIST_ENTRIES: usize = 8;
+/// Manifests this process wrote, as written: the next lookup inherits them from the list.
+const WRITTEN_ENTRIES: usize = 64;
+/// Manifests and position-delete files, each.
+const FILE_ENTRIES: usize = 20_000;
+
+/// How many table files this cache had to read from storage (a miss each), by kind: a warm
+/// process's commit of one change file reads none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileReads {
+    pub metadata: u64,
+    pub manifest_lists: u64,
+    pub manifests: u64,
+    pub position_deletes: u64,
+}
+
+/// A metadata file as parsed, with its refs.
+pub(super) type Parsed = (Arc<TableMetadata>, Arc<Refs>);
+
+/// The table files a process has read or written, kept by path. One per owner: share it
+/// (an `Arc`) between the operations of one process so that what one wrote the next reads
+/// from memory.
+pub struct TableCache {
+    pub(super) metadata: Mutex<Fifo<String, Parsed>>,
+    pub(super) lists: Mutex<Fifo<String, Arc<Vec<ManifestFile>>>>,
+    pub(super) written: Mutex<Fifo<String, Arc<Manifest>>>,
+    pub(super) manifests: Mutex<Fifo<String, Arc<Manifest>>>,
+    pub(super) deletes: Mutex<Fifo<String, Arc<DeletedPositions>>>,
+    /// Key columns of data files, in file order, for the key types they were read as; and the
+    /// ordering-column values of the same files (a warm lookup compares every live hit's
+    /// ordering values with the change's from memory). One byte budget for both.
+    pub(crate) keys: Mutex<Fifo<(String, String), Cached>>,
+    /// Key index uploads in flight: they overlap the rest of the commit, and
+    /// [`TableCache::finish_uploads`] waits for them before an invocation ends.
+    uploads: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    reads: [AtomicU64; 4],
+}
+
+pub(super) enum Kind {
+    Metadata = 0,
+    ManifestList = 1,
+    Manifest = 2,
+    PositionDeletes = 3,
+}
+
+impl Default for TableCache {
+    fn default() -> Self {
+        TableCache::new(CacheLimits::default())
+    }
+}
+
+impl TableCache {
+    pub fn new(limits: CacheLimits) -> TableCache {
+        TableCache {
+            metadata: Mutex::new(Fifo::entries(METADATA_ENTRIES)),
+            lists: Mutex::new(Fifo::entries(LIST_ENTRIES)),
+            written: Mutex::new(Fifo::entries(WRITTEN_ENTRIES)),
+            manifests: Mutex::new(Fifo::entries(FILE_ENTRIES)),
+            deletes: Mutex::new(Fifo::entries(FILE_ENTRIES)),
+            keys: Mutex::new(Fifo::weighed(limits.key_bytes, Cached::size)),
+            uploads: Mutex::default(),
+            reads: Default::default(),
+        }
+    }
+
+    /// What this cache read from storage so far.
+    pub fn reads(&self) -> FileReads {
+        let r = |k: Kind| self.reads[k as usize].load(Ordering::Relaxed);
+        FileReads {
+            metadata: r(Kind::Metadata),
+            manifest_lists: r(Kind::ManifestList),
+            manifests: r(Kind::Manifest),
+            position_deletes: r(Kind::PositionDeletes),
+        }
+    }
+
+    pub(super) fn count_read(&self, kind: Kind) {
+        self.reads[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Keeps a background upload (a key index) to wait for in [`TableCache::finish_uploads`].
+    pub(crate) fn track_upload(&self, task: tokio::task::JoinHandle<()>) {
+        if let Ok(mut w) = self.uploads.lock() {
+            w.retain(|h| !h.is_finished());
+            w.push(task);
+        }
+    }
+
+    /// Waits for the uploads this process started (a failed one is logged: a key index is only
+    /// a cache). Call before an invocation returns: a Lambda is frozen after it.
+    pub async fn finish_uploads(&self) {
+        let pending: Vec<_> = match self.uploads.lock() {
+            Ok(mut w) => w.drain(..).collect(),
+            Err(_) => return,
+        };
+        for h in pending {
+            if let Err(e) = h.await {
+                tracing::warn!(error = %e, "key index upload task failed");
+            }
+        }
+    }
+}
+
+/// The value under `key` in a part of the cache (a poisoned lock is a miss: the cache only
+/// saves reads).
+pub(super) fn get<K, Q, V>(part: &Mutex<Fifo<K, V>>, key: &Q) -> Option<V>
+where
+    K: Eq + Hash + Clone + Borrow<Q>,
+    Q: Hash + Eq + ?Sized,
+    V: Clone,
+{
+    part.lock().ok()?.get(key).cloned()
+}
+
+pub(super) fn put<K: Eq + Hash + Clone, V>(part: &Mutex<Fifo<K, V>>, key: K, value: V) {
+    if let Ok(mut p) = part.lock() {
+        p.insert(key, value);
+    }
+}
 
 pub(crate) struct Fifo<K, V> {
     map: HashMap<K, V>,

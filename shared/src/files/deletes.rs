@@ -1,18 +1,20 @@
 //! Position-delete files: their content, as every reader of a table's deletes needs it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use arrow_array::cast::AsArray as _;
 use arrow_array::types::Int64Type;
 use arrow_schema::DataType;
 use iceberg::io::FileIO;
 
+use super::cache::{Kind, get, put};
 use crate::error::Result;
 
 /// Content of a position-delete file: deleted positions per data file path.
 pub(crate) type DeletedPositions = HashMap<String, Vec<i64>>;
 
-/// Content of a position-delete file: deleted positions per data file path.
+/// Reads a position-delete file (sorted and deduplicated per data file).
 pub(crate) async fn read_position_deletes(
     file_io: &FileIO,
     path: &str,
@@ -47,4 +49,30 @@ pub(crate) async fn read_position_deletes(
         v.dedup();
     }
     Ok(map)
+}
+
+impl super::Files {
+    /// The content of the position-delete file at `path`, and whether it was read from
+    /// storage (not the cache).
+    pub(crate) async fn position_deletes(
+        &self,
+        path: &str,
+        size: u64,
+        fill: super::Fill,
+    ) -> Result<(Arc<DeletedPositions>, bool)> {
+        if let Some(d) = get(&self.cache().deletes, path) {
+            return Ok((d, false));
+        }
+        let content = Arc::new(read_position_deletes(self.io(), path, size).await?);
+        self.cache().count_read(Kind::PositionDeletes);
+        if fill == super::Fill::Keep {
+            put(&self.cache().deletes, path.to_string(), content.clone());
+        }
+        Ok((content, true))
+    }
+
+    /// Keeps the content of a position-delete file this process just wrote.
+    pub(crate) fn remember_position_deletes(&self, path: &str, content: DeletedPositions) {
+        put(&self.cache().deletes, path.to_string(), Arc::new(content));
+    }
 }

@@ -24,7 +24,6 @@ use crate::commit::{AppliedRecord, Standing};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::locate::{DmsObject, locate, table_prefix};
-use crate::lookup::LookupCache;
 use crate::ops::ingest::{FileInput, Ingest, Status, TableReport};
 use crate::storage::{ObjectInfo, ObjectStore};
 use crate::table::LoadedTable;
@@ -40,7 +39,6 @@ pub struct IngestHandler {
     last_config: std::sync::Mutex<Option<(String, Arc<Config>)>>,
     catalog: Arc<dyn Catalog>,
     objects: Arc<dyn ObjectStore>,
-    cache: Arc<LookupCache>,
 }
 
 /// A table folder: (bucket, prefix).
@@ -149,7 +147,6 @@ impl IngestHandler {
         let (config, text) = env.load_config_text(objects.as_ref()).await?;
         let config = Arc::new(config);
         Ok(IngestHandler {
-            cache: Arc::new(LookupCache::with_key_budget(env.key_cache_bytes)),
             env,
             last_config: std::sync::Mutex::new(text.map(|t| (t, config.clone()))),
             config,
@@ -374,7 +371,6 @@ impl IngestHandler {
             };
             let report = Ingest::new(self.catalog.as_ref(), config)
                 .loaded(loaded)
-                .cache(self.cache.clone())
                 .objects(self.objects.clone())
                 .spool(self.env.spool.clone())
                 .files_per_commit(self.env.files_per_commit)

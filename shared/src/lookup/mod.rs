@@ -13,33 +13,32 @@
 //! key index ([`index`]) when there is one: a fraction of the bytes and no decompression of
 //! plain `i64` pages.
 
-pub(crate) mod index;
-
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Date32Type, Int32Type, Int64Type, TimestampMicrosecondType};
+use arrow_array::types::{Date32Type, TimestampMicrosecondType};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::DataType;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::io::FileIO;
-use iceberg::spec::{
-    DataContentType, Datum, Manifest, ManifestContentType, PrimitiveLiteral, Struct, TableMetadata,
-};
+use iceberg::spec::{Datum, PrimitiveLiteral, Struct, TableMetadata};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::file::statistics::Statistics;
 
 use crate::error::{Error, Result};
-use crate::files::cache::Fifo;
-use crate::files::deletes::{DeletedPositions, read_position_deletes};
+use crate::files::deletes::DeletedPositions;
+use crate::files::index::{self as index, INDEX_MIN_ROWS, PackedBuilder, PackedKeys};
+use crate::files::keys::{FileKeys, KeyValues, key_signature, single_int_column};
+use crate::files::live::Scope;
 use crate::files::parquet::{
     READ_CONCURRENCY, SMALL_READ_CONCURRENCY, large_read_permit, open_parquet,
 };
+use crate::files::{Files, Fill};
+use crate::types::int_values;
 use crate::write::FileDeletes;
-use index::{INDEX_MIN_ROWS, PackedBuilder, PackedKeys};
 
 /// What a lookup did, for logs and benchmarks.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -69,254 +68,6 @@ pub struct Located {
     /// Per key: the live row is newer (by the ordering column) than the change: leave it.
     pub stale: Vec<bool>,
     pub stats: LookupStats,
-}
-
-/// Caches immutable files by path across lookups of a warm process: manifests, delete files,
-/// and the decoded key columns of data files (bounded by a byte budget), which turn later
-/// lookups into in-memory searches.
-pub struct LookupCache {
-    manifests: Mutex<Fifo<String, Arc<Manifest>>>,
-    deletes: Mutex<Fifo<String, Arc<DeletedPositions>>>,
-    /// Key columns of data files, in file order, row-encoded for the key types they were read
-    /// as; and the ordering-column values of the same files (with an ordering column, a warm
-    /// lookup compares every live hit's ordering values with the change's: from memory, not
-    /// storage). One byte budget for both.
-    keys: Mutex<Fifo<(String, String), Cached>>,
-    /// Key index uploads in flight: they overlap the rest of the commit, and
-    /// [`LookupCache::finish_index_writes`] waits for them before an invocation ends.
-    index_writes: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-}
-
-/// Default memory for cached key columns.
-pub const DEFAULT_KEY_CACHE_BYTES: usize = 512 << 20;
-
-impl Default for LookupCache {
-    fn default() -> Self {
-        Self::with_key_budget(DEFAULT_KEY_CACHE_BYTES)
-    }
-}
-
-#[derive(Clone)]
-enum Cached {
-    Keys(Arc<FileKeys>),
-    /// A whole column of the file, cast to the type it is compared as.
-    Values(ArrayRef),
-}
-
-impl Cached {
-    fn size(&self) -> usize {
-        match self {
-            Cached::Keys(k) => k.size(),
-            Cached::Values(v) => v.get_array_memory_size(),
-        }
-    }
-}
-
-struct FileKeys {
-    values: KeyValues,
-    /// Values in key order (files we write are): lookups gallop through them.
-    sorted: bool,
-}
-
-/// A data file's key column(s), in file order.
-enum KeyValues {
-    /// Row-encoded (any key types, composite keys).
-    Rows(Rows),
-    /// A single integer key column out of order (not written by us): 8 bytes a row instead of
-    /// a row encoding's 17, and no encoding pass when the column is read.
-    Ints(Vec<i64>),
-    /// A single integer key column in order (every file we write): 1–2 bytes a row, searched
-    /// block by block; what a stored key index holds.
-    Packed(PackedKeys),
-}
-
-/// An integer key column: packed if it ascends, as it is in every file we write.
-fn pack(v: Vec<i64>) -> KeyValues {
-    let mut b = PackedBuilder::default();
-    if b.extend(&v) {
-        KeyValues::Packed(b.finish())
-    } else {
-        KeyValues::Ints(v)
-    }
-}
-
-impl KeyValues {
-    fn sorted(&self) -> bool {
-        match self {
-            KeyValues::Rows(rows) => (1..rows.num_rows()).all(|i| rows.row(i - 1) <= rows.row(i)),
-            KeyValues::Ints(v) => v.windows(2).all(|w| w[0] <= w[1]),
-            KeyValues::Packed(_) => true,
-        }
-    }
-}
-
-impl FileKeys {
-    fn size(&self) -> usize {
-        match &self.values {
-            KeyValues::Rows(r) => r.size(),
-            KeyValues::Ints(v) => v.capacity() * std::mem::size_of::<i64>(),
-            KeyValues::Packed(p) => p.size(),
-        }
-    }
-}
-
-/// Bound on cached manifests and delete files, each (the oldest go first).
-const CACHE_ENTRIES: usize = 20_000;
-
-impl LookupCache {
-    /// `budget` bytes for cached key columns; 0 disables that cache.
-    pub fn with_key_budget(budget: usize) -> Self {
-        LookupCache {
-            manifests: Mutex::new(Fifo::entries(CACHE_ENTRIES)),
-            deletes: Mutex::new(Fifo::entries(CACHE_ENTRIES)),
-            keys: Mutex::new(Fifo::weighed(budget, Cached::size)),
-            index_writes: Mutex::default(),
-        }
-    }
-
-    /// Waits for the key index uploads this process started (a failed one is logged: an index
-    /// is only a cache). Call before an invocation returns: a Lambda is frozen after it.
-    pub async fn finish_index_writes(&self) {
-        let pending: Vec<_> = match self.index_writes.lock() {
-            Ok(mut w) => w.drain(..).collect(),
-            Err(_) => return,
-        };
-        for h in pending {
-            if let Err(e) = h.await {
-                tracing::warn!(error = %e, "key index upload task failed");
-            }
-        }
-    }
-
-    /// Uploads a key index in the background ([`store_index`]; see
-    /// [`LookupCache::finish_index_writes`]).
-    fn write_index(
-        &self,
-        file_io: &FileIO,
-        c: &Candidate,
-        sig: &str,
-        keys: Arc<FileKeys>,
-        column_bytes: usize,
-    ) {
-        let (file_io, data_file, sig) = (file_io.clone(), c.path.clone(), sig.to_string());
-        let file_size = c.size;
-        let task = tokio::spawn(async move {
-            match store_index(&file_io, &data_file, file_size, sig, keys, column_bytes).await {
-                Ok(written) => tracing::debug!(file = %data_file, written, "key index"),
-                Err(e) => tracing::warn!(file = %data_file, error = %e, "key index not written"),
-            }
-        });
-        if let Ok(mut w) = self.index_writes.lock() {
-            w.retain(|h| !h.is_finished());
-            w.push(task);
-        }
-    }
-
-    fn key_budget(&self) -> usize {
-        self.keys.lock().map(|k| k.limit()).unwrap_or(0)
-    }
-
-    fn cached_keys(&self, path: &str, sig: &str) -> Option<Arc<FileKeys>> {
-        let k = self.keys.lock().ok()?;
-        match k.get(&(path.to_string(), sig.to_string())) {
-            Some(Cached::Keys(fk)) => Some(fk.clone()),
-            _ => None,
-        }
-    }
-
-    fn cache_keys(&self, path: &str, sig: &str, keys: Arc<FileKeys>) {
-        self.cache_entry(path, sig, Cached::Keys(keys));
-    }
-
-    /// `sig` names the column and the type it was cast to.
-    fn cached_values(&self, path: &str, sig: &str) -> Option<ArrayRef> {
-        let k = self.keys.lock().ok()?;
-        match k.get(&(path.to_string(), sig.to_string())) {
-            Some(Cached::Values(v)) => Some(v.clone()),
-            _ => None,
-        }
-    }
-
-    fn cache_values(&self, path: &str, sig: &str, values: ArrayRef) {
-        self.cache_entry(path, sig, Cached::Values(values));
-    }
-
-    /// Keeps the key columns of a data file this process just wrote (all its rows, in file
-    /// order): the next lookup of a warm process finds them here instead of reading the file
-    /// back. Cached under the name a lookup with keys of the same types looks for.
-    pub fn remember_keys(&self, path: &str, field_ids: &[i32], columns: &[ArrayRef]) {
-        if self.key_budget() == 0 || columns.is_empty() {
-            return;
-        }
-        let types: Vec<DataType> = columns.iter().map(|a| a.data_type().clone()).collect();
-        let ints = single_int_column(columns);
-        let sig = key_signature(field_ids, &types, ints.is_some());
-        let values = match ints {
-            Some(v) => pack(v),
-            None => {
-                let Ok(conv) =
-                    RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())
-                else {
-                    return;
-                };
-                let Ok(rows) = conv.convert_columns(columns) else {
-                    return;
-                };
-                KeyValues::Rows(rows)
-            }
-        };
-        let sorted = values.sorted();
-        self.cache_keys(path, &sig, Arc::new(FileKeys { values, sorted }));
-    }
-
-    /// Keeps the content of a position-delete file this process just wrote.
-    pub fn remember_deletes(&self, path: &str, content: DeletedPositions) {
-        if let Ok(mut c) = lock(&self.deletes) {
-            c.insert(path.to_string(), Arc::new(content));
-        }
-    }
-
-    fn cache_entry(&self, path: &str, sig: &str, keys: Cached) {
-        if let Ok(mut c) = self.keys.lock() {
-            c.insert((path.to_string(), sig.to_string()), keys);
-        }
-    }
-
-    async fn manifest(
-        &self,
-        file_io: &FileIO,
-        m: &iceberg::spec::ManifestFile,
-    ) -> Result<Arc<Manifest>> {
-        if let Some(x) = lock(&self.manifests)?.get(&m.manifest_path) {
-            return Ok(x.clone());
-        }
-        let loaded = Arc::new(match crate::table::written_manifest(m) {
-            Some(ours) => ours,
-            None => m.load_manifest(file_io).await?,
-        });
-        lock(&self.manifests)?.insert(m.manifest_path.clone(), loaded.clone());
-        Ok(loaded)
-    }
-
-    async fn delete_file(
-        &self,
-        file_io: &FileIO,
-        path: &str,
-        size: u64,
-    ) -> Result<(Arc<DeletedPositions>, bool)> {
-        if let Some(x) = lock(&self.deletes)?.get(path) {
-            return Ok((x.clone(), false));
-        }
-        let map = read_position_deletes(file_io, path, size).await?;
-        let map = Arc::new(map);
-        lock(&self.deletes)?.insert(path.to_string(), map.clone());
-        Ok((map, true))
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>> {
-    m.lock()
-        .map_err(|_| Error::Other("lookup cache poisoned".into()))
 }
 
 /// The keys being looked up, in the forms each pruning step needs.
@@ -352,25 +103,6 @@ enum FirstColumn {
     Ints(Vec<i64>),
     Strings(Vec<String>),
     Other,
-}
-
-/// The name of a key column's cached (and indexed) form: cached key columns are only valid for
-/// the same key types and the same form (integers or rows). The one place it is built: the
-/// writer's side (`remember_keys`) and the lookup's side (`Keys::new`) must agree, and stored
-/// key indexes carry it, so it must not change (a pin test holds it).
-fn key_signature(field_ids: &[i32], types: &[DataType], ints: bool) -> String {
-    format!(
-        "{field_ids:?}{types:?}{}",
-        if ints { "i64" } else { "rows" }
-    )
-}
-
-/// A key of one integer column without NULLs: its values, the form searched fastest.
-fn single_int_column(columns: &[ArrayRef]) -> Option<Vec<i64>> {
-    match columns {
-        [a] if a.null_count() == 0 => int_values(a),
-        _ => None,
-    }
 }
 
 impl Keys {
@@ -489,21 +221,6 @@ fn datum_i64(d: &Datum) -> Option<i64> {
     }
 }
 
-/// An int or long column's values as i64.
-pub(crate) fn int_values(a: &ArrayRef) -> Option<Vec<i64>> {
-    match a.data_type() {
-        DataType::Int64 => Some(a.as_primitive::<Int64Type>().values().to_vec()),
-        DataType::Int32 => Some(
-            a.as_primitive::<Int32Type>()
-                .values()
-                .iter()
-                .map(|v| i64::from(*v))
-                .collect(),
-        ),
-        _ => None,
-    }
-}
-
 fn first_values(a: &ArrayRef) -> FirstColumn {
     let ints = match a.data_type() {
         DataType::Int64 | DataType::Int32 => int_values(a),
@@ -602,29 +319,24 @@ pub struct StaleCheck {
 /// With `order`, a live row whose ordering columns are greater than the incoming change's is
 /// marked stale and not deleted: an older change never overwrites a newer row. Rows of
 /// full-load files ([`crate::write::is_full_load_file`]) are never newer than a change.
-pub async fn locate_rows(
-    file_io: &FileIO,
+pub(crate) async fn locate_rows(
+    files: &Files,
     metadata: &TableMetadata,
     keys: &RecordBatch,
     key_field_ids: Vec<i32>,
     order: Option<&StaleCheck>,
-    cache: &LookupCache,
 ) -> Result<Located> {
     let mut out = Located {
         found: vec![false; keys.num_rows()],
         stale: vec![false; keys.num_rows()],
         ..Default::default()
     };
-    let Some(snapshot) = metadata.current_snapshot() else {
-        return Ok(out);
-    };
-    if keys.num_rows() == 0 {
+    if metadata.current_snapshot().is_none() || keys.num_rows() == 0 {
         return Ok(out);
     }
     let k = Keys::new(keys, key_field_ids)?;
-    let (candidates, delete_files) =
-        candidates(file_io, metadata, snapshot, &k, cache, &mut out.stats).await?;
-    let dead = dead_rows(file_io, &candidates, &delete_files, cache, &mut out.stats).await?;
+    let (candidates, delete_files) = candidates(files, metadata, &k, &mut out.stats).await?;
+    let dead = dead_rows(files, &candidates, &delete_files, &mut out.stats).await?;
     let k = &k;
     // By index: a closure over `(usize, &Candidate)` items trips rustc's higher-ranked Send
     // check when this future is boxed as `Send` (the commit loop's planners are).
@@ -632,7 +344,7 @@ pub async fn locate_rows(
     let large = &tokio::sync::Semaphore::new(READ_CONCURRENCY);
     let results: Vec<(usize, FileScan)> = futures::stream::iter(0..candidates.len())
         .map(|i| async move {
-            scan_file(file_io, &candidates_ref[i], k, cache, large)
+            scan_file(files, &candidates_ref[i], k, large)
                 .await
                 .map(|r| (i, r))
         })
@@ -678,15 +390,7 @@ pub async fn locate_rows(
         }
     }
     if let Some(check) = order.filter(|c| !c.values.is_empty()) {
-        mark_stale(
-            file_io,
-            check,
-            &candidates,
-            &live_hits,
-            &mut out.stale,
-            cache,
-        )
-        .await?;
+        mark_stale(files, check, &candidates, &live_hits, &mut out.stale).await?;
     }
     for (i, hits) in live_hits {
         let c = &candidates[i];
@@ -711,80 +415,58 @@ pub async fn locate_rows(
 
 /// Live data files whose key bounds may hold one of `k`, and every live position-delete file.
 async fn candidates(
-    file_io: &FileIO,
+    files: &Files,
     metadata: &TableMetadata,
-    snapshot: &iceberg::spec::Snapshot,
     k: &Keys,
-    cache: &LookupCache,
     stats: &mut LookupStats,
 ) -> Result<(Vec<Candidate>, Vec<DeleteFile>)> {
+    let live = files.live(metadata, Scope::All, Fill::Keep).await?;
     let mut candidates = Vec::new();
-    let mut delete_files = Vec::new();
-    let list = crate::table::manifest_list(file_io, metadata, snapshot).await?;
-    // All manifests in flight at once (bounded): on object storage each read is a round trip,
-    // and a fresh process reads every manifest of the snapshot.
-    let list_ref = &list;
-    let manifests: Vec<Arc<Manifest>> = futures::stream::iter(0..list.len())
-        .map(|i| async move { cache.manifest(file_io, &list_ref[i]).await })
-        .buffered(READ_CONCURRENCY)
-        .try_collect()
-        .await?;
-    for (mf, manifest) in list.iter().zip(manifests) {
-        for e in manifest.entries() {
-            if !e.is_alive() {
-                continue;
-            }
-            let f = e.data_file();
-            match (mf.content, f.content_type()) {
-                (ManifestContentType::Data, _) => {
-                    stats.live_data_files += 1;
-                    if k.may_contain(f.lower_bounds(), f.upper_bounds())? {
-                        candidates.push(Candidate {
-                            snapshot: e.snapshot_id(),
-                            path: f.file_path().to_string(),
-                            size: f.file_size_in_bytes(),
-                            rows: f.record_count(),
-                            spec_id: mf.partition_spec_id,
-                            partition: f.partition().clone(),
-                        });
-                    } else {
-                        stats.files_pruned_by_bounds += 1;
-                    }
-                }
-                (_, DataContentType::PositionDeletes) => {
-                    let bound = |m: &HashMap<i32, Datum>| match m
-                        .get(&crate::write::DELETE_FILE_PATH_ID)
-                        .map(|d| d.literal())
-                    {
-                        Some(PrimitiveLiteral::String(s)) => Some(s.clone()),
-                        _ => None,
-                    };
-                    delete_files.push(DeleteFile {
-                        path: f.file_path().to_string(),
-                        size: f.file_size_in_bytes(),
-                        spec_id: mf.partition_spec_id,
-                        partition: f.partition().clone(),
-                        referenced: f.referenced_data_file(),
-                        bounds: bound(f.lower_bounds()).zip(bound(f.upper_bounds())),
-                    });
-                }
-                (_, DataContentType::EqualityDeletes) => {
-                    return Err(crate::files::equality_deletes_refused(f.file_path()));
-                }
-                (_, DataContentType::Data) => {}
-            }
+    for d in live.data() {
+        let f = d.file();
+        stats.live_data_files += 1;
+        if k.may_contain(f.lower_bounds(), f.upper_bounds())? {
+            candidates.push(Candidate {
+                snapshot: d.entry.snapshot_id(),
+                path: f.file_path().to_string(),
+                size: f.file_size_in_bytes(),
+                rows: f.record_count(),
+                spec_id: d.spec_id,
+                partition: f.partition().clone(),
+            });
+        } else {
+            stats.files_pruned_by_bounds += 1;
         }
     }
-
+    let bound = |m: &HashMap<i32, Datum>| match m
+        .get(&crate::write::DELETE_FILE_PATH_ID)
+        .map(|d| d.literal())
+    {
+        Some(PrimitiveLiteral::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let delete_files = live
+        .position_deletes()
+        .map(|d| {
+            let f = d.file();
+            DeleteFile {
+                path: f.file_path().to_string(),
+                size: f.file_size_in_bytes(),
+                spec_id: d.spec_id,
+                partition: f.partition().clone(),
+                referenced: f.referenced_data_file(),
+                bounds: bound(f.lower_bounds()).zip(bound(f.upper_bounds())),
+            }
+        })
+        .collect();
     Ok((candidates, delete_files))
 }
 
 /// The delete files that delete rows of each candidate file (by its path).
 async fn dead_rows(
-    file_io: &FileIO,
+    files: &Files,
     candidates: &[Candidate],
     delete_files: &[DeleteFile],
-    cache: &LookupCache,
     stats: &mut LookupStats,
 ) -> Result<HashMap<String, Vec<Arc<DeletedPositions>>>> {
     let applies = |d: &DeleteFile, c: &Candidate| {
@@ -808,8 +490,8 @@ async fn dead_rows(
         .map(|i| async move {
             let d = &delete_files[i];
             let _permit = large_read_permit(large, d.size).await?;
-            cache
-                .delete_file(file_io, &d.path, d.size)
+            files
+                .position_deletes(&d.path, d.size, Fill::Keep)
                 .await
                 .map(|(content, read)| (i, content, read))
         })
@@ -877,12 +559,11 @@ fn drop_deleted(mut hits: Vec<(i64, usize)>, deleted: &[&[i64]]) -> Vec<(i64, us
 /// Marks the keys whose live row is newer than their change. Only rows of change files are
 /// compared, and only with changes from change files: full-load rows come first.
 async fn mark_stale(
-    file_io: &FileIO,
+    files: &Files,
     check: &StaleCheck,
     candidates: &[Candidate],
     live_hits: &[(usize, Vec<(i64, usize)>)],
     stale: &mut [bool],
-    cache: &LookupCache,
 ) -> Result<()> {
     let conv = RowConverter::new(
         check
@@ -923,7 +604,7 @@ async fn mark_stale(
                             field_id: *fid,
                             data_type: v.data_type(),
                         };
-                        read_values_at(file_io, at, &positions, cache).await?
+                        read_values_at(files, at, &positions).await?
                     }
                     None => arrow_array::new_null_array(v.data_type(), positions.len()),
                 });
@@ -960,12 +641,12 @@ struct FileScan {
 /// Reads the key columns of one data file, skipping row groups that cannot hold a key; or
 /// answers from the key cache.
 async fn scan_file(
-    file_io: &FileIO,
+    files: &Files,
     c: &Candidate,
     k: &Keys,
-    cache: &LookupCache,
     large: &tokio::sync::Semaphore,
 ) -> Result<FileScan> {
+    let cache = files.cache();
     if let Some(fk) = cache.cached_keys(&c.path, &k.sig) {
         let mut scan = FileScan::empty();
         scan.cache_hit = true;
@@ -973,7 +654,7 @@ async fn scan_file(
         return Ok(scan);
     }
     let indexable = k.ints.is_some() && c.rows >= INDEX_MIN_ROWS;
-    if indexable && let Some(packed) = read_index(file_io, c, &k.sig).await {
+    if indexable && let Some(packed) = read_index(files.io(), c, &k.sig).await {
         let fk = Arc::new(FileKeys {
             values: KeyValues::Packed(packed),
             sorted: true,
@@ -985,7 +666,7 @@ async fn scan_file(
         return Ok(scan);
     }
     let _permit = large_read_permit(large, c.size).await?;
-    let reader = open_parquet(file_io, &c.path, c.size).await?;
+    let reader = open_parquet(files.io(), &c.path, c.size).await?;
     let mut builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let md = builder.metadata().clone();
     let descr = md.file_metadata().schema_descr_ptr();
@@ -1055,7 +736,7 @@ async fn scan_file(
         // smaller than the column as stored (dense or clustered keys; not random 64-bit ids).
         if indexable && matches!(fk.values, KeyValues::Packed(_)) {
             let column_bytes = key_column_bytes(&md, &leaves);
-            cache.write_index(file_io, c, &k.sig, fk.clone(), column_bytes);
+            write_index(files, c, &k.sig, fk.clone(), column_bytes);
             scan.index_written = true;
         }
         cache.cache_keys(&c.path, &k.sig, fk);
@@ -1198,6 +879,20 @@ pub async fn write_key_index(
         key_column_bytes(&md, &leaves),
     )
     .await
+}
+
+/// Uploads a key index in the background ([`store_index`]); the owner of the cache waits for
+/// it ([`crate::files::TableCache::finish_uploads`]).
+fn write_index(files: &Files, c: &Candidate, sig: &str, keys: Arc<FileKeys>, column_bytes: usize) {
+    let (file_io, data_file, sig) = (files.io().clone(), c.path.clone(), sig.to_string());
+    let file_size = c.size;
+    let task = tokio::spawn(async move {
+        match store_index(&file_io, &data_file, file_size, sig, keys, column_bytes).await {
+            Ok(written) => tracing::debug!(file = %data_file, written, "key index"),
+            Err(e) => tracing::warn!(file = %data_file, error = %e, "key index not written"),
+        }
+    });
+    files.cache().track_upload(task);
 }
 
 /// Encodes the key index of `data_file` (of `file_size` bytes; keys of the types `sig` names)
@@ -1474,12 +1169,8 @@ struct ValuesAt<'a> {
 /// Values of column `field_id` at `positions` of a data file, cast to `data_type` (NULL where
 /// the file predates the column). Reads only the row groups that hold those positions, or the
 /// whole column (kept in `cache`) when most of them are needed.
-async fn read_values_at(
-    file_io: &FileIO,
-    at: ValuesAt<'_>,
-    positions: &[i64],
-    cache: &LookupCache,
-) -> Result<ArrayRef> {
+async fn read_values_at(files: &Files, at: ValuesAt<'_>, positions: &[i64]) -> Result<ArrayRef> {
+    let cache = files.cache();
     let ValuesAt {
         path,
         size,
@@ -1500,7 +1191,7 @@ async fn read_values_at(
         let idx = arrow_array::UInt64Array::from_iter_values(positions.iter().map(|p| *p as u64));
         return take_at(&all, idx);
     }
-    let reader = open_parquet(file_io, path, size).await?;
+    let reader = open_parquet(files.io(), path, size).await?;
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let md = builder.metadata().clone();
     let descr = md.file_metadata().schema_descr_ptr();
@@ -1646,7 +1337,7 @@ mod tests {
             let forms = [
                 (KeyValues::Rows(rows), true),
                 (KeyValues::Ints(file.clone()), true),
-                (pack(file.clone()), true),
+                (crate::files::keys::pack(file.clone()), true),
                 (
                     KeyValues::Ints(shuffled.iter().map(|(_, v)| *v).collect()),
                     false,
@@ -1685,7 +1376,7 @@ mod tests {
             (vec![1, 2], vec![ids.clone(), names.clone()], vec![2, 3]),
         ];
         for (fids, cols, look_at) in cases {
-            let cache = LookupCache::default();
+            let cache = crate::files::TableCache::default();
             cache.remember_keys("s3://w/t/data/f.parquet", &fids, &cols);
             // The keys looked up: some rows of the file, and one absent key.
             let idx = arrow_array::UInt32Array::from(

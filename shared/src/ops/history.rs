@@ -6,13 +6,15 @@ use std::sync::Arc;
 
 use iceberg::TableIdent;
 use iceberg::io::FileIO;
-use iceberg::spec::{DataContentType, Manifest, ManifestContentType, Snapshot, TableMetadata};
+use iceberg::spec::{Snapshot, TableMetadata};
 use serde::Serialize;
 
 use crate::catalog::Catalog;
 use crate::commit::AppliedRecord;
 use crate::error::{Error, Result};
-use crate::table::{LoadedTable, ancestry, keys, manifest_list, source_files};
+use crate::files::live::Scope;
+use crate::files::{Files, Fill, TableCache};
+use crate::table::{LoadedTable, ancestry, keys, source_files};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SnapshotInfo {
@@ -142,22 +144,19 @@ pub async fn history(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Vec<Sn
 /// name rows of a removed file: then the snapshot's manifests are read and only deletes of live
 /// data files count.
 struct LiveRows<'a> {
-    file_io: &'a FileIO,
+    /// A cache of this walk's own: consecutive snapshots share most manifests and delete
+    /// files, and a walk over the whole history must not push out what the next commit needs.
+    files: Files,
     metadata: &'a TableMetadata,
     removed_any: bool,
-    manifests: HashMap<String, Arc<Manifest>>,
-    /// Per position-delete file: deleted positions per data file path.
-    deletes: HashMap<String, Arc<crate::files::deletes::DeletedPositions>>,
 }
 
 impl<'a> LiveRows<'a> {
-    fn new(file_io: &'a FileIO, metadata: &'a TableMetadata) -> Self {
+    fn new(file_io: &FileIO, metadata: &'a TableMetadata) -> Self {
         LiveRows {
-            file_io,
+            files: Files::new(file_io.clone(), Arc::new(TableCache::default())),
             metadata,
             removed_any: false,
-            manifests: HashMap::new(),
-            deletes: HashMap::new(),
         }
     }
 
@@ -178,58 +177,34 @@ impl<'a> LiveRows<'a> {
     }
 
     async fn count_in_manifests(&mut self, s: &Snapshot) -> Result<Option<u64>> {
-        let mut records: HashMap<String, u64> = HashMap::new();
-        // (path, size, record count, the one data file it deletes from if it says so)
-        let mut delete_files: Vec<(String, u64, u64, Option<String>)> = Vec::new();
-        for mf in manifest_list(self.file_io, self.metadata, s).await? {
-            let manifest = match self.manifests.get(&mf.manifest_path) {
-                Some(m) => m.clone(),
-                None => {
-                    let m = Arc::new(mf.load_manifest(self.file_io).await?);
-                    self.manifests.insert(mf.manifest_path.clone(), m.clone());
-                    m
-                }
-            };
-            for e in manifest.entries().iter().filter(|e| e.is_alive()) {
-                let f = e.data_file();
-                match (mf.content, f.content_type()) {
-                    (ManifestContentType::Data, _) => {
-                        records.insert(f.file_path().to_string(), f.record_count());
-                    }
-                    (_, DataContentType::PositionDeletes) => delete_files.push((
-                        f.file_path().to_string(),
-                        f.file_size_in_bytes(),
-                        f.record_count(),
-                        f.referenced_data_file(),
-                    )),
-                    (_, DataContentType::EqualityDeletes) => return Ok(None),
-                    (_, DataContentType::Data) => {}
-                }
-            }
+        let live = (self.files)
+            .live_in(self.metadata, s, Scope::All, Fill::Keep)
+            .await?;
+        if live.equality_deletes().is_some() {
+            return Ok(None);
         }
+        let records: HashMap<&str, u64> = live
+            .data()
+            .map(|d| (d.file().file_path(), d.file().record_count()))
+            .collect();
         let mut deleted: HashMap<&str, HashSet<i64>> = HashMap::new();
         let mut counted: u64 = 0;
-        for (path, size, count, referenced) in &delete_files {
+        for d in live.position_deletes() {
+            let f = d.file();
             // A delete file of one data file that is live: every entry counts.
-            if referenced.as_ref().is_some_and(|r| records.contains_key(r)) {
-                counted += count;
+            if f.referenced_data_file()
+                .is_some_and(|r| records.contains_key(r.as_str()))
+            {
+                counted += f.record_count();
                 continue;
             }
-            let content = match self.deletes.get(path) {
-                Some(c) => c.clone(),
-                None => {
-                    let c = Arc::new(
-                        crate::files::deletes::read_position_deletes(self.file_io, path, *size)
-                            .await?,
-                    );
-                    self.deletes.insert(path.clone(), c.clone());
-                    c
-                }
-            };
+            let (content, _) = (self.files)
+                .position_deletes(f.file_path(), f.file_size_in_bytes(), Fill::Keep)
+                .await?;
             for (target, positions) in content.iter() {
-                if let Some((k, _)) = records.get_key_value(target) {
+                if let Some((k, _)) = records.get_key_value(target.as_str()) {
                     deleted
-                        .entry(k.as_str())
+                        .entry(k)
                         .or_default()
                         .extend(positions.iter().copied());
                 }

@@ -16,7 +16,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use iceberg::TableIdent;
-use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
 use serde::Serialize;
 use tracing::{info, warn};
@@ -24,7 +23,8 @@ use tracing::{info, warn};
 use crate::catalog::{Catalog, ListedFile};
 use crate::commit::commit_metadata;
 use crate::error::{Error, Result};
-use crate::table::{LoadedTable, ancestry, keys, manifest_list};
+use crate::files::{Files, Fill};
+use crate::table::{LoadedTable, ancestry, keys};
 
 /// The one spelling of a location that every writer's spelling of it maps to, for comparing:
 /// `file:/x`, `file:///x`, `file://x` (as iceberg-rust reads it) and `/x` become `file:///x`;
@@ -131,9 +131,9 @@ struct Live {
 }
 
 impl Live {
-    async fn collect(file_io: &FileIO, table: &LoadedTable) -> Result<Live> {
+    async fn collect(files: &Files, table: &LoadedTable) -> Result<Live> {
         let md = &table.metadata;
-        let mut refs = reachable(file_io, md, None, false).await?;
+        let mut refs = reachable(files, md, None, false).await?;
         let mut add = |loc: &str| {
             refs.entry(normalize_location(loc))
                 .or_insert_with(|| loc.to_string());
@@ -177,7 +177,7 @@ impl Live {
             return self.keeps(&format!("{dir}/{base}"));
         }
         // A key index (lookup::index) lives and goes with its data file.
-        if let Some(base) = listed.strip_suffix(crate::lookup::index::KEY_INDEX_SUFFIX) {
+        if let Some(base) = listed.strip_suffix(crate::files::index::KEY_INDEX_SUFFIX) {
             return self.refs.contains_key(base);
         }
         // A Hadoop catalog's pointer to the current metadata.
@@ -336,7 +336,12 @@ impl<'a> ExpireSnapshots<'a> {
             .collect();
         report.snapshots_kept = kept.len();
         let (deleted, outside) = self
-            .files_to_delete(file_io, &before, &after, &report.snapshots_expired)
+            .files_to_delete(
+                self.catalog.files(),
+                &before,
+                &after,
+                &report.snapshots_expired,
+            )
             .await?;
         report.files_deleted = deleted;
         report.files_outside_table = outside;
@@ -358,17 +363,17 @@ impl<'a> ExpireSnapshots<'a> {
     /// as referenced; and those of them outside the table's folder, which are kept.
     async fn files_to_delete(
         &self,
-        file_io: &FileIO,
+        files: &Files,
         before: &TableMetadata,
         after: &TableMetadata,
         expired: &[i64],
     ) -> Result<(Vec<String>, Vec<String>)> {
-        let mut retained = reachable(file_io, after, None, true).await?;
+        let mut retained = reachable(files, after, None, true).await?;
         if !self.dry_run {
             // What is retained now, after our commit: a writer may have committed since, and
             // its metadata is what readers open.
             if let Some(now) = LoadedTable::load(self.catalog, &self.ident).await? {
-                retained.extend(reachable(file_io, &now.metadata, None, true).await?);
+                retained.extend(reachable(files, &now.metadata, None, true).await?);
             }
         }
         for s in after.statistics_iter() {
@@ -380,7 +385,7 @@ impl<'a> ExpireSnapshots<'a> {
         let root = normalize_location(after.location());
         let mut deleted = Vec::new();
         let mut outside = Vec::new();
-        for (n, raw) in reachable(file_io, before, Some(expired), false).await? {
+        for (n, raw) in reachable(files, before, Some(expired), false).await? {
             if retained.contains_key(&n) {
                 continue;
             }
@@ -431,7 +436,7 @@ fn referenced_by_refs(md: &TableMetadata) -> BTreeSet<i64> {
 /// only entries that are live in some snapshot (a DELETED entry records a removal, it does not
 /// keep the file).
 async fn reachable(
-    file_io: &FileIO,
+    files: &Files,
     md: &TableMetadata,
     only: Option<&[i64]>,
     live_only: bool,
@@ -442,21 +447,25 @@ async fn reachable(
             .or_insert_with(|| loc.to_string());
     };
     let mut seen_manifests = BTreeSet::new();
+    let mut manifests = Vec::new();
     for s in md.snapshots() {
         if only.is_some_and(|o| !o.contains(&s.snapshot_id())) {
             continue;
         }
         add(s.manifest_list());
-        for m in manifest_list(file_io, md, s).await? {
-            if !seen_manifests.insert(m.manifest_path.clone()) {
-                continue;
+        for m in files.manifest_list(md, s).await?.iter() {
+            if seen_manifests.insert(m.manifest_path.clone()) {
+                add(&m.manifest_path);
+                manifests.push(m.clone());
             }
-            add(&m.manifest_path);
-            let manifest = m.load_manifest(file_io).await?;
-            for e in manifest.entries() {
-                if !live_only || e.is_alive() {
-                    add(e.file_path());
-                }
+        }
+    }
+    // Every manifest of the history, once: read through without filling the cache, so the
+    // next commit still finds what it needs there.
+    for manifest in files.manifests(&manifests, Fill::Pass).await? {
+        for e in manifest.entries() {
+            if !live_only || e.is_alive() {
+                add(e.file_path());
             }
         }
     }
@@ -511,7 +520,7 @@ impl<'a> Orphans<'a> {
                 table: self.ident.to_string(),
             })?;
         let file_io = self.catalog.file_io();
-        let live = Live::collect(file_io, &table).await?;
+        let live = Live::collect(self.catalog.files(), &table).await?;
         let now = chrono::Utc::now().timestamp_millis();
         let listed: Vec<ListedFile> = self.catalog.list_files(table.metadata.location()).await?;
         let mut report = OrphanReport {
@@ -544,7 +553,9 @@ impl<'a> Orphans<'a> {
             // "orphans" it wrote. Only files younger than the safety age can be such, and they
             // are skipped, but the check is cheap.
             let again = match LoadedTable::load(self.catalog, &self.ident).await? {
-                Some(t) if t.pointer != table.pointer => Some(Live::collect(file_io, &t).await?),
+                Some(t) if t.pointer != table.pointer => {
+                    Some(Live::collect(self.catalog.files(), &t).await?)
+                }
                 _ => None,
             };
             if let Some(why) = again.as_ref().and_then(refusal) {

@@ -154,7 +154,9 @@ impl Planner for RejectedPlanner<'_> {
         .await?;
         let snapshot_id = commit::new_snapshot_id(Some(&md));
         let manifests =
-            match commit::write_manifests(file_io, &md, snapshot_id, &data, &[], None).await {
+            match commit::write_manifests(self.catalog.files(), &md, snapshot_id, &data, &[], None)
+                .await
+            {
                 Ok(m) => m,
                 Err(e) => {
                     for (_, f) in &data {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, TryStreamExt};
 use iceberg::TableIdent;
 use iceberg::scan::FileScanTask;
-use iceberg::spec::{DataContentType, ManifestFile, ManifestStatus, Struct, TableMetadata};
+use iceberg::spec::{DataContentType, Struct, TableMetadata};
 use serde::Serialize;
 use tracing::info;
 
@@ -27,8 +27,10 @@ use crate::commit::{
 };
 use crate::error::{Error, Result};
 use crate::evolve::key_columns;
-use crate::files::deletes::{DeletedPositions, read_position_deletes};
-use crate::table::{LoadedTable, manifest_list};
+use crate::files::Fill;
+use crate::files::deletes::DeletedPositions;
+use crate::files::live::Scope;
+use crate::table::LoadedTable;
 use crate::write::is_full_load_file;
 
 mod merge;
@@ -205,9 +207,11 @@ impl<'a> Compact<'a> {
         report.groups_left = planner.groups_left;
         (report.data_files_after, report.delete_files_after) = planner.counts;
         if let Some(table) = LoadedTable::load(self.catalog, &self.ident).await? {
-            let (data, deletes) = live_files(self.catalog, &table.metadata).await?;
-            report.data_files_after = data.len();
-            report.delete_files_after = deletes.len();
+            let live = (self.catalog.files())
+                .live(&table.metadata, Scope::All, Fill::Pass)
+                .await?;
+            report.data_files_after = live.data().count();
+            report.delete_files_after = live.position_deletes().count();
         }
         report.elapsed_ms = started.elapsed().as_millis() as u64;
         Ok(report)
@@ -220,7 +224,7 @@ impl<'a> Compact<'a> {
         let large: Vec<&NewFile> = rewritten
             .files
             .iter()
-            .filter(|f| f.rows >= crate::lookup::index::INDEX_MIN_ROWS)
+            .filter(|f| f.rows >= crate::files::index::INDEX_MIN_ROWS)
             .collect();
         let schema = rewritten.schema.as_ref();
         let file_io = self.catalog.file_io();
@@ -386,10 +390,16 @@ impl<'a> Compact<'a> {
             .map(|(_, f)| f.file_path().to_string())
             .collect();
         let result = async {
-            let mut manifests =
-                commit::write_manifests(file_io, &md, snapshot_id, &written, &[], Some(base_seq))
-                    .await?;
-            let removal = remove_files(file_io, &md, snapshot_id, |f| {
+            let mut manifests = commit::write_manifests(
+                self.catalog.files(),
+                &md,
+                snapshot_id,
+                &written,
+                &[],
+                Some(base_seq),
+            )
+            .await?;
+            let removal = remove_files(self.catalog.files(), &md, snapshot_id, |f| {
                 paths.contains(f.file_path()) || removed_deletes.contains(f.file_path())
             })
             .await?;
@@ -464,7 +474,6 @@ impl<'a> Compact<'a> {
         sorted: &BTreeSet<String>,
         planned: &[LiveDelete],
     ) -> Result<Vec<merge::Input>> {
-        let file_io = self.catalog.file_io();
         let scan = t.scan().snapshot_id(snapshot_id).select_all().build()?;
         let wanted = paths.clone();
         let tasks: Vec<FileScanTask> = scan
@@ -488,8 +497,16 @@ impl<'a> Compact<'a> {
                 unread.insert(d.file_path.clone(), d.file_size_in_bytes);
             }
         }
-        let read = read_delete_files(file_io, unread).await?;
-        deletes.extend(read.into_iter().map(|(p, c)| (p, Arc::new(c))));
+        let unread: Vec<(&str, u64)> = unread.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+        let read = (self.catalog.files())
+            .position_deletes_of(&unread, Fill::Pass)
+            .await?;
+        deletes.extend(
+            unread
+                .iter()
+                .zip(read)
+                .map(|((p, _), (c, _))| (p.to_string(), c)),
+        );
         Ok(tasks
             .into_iter()
             .map(|mut task| {
@@ -602,60 +619,41 @@ async fn live_files(
     catalog: &dyn Catalog,
     md: &TableMetadata,
 ) -> Result<(Vec<LiveData>, Vec<LiveDelete>)> {
-    let file_io = catalog.file_io();
-    let Some(snapshot) = md.current_snapshot() else {
-        return Ok((vec![], vec![]));
-    };
-    let mut data = Vec::new();
-    let mut deletes = Vec::new();
-    let manifests = manifest_list(file_io, md, snapshot).await?;
-    let loaded: Vec<(ManifestFile, iceberg::spec::Manifest)> = futures::stream::iter(manifests)
-        .map(|m| async move {
-            let manifest = m.load_manifest(file_io).await?;
-            Ok::<_, Error>((m, manifest))
+    let files = catalog.files();
+    let live = files.live(md, Scope::All, Fill::Pass).await?;
+    let mut data: Vec<LiveData> = live
+        .data()
+        .map(|d| {
+            let f = d.file();
+            LiveData {
+                path: f.file_path().to_string(),
+                size: f.file_size_in_bytes(),
+                records: f.record_count(),
+                spec_id: d.spec_id,
+                partition: f.partition().clone(),
+                deleted: 0,
+                delete_files: 0,
+                sort_order_id: f.sort_order_id(),
+            }
         })
-        .buffer_unordered(crate::files::parquet::READ_CONCURRENCY)
-        .try_collect()
-        .await?;
-    let mut delete_files: Vec<(String, u64)> = Vec::new();
-    for (m, manifest) in &loaded {
-        for e in manifest.entries() {
-            if !e.is_alive() || e.status() == ManifestStatus::Deleted {
-                continue;
-            }
-            let f = e.data_file();
-            match f.content_type() {
-                DataContentType::Data => data.push(LiveData {
-                    path: f.file_path().to_string(),
-                    size: f.file_size_in_bytes(),
-                    records: f.record_count(),
-                    spec_id: m.partition_spec_id,
-                    partition: f.partition().clone(),
-                    deleted: 0,
-                    delete_files: 0,
-                    sort_order_id: f.sort_order_id(),
-                }),
-                DataContentType::PositionDeletes => {
-                    delete_files.push((f.file_path().to_string(), f.file_size_in_bytes()));
-                }
-                DataContentType::EqualityDeletes => {
-                    return Err(crate::files::equality_deletes_refused(f.file_path()));
-                }
-            }
-        }
-    }
-    let read = read_delete_files(file_io, delete_files).await?;
+        .collect();
+    let delete_files: Vec<(&str, u64)> = live
+        .position_deletes()
+        .map(|d| (d.file().file_path(), d.file().file_size_in_bytes()))
+        .collect();
+    let read = files.position_deletes_of(&delete_files, Fill::Pass).await?;
     let mut deleted_per_file: HashMap<String, (u64, usize)> = HashMap::new();
-    for (path, content) in read {
-        for (p, pos) in &content {
+    let mut deletes = Vec::with_capacity(read.len());
+    for ((path, _), (content, _)) in delete_files.iter().zip(read) {
+        for (p, pos) in content.iter() {
             let d = deleted_per_file.entry(p.clone()).or_default();
             d.0 += pos.len() as u64;
             d.1 += 1;
         }
         deletes.push(LiveDelete {
-            path,
+            path: path.to_string(),
             targets: content.keys().cloned().collect(),
-            content: Arc::new(content),
+            content,
         });
     }
     for d in &mut data {
@@ -667,22 +665,6 @@ async fn live_files(
         d.targets.retain(|t| live.contains(t));
     }
     Ok((data, deletes))
-}
-
-/// The content of position-delete files `(path, size)`, in their order. Many small files on
-/// object storage: read concurrently, not one by one.
-async fn read_delete_files(
-    file_io: &iceberg::io::FileIO,
-    files: impl IntoIterator<Item = (String, u64)>,
-) -> Result<Vec<(String, DeletedPositions)>> {
-    futures::stream::iter(files)
-        .map(|(path, size)| async move {
-            let content = read_position_deletes(file_io, &path, size).await?;
-            Ok::<_, Error>((path, content))
-        })
-        .buffered(crate::files::parquet::READ_CONCURRENCY)
-        .try_collect()
-        .await
 }
 
 /// The staged commit of the first group the next run would rewrite (tests of the protocol).

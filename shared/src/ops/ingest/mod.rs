@@ -34,7 +34,6 @@ use crate::commit::{self, AppliedRecord, ObjectMeta, Outcome, Standing};
 use crate::config::{Config, TableConfig};
 use crate::error::{Error, InputError, Result};
 use crate::locate::DmsObject;
-use crate::lookup::LookupCache;
 use crate::read::SourceData;
 use crate::table::{LoadedTable, keys};
 use plan::IngestPlanner;
@@ -102,7 +101,6 @@ impl ObjectSource for LocalFiles {
 pub struct Ingest<'a> {
     catalog: &'a dyn Catalog,
     config: &'a Config,
-    cache: Arc<LookupCache>,
     objects: Arc<dyn ObjectSource>,
     files_per_commit: usize,
     preloaded: std::sync::Mutex<Option<Option<LoadedTable>>>,
@@ -117,7 +115,6 @@ impl<'a> Ingest<'a> {
         Ingest {
             catalog,
             config,
-            cache: Arc::new(LookupCache::default()),
             objects: Arc::new(LocalFiles),
             files_per_commit: 1,
             preloaded: std::sync::Mutex::new(None),
@@ -149,12 +146,6 @@ impl<'a> Ingest<'a> {
         self
     }
 
-    /// Share a lookup cache across runs (warm Lambda, long CLI run).
-    pub fn cache(mut self, cache: Arc<LookupCache>) -> Self {
-        self.cache = cache;
-        self
-    }
-
     /// The table as the caller just loaded it (`None`: it does not exist), so the next
     /// `execute` for it does not load it again.
     pub fn loaded(self, table: Option<LoadedTable>) -> Self {
@@ -180,7 +171,7 @@ impl<'a> Ingest<'a> {
         on_commit: impl FnMut(&CommitReport),
     ) -> TableReport {
         let report = self.apply_files(schema, table, files, on_commit).await;
-        self.cache.finish_index_writes().await;
+        self.catalog.files().cache().finish_uploads().await;
         report
     }
 

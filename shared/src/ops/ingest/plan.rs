@@ -21,6 +21,7 @@ use crate::commit::{
 use crate::config::TableConfig;
 use crate::error::{Error, Rejected, Result};
 use crate::evolve;
+use crate::files::Files;
 use crate::locate::FileKind;
 use crate::lookup::{Located, locate_rows};
 use crate::process::spawn_beside;
@@ -722,17 +723,15 @@ impl IngestPlanner<'_> {
                 (Some(t), Mode::Changes { .. }) => Some(t.metadata.clone()),
                 _ => None,
             };
-            let file_io = self.ingest.catalog.file_io().clone();
-            let cache = self.ingest.cache.clone();
+            let files = self.ingest.catalog.files().clone();
             let target_file_size = self.cfg.target_file_size_bytes;
             let planned_md = planned.clone();
             let handle = tokio::runtime::Handle::current();
             let ran = tokio::task::spawn_blocking(move || {
                 let target = super::stream::Target {
-                    file_io: &file_io,
+                    files: &files,
                     planned: planned_md,
                     base: lookup_base,
-                    cache: &cache,
                     target_file_size,
                 };
                 let ran = super::stream::run(&spec, &target, &handle);
@@ -783,9 +782,15 @@ impl IngestPlanner<'_> {
             let delete_files = write_position_deletes(file_io, planned, deletes).await?;
             prepared.extend(delete_files.iter().map(|(_, f)| f.file_path().to_string()));
             failpoint("after-delete-files").await?;
-            let manifests =
-                commit::write_manifests(file_io, planned, snapshot_id, data, &delete_files, None)
-                    .await?;
+            let manifests = commit::write_manifests(
+                self.ingest.catalog.files(),
+                planned,
+                snapshot_id,
+                data,
+                &delete_files,
+                None,
+            )
+            .await?;
             prepared.extend(manifests.iter().map(|m| m.manifest_path.clone()));
             failpoint("after-manifests").await?;
             Ok::<_, Error>((delete_files, manifests))
@@ -890,12 +895,11 @@ impl IngestPlanner<'_> {
             .deduped
             .stale_check(md.current_schema(), &self.cfg.ordering_columns());
         locate_rows(
-            self.ingest.catalog.file_io(),
+            self.ingest.catalog.files(),
             md,
             &read.deduped.keys,
             ids,
             order.as_ref(),
-            &self.ingest.cache,
         )
         .await
     }
@@ -918,7 +922,7 @@ impl IngestPlanner<'_> {
         // warehouse, its blocking writes and fsyncs run on another core beside the data
         // file's instead of after them (on S3 the uploads overlapped already).
         let delete_branch = spawn_beside(delete_branch(
-            file_io.clone(),
+            self.ingest.catalog.files().clone(),
             planned.clone(),
             located.deletes.clone(),
             snapshot_id,
@@ -929,8 +933,15 @@ impl IngestPlanner<'_> {
                 .write_data(planned, key, read, outcomes, speculative, &mut prepared)
                 .await?;
             failpoint("after-data-files").await?;
-            let manifests =
-                commit::write_manifests(file_io, planned, snapshot_id, &data, &[], None).await?;
+            let manifests = commit::write_manifests(
+                self.ingest.catalog.files(),
+                planned,
+                snapshot_id,
+                &data,
+                &[],
+                None,
+            )
+            .await?;
             prepared.extend(manifests.iter().map(|m| m.manifest_path.clone()));
             Ok::<_, Error>((data, manifests))
         }
@@ -992,7 +1003,10 @@ impl IngestPlanner<'_> {
             let count: usize = content.values().map(Vec::len).sum();
             // One file per partition is what the writer makes; anything else is read back.
             if count as u64 == f.record_count() {
-                self.ingest.cache.remember_deletes(f.file_path(), content);
+                self.ingest
+                    .catalog
+                    .files()
+                    .remember_position_deletes(f.file_path(), content);
             }
         }
     }
@@ -1070,7 +1084,7 @@ impl IngestPlanner<'_> {
         // process does not read its own files back.
         let schema = planned.current_schema();
         let key_ids: Option<Vec<i32>> = key.iter().map(|k| schema.field_id_by_name(k)).collect();
-        let cache = &self.ingest.cache;
+        let cache = self.ingest.catalog.files().cache();
         let seen = |path: &str, rows: &arrow_array::RecordBatch| {
             let Some(ids) = &key_ids else { return };
             let cols: Option<Vec<arrow_array::ArrayRef>> = key
@@ -1292,7 +1306,7 @@ impl DeleteBranch {
 
 /// Position-delete files and their manifest (owned arguments: it runs as its own task).
 async fn delete_branch(
-    file_io: iceberg::io::FileIO,
+    files: Files,
     planned: Arc<TableMetadata>,
     deletes: BTreeMap<String, crate::write::FileDeletes>,
     snapshot_id: i64,
@@ -1303,10 +1317,10 @@ async fn delete_branch(
         error: None,
     };
     let steps = async {
-        out.files = write_position_deletes(&file_io, &planned, &deletes).await?;
+        out.files = write_position_deletes(files.io(), &planned, &deletes).await?;
         failpoint("after-delete-files").await?;
         out.manifests =
-            commit::write_manifests(&file_io, &planned, snapshot_id, &[], &out.files, None).await?;
+            commit::write_manifests(&files, &planned, snapshot_id, &[], &out.files, None).await?;
         Ok::<_, Error>(())
     }
     .await;

@@ -28,15 +28,15 @@ use arrow_array::types::{Int64Type, UInt8Type};
 use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt8Array, UInt64Array};
 use arrow_row::{OwnedRow, RowConverter, Rows, SortField};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef};
-use iceberg::io::FileIO;
 use iceberg::spec::{DataFile, PrimitiveType, TableMetadata};
 
 use super::FileInput;
 use super::read::{align, reject_null_keys};
 use crate::config::{BadRows, TableConfig};
 use crate::error::{Error, InputError, Rejected, Result};
+use crate::files::Files;
 use crate::locate::FileKind;
-use crate::lookup::{LookupCache, LookupStats, StaleCheck, locate_rows};
+use crate::lookup::{LookupStats, StaleCheck, locate_rows};
 use crate::read::{ChangeBatch, Observe, Observed, Op, SourceFile};
 use crate::spill::{SortSpec, Sorter};
 use crate::write::{DataFileStream, FileDeletes};
@@ -90,12 +90,11 @@ pub(super) enum Ran {
 
 /// Where the streamed pipeline looks keys up and writes files.
 pub(super) struct Target<'a> {
-    pub(super) file_io: &'a FileIO,
+    pub(super) files: &'a Files,
     /// The metadata files are written against (the table after this commit's schema change).
     pub(super) planned: Arc<TableMetadata>,
     /// The table as planned against, when it has rows to look up.
     pub(super) base: Option<Arc<TableMetadata>>,
-    pub(super) cache: &'a LookupCache,
     pub(super) target_file_size: u64,
 }
 
@@ -236,7 +235,7 @@ fn abandon(
     if let Ok(files) = written {
         handle.block_on(async {
             for (_, f) in files {
-                let _ = target.file_io.delete(f.file_path()).await;
+                let _ = target.files.io().delete(f.file_path()).await;
             }
         });
     }
@@ -260,7 +259,7 @@ fn write_rows(
     rx: Receiver<ToWriter>,
     handle: &tokio::runtime::Handle,
 ) -> Result<Vec<(i32, DataFile)>> {
-    let file_io = target.file_io;
+    let file_io = target.files.io();
     // Opened at the first rows, which tell which text columns get no dictionary.
     let mut sink: Option<DataFileStream> = None;
     for msg in rx {
@@ -965,12 +964,11 @@ impl<'a> Output<'a> {
             newer_snapshots: self.newer.clone(),
         });
         let located = locate_rows(
-            self.target.file_io,
+            self.target.files,
             &md,
             &keys,
             self.key_ids.clone(),
             check.as_ref(),
-            self.target.cache,
         )
         .await?;
         add_stats(&mut self.lookup, &located.stats);

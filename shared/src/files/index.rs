@@ -17,7 +17,7 @@
 //! - written by the first lookup that reads the whole key column of a large file (files of at
 //!   least [`INDEX_MIN_ROWS`] rows), whoever wrote the file (us, compaction, another engine);
 //!   the upload overlaps the rest of the commit and the invocation waits for it before it
-//!   ends ([`super::LookupCache::finish_index_writes`]);
+//!   ends ([`super::TableCache::finish_uploads`]);
 //! - used only if its header names the same data file size, row count and key types as the
 //!   manifest entry and the lookup, and its zstd checksum holds; otherwise ignored (the file's
 //!   key column is read, as without an index);

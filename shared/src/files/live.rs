@@ -1,0 +1,139 @@
+//! The live files of a snapshot: the one walk over its manifests that lookup, compaction,
+//! validation and history share, and the one place a table with equality deletes is refused.
+
+use std::sync::Arc;
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use iceberg::spec::{
+    DataContentType, DataFile, Manifest, ManifestContentType, ManifestEntry, ManifestFile,
+    Snapshot, TableMetadata,
+};
+
+use super::deletes::DeletedPositions;
+use super::parquet::READ_CONCURRENCY;
+use super::{Files, Fill, equality_deletes_refused};
+use crate::error::Result;
+
+/// Which manifests a walk reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Data manifests only: the delete manifests are not read at all.
+    Data,
+    /// Data and delete manifests.
+    All,
+}
+
+/// A snapshot's manifests as read (shared with the cache: nothing is copied).
+pub(crate) struct LiveFiles {
+    manifests: Vec<(ManifestFile, Arc<Manifest>)>,
+    /// The first live equality-delete file seen, if any.
+    equality: Option<String>,
+}
+
+/// A live file, with the partition spec its manifest was written for.
+#[derive(Clone, Copy)]
+pub(crate) struct LiveFile<'a> {
+    pub(crate) entry: &'a ManifestEntry,
+    pub(crate) spec_id: i32,
+}
+
+impl<'a> LiveFile<'a> {
+    pub(crate) fn file(&self) -> &'a DataFile {
+        self.entry.data_file()
+    }
+}
+
+impl Files {
+    /// The live files of the current snapshot. Refuses a table with equality deletes (when the
+    /// delete manifests are read): every reader here applies position deletes only.
+    pub(crate) async fn live(
+        &self,
+        md: &TableMetadata,
+        scope: Scope,
+        fill: Fill,
+    ) -> Result<LiveFiles> {
+        let Some(snapshot) = md.current_snapshot() else {
+            return Ok(LiveFiles {
+                manifests: Vec::new(),
+                equality: None,
+            });
+        };
+        let live = self.live_in(md, snapshot, scope, fill).await?;
+        match &live.equality {
+            Some(path) => Err(equality_deletes_refused(path)),
+            None => Ok(live),
+        }
+    }
+
+    /// The live files of any snapshot, equality deletes included (counting rows, not writing).
+    pub(crate) async fn live_in(
+        &self,
+        md: &TableMetadata,
+        snapshot: &Snapshot,
+        scope: Scope,
+        fill: Fill,
+    ) -> Result<LiveFiles> {
+        let list = self.manifest_list(md, snapshot).await?;
+        let wanted: Vec<ManifestFile> = list
+            .iter()
+            .filter(|m| scope == Scope::All || m.content == ManifestContentType::Data)
+            .cloned()
+            .collect();
+        let read = self.manifests(&wanted, fill).await?;
+        let manifests: Vec<(ManifestFile, Arc<Manifest>)> = wanted.into_iter().zip(read).collect();
+        let equality = manifests
+            .iter()
+            .filter(|(m, _)| m.content == ManifestContentType::Deletes)
+            .flat_map(|(_, manifest)| manifest.entries())
+            .find(|e| e.is_alive() && e.content_type() == DataContentType::EqualityDeletes)
+            .map(|e| e.file_path().to_string());
+        Ok(LiveFiles {
+            manifests,
+            equality,
+        })
+    }
+
+    /// The content of position-delete files `(path, size)`, in their order, with whether each
+    /// was read from storage; many small files on object storage, so read concurrently.
+    pub(crate) async fn position_deletes_of(
+        &self,
+        files: &[(&str, u64)],
+        fill: Fill,
+    ) -> Result<Vec<(Arc<DeletedPositions>, bool)>> {
+        futures::stream::iter(0..files.len())
+            .map(|i| self.position_deletes(files[i].0, files[i].1, fill))
+            .buffered(READ_CONCURRENCY)
+            .try_collect()
+            .await
+    }
+}
+
+impl LiveFiles {
+    fn entries(&self, content: DataContentType) -> impl Iterator<Item = LiveFile<'_>> {
+        self.manifests.iter().flat_map(move |(m, manifest)| {
+            manifest
+                .entries()
+                .iter()
+                .filter(move |e| e.is_alive() && e.content_type() == content)
+                .map(|e| LiveFile {
+                    entry: e.as_ref(),
+                    spec_id: m.partition_spec_id,
+                })
+        })
+    }
+
+    /// Live data files, in manifest-list order.
+    pub(crate) fn data(&self) -> impl Iterator<Item = LiveFile<'_>> {
+        self.entries(DataContentType::Data)
+    }
+
+    /// Live position-delete files (none under [`Scope::Data`]).
+    pub(crate) fn position_deletes(&self) -> impl Iterator<Item = LiveFile<'_>> {
+        self.entries(DataContentType::PositionDeletes)
+    }
+
+    /// The first live equality-delete file, for readers that count instead of refusing.
+    pub(crate) fn equality_deletes(&self) -> Option<&str> {
+        self.equality.as_deref()
+    }
+}
