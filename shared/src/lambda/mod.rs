@@ -1,5 +1,5 @@
-//! The Lambda functions' logic (the binaries only wire clients and call these), and the
-//! environment they are configured by. See README "Run on AWS".
+//! The Lambda functions' logic, their process ([`serve`]: the binaries' `main` is one call),
+//! and the environment they are configured by. See README "Run on AWS".
 //!
 //! Handlers take typed events ([`events`]) and the catalog and object store as traits
 //! ([`crate::catalog::Catalog`], [`crate::storage::ObjectStore`]): the functions pass Glue and S3, tests
@@ -10,6 +10,7 @@ pub mod events;
 pub mod ingest;
 pub mod metrics;
 pub mod runtime;
+pub mod serve;
 #[cfg(test)]
 mod tests;
 

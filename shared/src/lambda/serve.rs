@@ -1,0 +1,116 @@
+//! The functions' process, start to end: allocator and JSON logs, initialisation (its failure
+//! reported to the Runtime API), then the invocation loop. Each binary's `main` is one call to
+//! [`ingest`] or [`compact`]; what an invocation does is in the handlers.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
+
+use super::compact::{CompactEnv, CompactHandler};
+use super::events::{CompactEvent, IngestEvent};
+use super::ingest::IngestHandler;
+use super::runtime::report_init_error;
+use super::{FunctionEnv, FunctionError, guarded};
+use crate::aws::{Aws, S3Objects, check_ca_store};
+use crate::files::{CacheLimits, TableCache};
+
+/// The ingest function: one warm cache of table files and one Glue catalog for its lifetime.
+pub async fn ingest() -> Result<(), lambda_runtime::Error> {
+    let handler = start(async {
+        let env = FunctionEnv::from_env()?;
+        check_ca_store()?;
+        let aws = Aws::from_env().await;
+        // Owned here, for the function's lifetime: warm invocations read back nothing the
+        // function wrote or read before.
+        let cache = Arc::new(TableCache::new(CacheLimits {
+            key_bytes: env.key_cache_bytes,
+        }));
+        let catalog = Arc::new(aws.glue_catalog(&env.warehouse)?.with_cache(cache));
+        let objects = Arc::new(S3Objects::new(aws.s3.clone(), env.spool.clone()));
+        Ok(IngestHandler::new(env, catalog, objects).await?)
+    })
+    .await?;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<IngestEvent>| {
+        let handler = handler.clone();
+        async move {
+            guarded(handler.handle(event.payload))
+                .await
+                .map_err(diagnostic)
+        }
+    }))
+    .await
+}
+
+/// The compaction function, with the invocation's deadline passed to the handler (it stops
+/// starting work it could not finish).
+pub async fn compact() -> Result<(), lambda_runtime::Error> {
+    let handler = start(async {
+        let env = FunctionEnv::from_env()?;
+        let settings = CompactEnv::from_env()?;
+        check_ca_store()?;
+        let aws = Aws::from_env().await;
+        // A function granted one database cannot list the others (GetDatabases).
+        let catalog = aws
+            .glue_catalog(&env.warehouse)?
+            .only_database(env.database.clone());
+        Ok(CompactHandler::new(Arc::new(catalog), &env, settings))
+    })
+    .await?;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<CompactEvent>| {
+        let handler = handler.clone();
+        // The context's deadline is wall-clock milliseconds; turn it into an Instant.
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let deadline =
+            Instant::now() + Duration::from_millis(event.context.deadline.saturating_sub(now_ms));
+        async move {
+            guarded(handler.handle(event.payload, Some(deadline)))
+                .await
+                .map_err(diagnostic)
+        }
+    }))
+    .await
+}
+
+/// Tunes the allocator, starts JSON logging and runs `init`; a failure is logged and posted to
+/// the Runtime API's init-error endpoint before the process exits with it.
+async fn start<H>(
+    init: impl Future<Output = Result<H, FunctionError>>,
+) -> Result<Arc<H>, lambda_runtime::Error> {
+    crate::process::tune_allocator();
+    let started = Instant::now();
+    tracing_subscriber::fmt()
+        .json()
+        .with_current_span(false)
+        .with_target(false)
+        .without_time()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match guarded(init).await {
+        Ok(h) => {
+            tracing::info!(
+                init_ms = started.elapsed().as_millis() as u64,
+                "initialised"
+            );
+            Ok(Arc::new(h))
+        }
+        Err(e) => {
+            tracing::error!(kind = %e.kind, error = %e.message, "initialisation failed");
+            report_init_error(&e);
+            Err(e.into())
+        }
+    }
+}
+
+fn diagnostic(e: FunctionError) -> Diagnostic {
+    Diagnostic {
+        error_type: e.kind,
+        error_message: e.message,
+    }
+}
