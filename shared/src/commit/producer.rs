@@ -142,110 +142,14 @@ pub(super) async fn build_attempt(
         uuid::Uuid::new_v4()
     );
     written.push(list_path.clone());
-    // What a read of the list returns: every manifest this attempt wrote (ours, and those a
-    // reload or rewrite wrote to remove files) gets this attempt's sequence number, as the
-    // writer assigns it. A cached entry left unassigned would make the next commit's writer
-    // refuse the list.
-    let entries: Vec<ManifestFile> = staged
-        .manifests
-        .iter()
-        .cloned()
-        .chain(carried)
-        .map(|mut m| {
-            if m.sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
-                m.sequence_number = sequence_number;
-            }
-            if m.min_sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
-                m.min_sequence_number = sequence_number;
-            }
-            m
-        })
-        .collect();
-
-    let mut props: HashMap<String, String> =
-        summary::summarize(parent.as_ref().map(|p| p.summary()), &added);
-    props.extend(staged.summary.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let added_data = staged.added.data_files > 0;
-    let added_deletes = staged.added.delete_files > 0;
-    let snapshot = Snapshot::builder()
-        .with_snapshot_id(staged.snapshot_id)
-        .with_parent_snapshot_id(parent.as_ref().map(|p| p.snapshot_id()))
-        .with_sequence_number(sequence_number)
-        .with_timestamp_ms(
-            chrono::Utc::now()
-                .timestamp_millis()
-                .max(base_md.last_updated_ms()),
-        )
-        .with_manifest_list(list_path.clone())
-        .with_schema_id(staged.schema_id)
-        .with_summary(Summary {
-            operation: staged.change.operation(added_deletes, added_data),
-            additional_properties: props,
-        })
-        .build();
+    let entries = list_entries(staged, carried, sequence_number);
+    let snapshot = new_snapshot(staged, base_md, &added, sequence_number, &list_path);
     // The manifest list needs only the entries: it is written by a task of its own while the
     // metadata is built and written (the local filesystem's writes and fsyncs block the thread
     // they run on; on S3 the two uploads overlap either way).
-    let write_list = {
-        let (file_io, list_path, entries) = (file_io.clone(), list_path.clone(), entries.clone());
-        let (snapshot_id, parent_id) =
-            (staged.snapshot_id, parent.as_ref().map(|p| p.snapshot_id()));
-        crate::process::spawn_beside(async move {
-            let mut writer = ManifestListWriter::v2(
-                file_io.new_output(&list_path)?.writer().await?,
-                snapshot_id,
-                parent_id,
-                sequence_number,
-            );
-            writer.add_manifests(entries.into_iter())?;
-            writer.close().await?;
-            Ok::<_, Error>(())
-        })
-        .await
-    };
-    let list_written = async move {
-        write_list
-            .await
-            .map_err(|e| Error::Other(format!("writing the manifest list: {e}")))?
-    };
-    let built = async {
-        let mut builder = staged
-            .changes
-            .apply_to(base_md.clone().into_builder(base_location.clone()))?;
-        if base_md.format_version() == FormatVersion::V1 {
-            builder = builder.upgrade_format_version(FormatVersion::V2)?;
-        }
-        let mut builder = builder.set_branch_snapshot(snapshot, MAIN_BRANCH)?;
-        if let Some(update) = &staged.record {
-            // Recomputed from the table as it is: validation made sure it still holds what the
-            // input was planned against, and read it (unless it had no inputs to check).
-            let now = match validated_record {
-                Some(r) => r,
-                None => AppliedRecord::of_table(base_md)?.unwrap_or_default(),
-            };
-            let next = now.applied_with(
-                &update.inputs,
-                &update.carried,
-                update.reload,
-                update.change_seq.clone(),
-                update.window,
-                chrono::Utc::now().timestamp_millis(),
-            );
-            builder = builder.set_properties([(PROPERTY.to_string(), next.encode()?)].into())?;
-        }
-        let build = builder.build()?;
-        let metadata = build.metadata;
-        let refs = crate::files::metadata::refs_after(base_refs, &build.changes, &metadata);
-        let location = match &base_location {
-            Some(l) => MetadataLocation::from_str(l)?
-                .with_next_version()
-                .with_new_metadata(&metadata),
-            None => MetadataLocation::new_with_metadata(metadata.location(), &metadata),
-        }
-        .to_string();
-        Ok::<_, Error>((metadata, refs, location))
-    }
-    .await;
+    let list_written = write_list(file_io, &list_path, &entries, &snapshot).await;
+    let base = (base_md, base_location.as_deref(), base_refs);
+    let built = build_metadata(staged, base, snapshot, validated_record);
     let (metadata, refs, location) = match built {
         Ok(b) => b,
         Err(e) => {
@@ -279,6 +183,142 @@ pub(super) async fn build_attempt(
         location,
         written,
     })
+}
+
+/// The attempt's manifest list as a read of it returns it: every manifest this attempt wrote
+/// (ours, and those a reload or rewrite wrote to remove files) gets this attempt's sequence
+/// number, as the writer assigns it. A cached entry left unassigned would make the next
+/// commit's writer refuse the list.
+fn list_entries(
+    staged: &Staged,
+    carried: Vec<ManifestFile>,
+    sequence_number: i64,
+) -> Vec<ManifestFile> {
+    staged
+        .manifests
+        .iter()
+        .cloned()
+        .chain(carried)
+        .map(|mut m| {
+            if m.sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
+                m.sequence_number = sequence_number;
+            }
+            if m.min_sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
+                m.min_sequence_number = sequence_number;
+            }
+            m
+        })
+        .collect()
+}
+
+/// The attempt's snapshot on the current one of `base_md`.
+fn new_snapshot(
+    staged: &Staged,
+    base_md: &TableMetadata,
+    added: &super::Added,
+    sequence_number: i64,
+    list_path: &str,
+) -> Snapshot {
+    let parent = base_md.current_snapshot();
+    let mut props: HashMap<String, String> = summary::summarize(parent.map(|p| p.summary()), added);
+    props.extend(staged.summary.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let added_data = staged.added.data_files > 0;
+    let added_deletes = staged.added.delete_files > 0;
+    Snapshot::builder()
+        .with_snapshot_id(staged.snapshot_id)
+        .with_parent_snapshot_id(parent.map(|p| p.snapshot_id()))
+        .with_sequence_number(sequence_number)
+        .with_timestamp_ms(
+            chrono::Utc::now()
+                .timestamp_millis()
+                .max(base_md.last_updated_ms()),
+        )
+        .with_manifest_list(list_path.to_string())
+        .with_schema_id(staged.schema_id)
+        .with_summary(Summary {
+            operation: staged.change.operation(added_deletes, added_data),
+            additional_properties: props,
+        })
+        .build()
+}
+
+/// Starts writing the manifest list of `snapshot` on a task of its own; the future resolves
+/// when it is written.
+async fn write_list(
+    file_io: &FileIO,
+    list_path: &str,
+    entries: &[ManifestFile],
+    snapshot: &Snapshot,
+) -> impl Future<Output = Result<()>> + use<> {
+    let (file_io, list_path, entries) = (file_io.clone(), list_path.to_string(), entries.to_vec());
+    let (snapshot_id, parent_id, sequence_number) = (
+        snapshot.snapshot_id(),
+        snapshot.parent_snapshot_id(),
+        snapshot.sequence_number(),
+    );
+    let task = crate::process::spawn_beside(async move {
+        let mut writer = ManifestListWriter::v2(
+            file_io.new_output(&list_path)?.writer().await?,
+            snapshot_id,
+            parent_id,
+            sequence_number,
+        );
+        writer.add_manifests(entries.into_iter())?;
+        writer.close().await?;
+        Ok::<_, Error>(())
+    })
+    .await;
+    async move {
+        task.await
+            .map_err(|e| Error::Other(format!("writing the manifest list: {e}")))?
+    }
+}
+
+/// The table's next metadata: the staged changes, the format upgrade a v1 table gets, the new
+/// snapshot as `main`, the applied-file record; with its refs and location.
+fn build_metadata(
+    staged: &Staged,
+    (base_md, base_location, base_refs): (&TableMetadata, Option<&str>, &Refs),
+    snapshot: Snapshot,
+    validated_record: Option<std::sync::Arc<AppliedRecord>>,
+) -> Result<(TableMetadata, Option<Refs>, String)> {
+    let mut builder = staged.changes.apply_to(
+        base_md
+            .clone()
+            .into_builder(base_location.map(str::to_string)),
+    )?;
+    if base_md.format_version() == FormatVersion::V1 {
+        builder = builder.upgrade_format_version(FormatVersion::V2)?;
+    }
+    let mut builder = builder.set_branch_snapshot(snapshot, MAIN_BRANCH)?;
+    if let Some(update) = &staged.record {
+        // Recomputed from the table as it is: validation made sure it still holds what the
+        // input was planned against, and read it (unless it had no inputs to check).
+        let now = match validated_record {
+            Some(r) => r,
+            None => AppliedRecord::of_table(base_md)?.unwrap_or_default(),
+        };
+        let next = now.applied_with(
+            &update.inputs,
+            &update.carried,
+            update.reload,
+            update.change_seq.clone(),
+            update.window,
+            chrono::Utc::now().timestamp_millis(),
+        );
+        builder = builder.set_properties([(PROPERTY.to_string(), next.encode()?)].into())?;
+    }
+    let build = builder.build()?;
+    let metadata = build.metadata;
+    let refs = crate::files::metadata::refs_after(base_refs, &build.changes, &metadata);
+    let location = match base_location {
+        Some(l) => MetadataLocation::from_str(l)?
+            .with_next_version()
+            .with_new_metadata(&metadata),
+        None => MetadataLocation::new_with_metadata(metadata.location(), &metadata),
+    }
+    .to_string();
+    Ok((metadata, refs, location))
 }
 
 /// Manifests that replace the current snapshot's manifests holding removed files.
