@@ -173,7 +173,7 @@ impl S3Objects {
         let handle = self.ahead.lock().ok()?.remove(uri)?;
         Some(match handle.await {
             Ok(r) => r,
-            Err(e) => Err(Error::Other(format!("download of {uri} failed: {e}"))),
+            Err(e) => Err(Error::Storage(format!("download of {uri} failed: {e}"))),
         })
     }
 

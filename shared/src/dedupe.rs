@@ -204,9 +204,9 @@ impl Input {
         let idx: Vec<usize> = key
             .iter()
             .map(|k| {
-                schema
-                    .index_of(k)
-                    .map_err(|_| Error::Other(format!("key column `{k}` missing from the batch")))
+                schema.index_of(k).map_err(|_| {
+                    Error::Internal(format!("key column `{k}` missing from the batch"))
+                })
             })
             .collect::<Result<_>>()?;
         let arrays: Vec<ArrayRef> = idx
@@ -255,7 +255,7 @@ impl Input {
             .iter()
             .map(|c| {
                 let i = schema.index_of(c).map_err(|_| {
-                    Error::Other(format!("ordering column `{c}` is not in the file"))
+                    Error::Config(format!("ordering column `{c}` is not in the file"))
                 })?;
                 self.column(schema, i)
             })

@@ -184,8 +184,33 @@ pub enum Error {
     #[error("unsupported: {0}")]
     Unsupported(String),
 
+    /// The table's own files disagree with its metadata (a data file with other row counts
+    /// than its manifest says, a partition spec or sequence number missing, an unreadable
+    /// applied-file record): written or damaged by something else; nothing is committed.
+    #[error("table files: {0}")]
+    Table(String),
+
+    /// A DMS file that cannot be applied in DMS order now (older than what the table's record
+    /// still lists, or a full-load file whose load cannot be merged): needs a reload or a
+    /// later run, not a retry of the same invocation.
     #[error("{0}")]
-    Other(String),
+    Order(String),
+
+    /// The catalog swap may or may not have happened (a timeout, a lost connection) and could
+    /// not be resolved: the next run finds out from the table's record.
+    #[error(
+        "commit to {table} may or may not have landed ({reason}); run it again: the table's record says what is applied"
+    )]
+    CommitUnknown { table: String, reason: String },
+
+    /// A snapshot a time-travel read names that the table does not have.
+    #[error("table {table} has no snapshot {what}")]
+    NoSuchSnapshot { table: String, what: String },
+
+    /// A broken invariant of dms2iceberg itself (a task that panicked, a lock poisoned, a
+    /// state the code does not expect): a bug to report.
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl From<InputError> for Error {
@@ -225,10 +250,15 @@ impl Error {
             Error::CommitFailed { .. } => "CommitConflict",
             Error::Catalog(_) | Error::Sqlite(_) => "CatalogError",
             Error::Storage(_) | Error::Io { .. } => "StorageError",
-            Error::Iceberg(_) | Error::Parquet(_) | Error::Arrow(_) => "TableError",
+            Error::Iceberg(_) | Error::Parquet(_) | Error::Arrow(_) | Error::Table(_) => {
+                "TableError"
+            }
+            Error::Order(_) => "OrderError",
+            Error::CommitUnknown { .. } => "CommitUnknown",
+            Error::NoSuchSnapshot { .. } => "NoSuchSnapshot",
             Error::Unsupported(_) => "Unsupported",
             Error::NoSuchTable { .. } => "NoSuchTable",
-            Error::Other(_) => "Error",
+            Error::Internal(_) => "InternalError",
         }
     }
 }
@@ -292,7 +322,7 @@ mod tests {
         for e in &errors {
             assert_ne!(e.kind(), "Error", "{e:?}");
         }
-        assert_eq!(Error::Other("x".into()).kind(), "Error");
+        assert_eq!(Error::Internal("x".into()).kind(), "InternalError");
     }
 
     #[test]

@@ -85,7 +85,9 @@ impl RowMapBuilder {
             .write(true)
             .create_new(true)
             .open(&path)
-            .map_err(|e| Error::Other(format!("row map: cannot create {}: {e}", path.display())))?;
+            .map_err(|e| {
+                Error::Internal(format!("row map: cannot create {}: {e}", path.display()))
+            })?;
         // Unlinked at once: the open handle keeps it; nothing is left behind, even by a crash.
         let _ = std::fs::remove_file(&path);
         let mut offset = 0;
@@ -117,9 +119,9 @@ impl RowMapBuilder {
         let i = self
             .inputs
             .get_mut(input)
-            .ok_or_else(|| Error::Other(format!("row map: no input {input}")))?;
+            .ok_or_else(|| Error::Internal(format!("row map: no input {input}")))?;
         if pos >= i.rows {
-            return Err(Error::Other(format!(
+            return Err(Error::Internal(format!(
                 "data file {}: row {pos} beyond the {} rows its manifest entry says",
                 i.path, i.rows
             )));
@@ -129,7 +131,7 @@ impl RowMapBuilder {
             return Ok(());
         };
         if pos < o.next {
-            return Err(Error::Other(format!(
+            return Err(Error::Internal(format!(
                 "row map: rows of {} out of file order ({pos} after {})",
                 i.path, o.next
             )));
@@ -166,7 +168,7 @@ impl RowMapBuilder {
                         .iter()
                         .find(|r| **r != RowMap::NOT_WRITTEN && u64::from(**r) >= total)
                     {
-                        return Err(Error::Other(format!(
+                        return Err(Error::Internal(format!(
                             "row map: row {r} of {total} written, from {}",
                             i.path
                         )));
@@ -206,7 +208,7 @@ fn write_at(spill: &std::fs::File, bytes: &[u8], at: u64) -> Result<()> {
     use std::os::unix::fs::FileExt;
     spill
         .write_all_at(bytes, at)
-        .map_err(|e| Error::Other(format!("row map: cannot write its temporary file: {e}")))
+        .map_err(|e| Error::Internal(format!("row map: cannot write its temporary file: {e}")))
 }
 
 impl RowMap {
@@ -239,7 +241,7 @@ impl RowMap {
     fn row_of(&self, old: &str, pos: i64) -> Result<Option<u32>> {
         use std::os::unix::fs::FileExt;
         let (offset, rows) = self.moved.get(old).ok_or_else(|| {
-            Error::Other(format!("rewrite has no row map for replaced file {old}"))
+            Error::Internal(format!("rewrite has no row map for replaced file {old}"))
         })?;
         let Ok(pos) = u64::try_from(pos) else {
             return Ok(None);
@@ -250,7 +252,9 @@ impl RowMap {
         let mut b = [0u8; 4];
         self.spill
             .read_exact_at(&mut b, offset + pos * 4)
-            .map_err(|e| Error::Other(format!("row map: cannot read its temporary file: {e}")))?;
+            .map_err(|e| {
+                Error::Internal(format!("row map: cannot read its temporary file: {e}"))
+            })?;
         Ok(Some(u32::from_le_bytes(b)))
     }
 
@@ -280,7 +284,7 @@ impl RowMap {
                 let Some((path, spec_id, partition, start)) =
                     file.checked_sub(1).and_then(|f| self.new_files.get(f))
                 else {
-                    return Err(Error::Other(format!(
+                    return Err(Error::Internal(format!(
                         "row map: no new file holds row {row}"
                     )));
                 };

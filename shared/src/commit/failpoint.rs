@@ -26,7 +26,7 @@ pub(crate) async fn failpoint(name: &str) -> Result<()> {
         tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
         return Ok(());
     }
-    Err(crate::error::Error::Other(format!("failpoint {name}")))
+    Err(crate::error::Error::Internal(format!("failpoint {name}")))
 }
 
 #[cfg(not(feature = "failpoints"))]

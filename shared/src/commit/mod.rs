@@ -383,10 +383,10 @@ pub(crate) async fn run<P: Planner>(
                 return Err(e);
             }
             Err(CommitError::Unknown(reason)) => {
-                return Err(Error::Other(format!(
-                    "commit to {ident} may or may not have landed ({reason}); run it again: \
-                     the table's record says what is applied"
-                )));
+                return Err(Error::CommitUnknown {
+                    table: ident.to_string(),
+                    reason,
+                });
             }
         }
     }
@@ -572,7 +572,7 @@ pub(crate) async fn write_manifests(
             let (content, spec_id) = (*content, *spec_id);
             let spec: &PartitionSpecRef =
                 metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
-                    Error::Other(format!(
+                    Error::Table(format!(
                         "partition spec {spec_id} is not in the table metadata"
                     ))
                 })?;

@@ -108,7 +108,7 @@ pub(super) async fn build_attempt(
             ),
             // A table not yet created has no snapshots, so no refs.
             (None, Base::Create(m)) => (m.as_ref(), None, &empty),
-            (None, Base::Existing(_)) => return Err(Error::Other("table vanished".into())),
+            (None, Base::Existing(_)) => return Err(Error::Internal("table vanished".into())),
         };
     super::writable_version(base_md, &staged.ident.to_string())?;
     let parent = base_md.current_snapshot().cloned();
@@ -270,7 +270,7 @@ async fn write_list(
     .await;
     async move {
         task.await
-            .map_err(|e| Error::Other(format!("writing the manifest list: {e}")))?
+            .map_err(|e| Error::Internal(format!("writing the manifest list: {e}")))?
     }
 }
 
@@ -360,7 +360,7 @@ pub(crate) async fn remove_files(
         let spec = md
             .partition_spec_by_id(m.partition_spec_id)
             .ok_or_else(|| {
-                Error::Other(format!(
+                Error::Table(format!(
                     "partition spec {} not in table metadata",
                     m.partition_spec_id
                 ))
@@ -388,7 +388,7 @@ pub(crate) async fn remove_files(
             let (Some(seq), Some(file_seq), Some(sid)) =
                 (e.sequence_number(), e.file_sequence_number, e.snapshot_id())
             else {
-                return Err(Error::Other(format!(
+                return Err(Error::Table(format!(
                     "manifest entry {} lacks sequence numbers",
                     e.file_path()
                 )));

@@ -262,7 +262,7 @@ impl AppliedRecord {
 
     pub(crate) fn decode(raw: &str) -> Result<AppliedRecord> {
         let bad = |why: String| {
-            Error::Other(format!(
+            Error::Table(format!(
                 "table property {PROPERTY} cannot be read ({why}); it records which DMS files \
                  the table holds: restore it from an earlier metadata.json, or declare what the \
                  table holds with `dms2iceberg mark-applied`"
@@ -299,7 +299,7 @@ impl AppliedRecord {
             load: self.load.clone(),
             superseded: self.superseded.clone(),
         };
-        serde_json::to_string(&s).map_err(|e| Error::Other(e.to_string()))
+        serde_json::to_string(&s).map_err(|e| Error::Internal(e.to_string()))
     }
 
     /// The object key recorded at `order` (a change file in the window, or a LOAD file of the
@@ -429,7 +429,7 @@ impl AppliedRecord {
         if let Some(h) = &self.horizon
             && h > floor
         {
-            return Err(Error::Other(format!(
+            return Err(Error::Order(format!(
                 "{order} arrived after files that the applied-file record no longer lists \
                  (it keeps the last {} change files, up to {h}): it cannot be merged in order; \
                  reload the table from DMS, or raise `applied_record_files`",
@@ -691,8 +691,8 @@ fn encode_files(files: &BTreeMap<OrderKey, String>) -> Result<String> {
     // a property that is a few KB.
     let mut z = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
     z.write_all(text.as_bytes())
-        .map_err(|e| Error::Other(e.to_string()))?;
-    let bytes = z.finish().map_err(|e| Error::Other(e.to_string()))?;
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    let bytes = z.finish().map_err(|e| Error::Internal(e.to_string()))?;
     Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
 }
 

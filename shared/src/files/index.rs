@@ -321,11 +321,11 @@ impl PackedKeys {
     ) -> Result<Option<Self>> {
         let mut r = Reader { bytes, at: 0 };
         if r.take(8)? != MAGIC {
-            return Err(Error::Other("not a dms2iceberg key index".into()));
+            return Err(Error::Table("not a dms2iceberg key index".into()));
         }
         let version = r.u32()?;
         if version != VERSION {
-            return Err(Error::Other(format!("key index version {version} unknown")));
+            return Err(Error::Table(format!("key index version {version} unknown")));
         }
         let (size, len) = (r.u64()?, r.u64()?);
         let sig_len = r.u32()? as usize;
@@ -336,17 +336,17 @@ impl PackedKeys {
         let (blocks, delta_bytes) = (r.u64()? as usize, r.u64()? as usize);
         let len = usize::try_from(len).map_err(index_error)?;
         if blocks != len.div_ceil(BLOCK) {
-            return Err(Error::Other(format!(
+            return Err(Error::Table(format!(
                 "key index holds {blocks} blocks for {len} keys"
             )));
         }
         let body_len = blocks
             .checked_mul(16)
             .and_then(|h| h.checked_add(delta_bytes))
-            .ok_or_else(|| Error::Other("key index sizes overflow".into()))?;
+            .ok_or_else(|| Error::Table("key index sizes overflow".into()))?;
         let body = zstd::bulk::decompress(&bytes[r.at..], body_len).map_err(index_error)?;
         if body.len() != body_len {
-            return Err(Error::Other(format!(
+            return Err(Error::Table(format!(
                 "key index body is {} bytes, its header says {body_len}",
                 body.len()
             )));
@@ -359,7 +359,7 @@ impl PackedKeys {
             let first = i64::from_le_bytes(first.try_into().map_err(index_error)?);
             let at = u64::from_le_bytes(at.try_into().map_err(index_error)?);
             if at < prev_at || at > delta_bytes as u64 {
-                return Err(Error::Other("key index block offsets out of order".into()));
+                return Err(Error::Table("key index block offsets out of order".into()));
             }
             prev_at = at;
             heads.push((first, at));
@@ -375,7 +375,7 @@ impl PackedKeys {
 }
 
 fn index_error(e: impl std::fmt::Display) -> Error {
-    Error::Other(format!("key index: {e}"))
+    Error::Table(format!("key index: {e}"))
 }
 
 struct Reader<'a> {
@@ -389,7 +389,7 @@ impl<'a> Reader<'a> {
             .at
             .checked_add(n)
             .filter(|&e| e <= self.bytes.len())
-            .ok_or_else(|| Error::Other("key index truncated".into()))?;
+            .ok_or_else(|| Error::Table("key index truncated".into()))?;
         let s = &self.bytes[self.at..end];
         self.at = end;
         Ok(s)

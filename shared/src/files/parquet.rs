@@ -72,7 +72,7 @@ pub(crate) async fn large_read_permit(
         .acquire()
         .await
         .map(Some)
-        .map_err(|e| Error::Other(format!("read limit: {e}")))
+        .map_err(|e| Error::Internal(format!("read limit: {e}")))
 }
 
 /// Opens a Parquet file for async reading: whole, in one request, if it is small; else

@@ -165,7 +165,7 @@ impl Keys {
         });
         self.encoded
             .get()
-            .ok_or_else(|| Error::Other("key encodings were not kept".into()))
+            .ok_or_else(|| Error::Internal("key encodings were not kept".into()))
     }
 
     /// Could a file whose key columns lie within these bounds hold one of the keys?
@@ -755,7 +755,7 @@ async fn scan_file(
                         offset = 0;
                     }
                     None => {
-                        return Err(Error::Other(format!(
+                        return Err(Error::Table(format!(
                             "{}: more rows than row groups hold",
                             c.path
                         )));
@@ -783,7 +783,7 @@ fn key_values(batches: &[RecordBatch], k: &Keys, total: usize, path: &str) -> Re
             let cols = key_columns_of(b, k)?;
             let col = cols.first().filter(|c| c.null_count() == 0);
             let Some(x) = col.and_then(int_values) else {
-                return Err(Error::Other(format!(
+                return Err(Error::Internal(format!(
                     "{}: key column is not an integer column without NULLs",
                     path
                 )));
@@ -862,7 +862,7 @@ pub async fn write_key_index(
         .await?;
     let total: usize = batches.iter().map(|b| b.num_rows()).sum();
     if total as u64 != rows {
-        return Err(Error::Other(format!(
+        return Err(Error::Table(format!(
             "{path}: {total} rows read, the manifest says {rows}"
         )));
     }
@@ -913,7 +913,7 @@ async fn store_index(
         _ => Ok(None),
     })
     .await
-    .map_err(|e| Error::Other(format!("key index: {e}")))??;
+    .map_err(|e| Error::Internal(format!("key index: {e}")))??;
     match encoded {
         Some(b) if b.len() < column_bytes => {
             file_io
@@ -940,7 +940,7 @@ fn key_leaves(
             t.get_basic_info().has_id() && t.get_basic_info().id() == *fid
         });
         leaves.push(
-            idx.ok_or_else(|| Error::Other(format!("{path}: no column with field id {fid}")))?,
+            idx.ok_or_else(|| Error::Table(format!("{path}: no column with field id {fid}")))?,
         );
     }
     Ok(leaves)
@@ -1095,7 +1095,9 @@ fn key_columns_of(b: &RecordBatch, k: &Keys) -> Result<Vec<ArrayRef>> {
                         .and_then(|v| v.parse::<i32>().ok())
                         == Some(*fid)
                 })
-                .ok_or_else(|| Error::Other(format!("key field {fid} missing from projection")))?;
+                .ok_or_else(|| {
+                    Error::Internal(format!("key field {fid} missing from projection"))
+                })?;
             Ok(arrow_cast::cast(b.column(i), t)?)
         })
         .collect()
@@ -1180,7 +1182,7 @@ async fn read_values_at(files: &Files, at: ValuesAt<'_>, positions: &[i64]) -> R
     let sig = format!("values {field_id} {data_type}");
     let take_at = |all: &ArrayRef, idx: arrow_array::UInt64Array| -> Result<ArrayRef> {
         if let Some(p) = idx.values().iter().find(|p| **p as usize >= all.len()) {
-            return Err(Error::Other(format!(
+            return Err(Error::Table(format!(
                 "{path}: row {p} beyond the file's {} rows",
                 all.len()
             )));

@@ -173,7 +173,7 @@ impl Planner for RejectedPlanner<'_> {
         }
         added.changed_partitions = 1;
         let json =
-            |v: Vec<String>| serde_json::to_string(&v).map_err(|e| Error::Other(e.to_string()));
+            |v: Vec<String>| serde_json::to_string(&v).map_err(|e| Error::Internal(e.to_string()));
         let mut summary = BTreeMap::new();
         summary.insert(
             keys::SOURCE_FILES.to_string(),

@@ -66,8 +66,9 @@ impl<'a> Scan<'a> {
         let md = &t.metadata;
         let snapshot_id = match (self.snapshot_id, self.as_of_ms) {
             (Some(id), _) => {
-                md.snapshot_by_id(id).ok_or_else(|| {
-                    Error::Other(format!("table {} has no snapshot {id}", self.ident))
+                md.snapshot_by_id(id).ok_or_else(|| Error::NoSuchSnapshot {
+                    table: self.ident.to_string(),
+                    what: id.to_string(),
                 })?;
                 Some(id)
             }
@@ -77,11 +78,9 @@ impl<'a> Scan<'a> {
                     .filter(|l| l.timestamp_ms <= ts)
                     .max_by_key(|l| l.timestamp_ms)
                     .map(|l| l.snapshot_id)
-                    .ok_or_else(|| {
-                        Error::Other(format!(
-                            "table {} had no snapshot at or before that time",
-                            self.ident
-                        ))
+                    .ok_or_else(|| Error::NoSuchSnapshot {
+                        table: self.ident.to_string(),
+                        what: "at or before that time".into(),
                     })?,
             ),
             (None, None) => md.current_snapshot_id(),

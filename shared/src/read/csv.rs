@@ -298,7 +298,7 @@ impl CsvFile {
                     .roles
                     .iter()
                     .position(|r| matches!(r, Role::Data(c) if &c.name == n))
-                    .ok_or_else(|| Error::Other(format!("{}: no column `{n}`", self.label)))
+                    .ok_or_else(|| Error::Internal(format!("{}: no column `{n}`", self.label)))
             })
             .collect::<Result<_>>()?;
         let mut guesses = vec![TypeGuess::default(); names.len()];
@@ -344,7 +344,7 @@ impl CsvFile {
             .map(|c| c.declared)
             .collect();
         if data_cols.len() != types.len() {
-            return Err(Error::Other(format!(
+            return Err(Error::Internal(format!(
                 "{}: {} types for {} columns",
                 self.label,
                 types.len(),
@@ -800,7 +800,7 @@ impl Records {
         let line = self
             .lines
             .lock()
-            .map_err(|_| Error::Other("line index poisoned".into()))?
+            .map_err(|_| Error::Internal("line index poisoned".into()))?
             .line_of(byte);
         Ok(Some(self.line_base + line))
     }
@@ -1206,7 +1206,7 @@ impl SplitBatches {
             for h in handles {
                 all.push(h.join().unwrap_or_else(|_| {
                     (
-                        vec![Err(Error::Other("CSV parser thread panicked".into()))],
+                        vec![Err(Error::Internal("CSV parser thread panicked".into()))],
                         None,
                     )
                 }));

@@ -405,7 +405,7 @@ impl SourceFile {
     pub fn infer_types(&self, names: &[String]) -> Result<Vec<PrimitiveType>> {
         match self {
             SourceFile::Csv(c) => c.infer_types(names),
-            SourceFile::Parquet(p) => Err(Error::Other(format!(
+            SourceFile::Parquet(p) => Err(Error::Internal(format!(
                 "{}: Parquet columns have declared types",
                 p.label()
             ))),

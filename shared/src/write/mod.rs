@@ -308,7 +308,7 @@ impl DataFilePlan {
                 Ok((
                     self.spec_id,
                     b.build()
-                        .map_err(|e| Error::Other(format!("data file: {e}")))?,
+                        .map_err(|e| Error::Internal(format!("data file: {e}")))?,
                 ))
             })
             .collect()
@@ -520,7 +520,7 @@ async fn write_delete_file(
     let mut out = Vec::new();
     let spec = metadata
         .partition_spec_by_id(spec_id)
-        .ok_or_else(|| Error::Other(format!("partition spec {spec_id} not in table metadata")))?;
+        .ok_or_else(|| Error::Table(format!("partition spec {spec_id} not in table metadata")))?;
     let pk = (!spec.is_unpartitioned()).then(|| {
         PartitionKey::new(
             spec.as_ref().clone(),
@@ -570,7 +570,7 @@ async fn write_delete_file(
         out.push((
             spec_id,
             b.build()
-                .map_err(|e| Error::Other(format!("delete file: {e}")))?,
+                .map_err(|e| Error::Internal(format!("delete file: {e}")))?,
         ));
     }
     Ok(out)

@@ -199,7 +199,7 @@ impl Merge {
             picks.push((c.slot, c.row));
             let pos = c.positions[c.row];
             if written >= RowMap::MAX_ROWS {
-                return Err(Error::Other(format!(
+                return Err(Error::Config(format!(
                     "a compaction group of more than {} rows: lower --max-group-bytes",
                     RowMap::MAX_ROWS
                 )));
@@ -399,7 +399,7 @@ impl Merge {
     /// An input that ended must have had the rows its manifest entry says.
     fn check_count(&self, c: &Cursor, input: &Input) -> Result<()> {
         match input.task.record_count {
-            Some(n) if n != c.read => Err(Error::Other(format!(
+            Some(n) if n != c.read => Err(Error::Table(format!(
                 "data file {}: read {} rows, its manifest entry says {n}",
                 input.task.data_file_path, c.read
             ))),

@@ -359,7 +359,7 @@ impl<'a> Compact<'a> {
         let md = table.metadata.clone();
         let snapshot = md
             .current_snapshot()
-            .ok_or_else(|| Error::Other("no snapshot".into()))?;
+            .ok_or_else(|| Error::Internal("no snapshot".into()))?;
         let base_seq = snapshot.sequence_number();
         let paths: BTreeSet<String> = group.files.iter().map(|f| f.path.clone()).collect();
         let t = table.table(file_io)?;

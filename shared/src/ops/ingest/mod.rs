@@ -84,7 +84,7 @@ impl ObjectSource for LocalFiles {
     async fn fetch(&self, key: &str) -> Result<SourceData> {
         let p = std::path::PathBuf::from(key);
         if !p.is_file() {
-            return Err(Error::Other(format!(
+            return Err(Error::Storage(format!(
                 "{key} was applied earlier and is needed again to re-merge a late file, but it is gone"
             )));
         }
@@ -478,11 +478,11 @@ impl<'a> Ingest<'a> {
         let data = f
             .data
             .clone()
-            .ok_or_else(|| Error::Other(format!("{} was not fetched", f.object.key)))?;
+            .ok_or_else(|| Error::Internal(format!("{} was not fetched", f.object.key)))?;
         let label = f.object.key.clone();
         let digest = tokio::task::spawn_blocking(move || data.digest(&label, md5))
             .await
-            .map_err(|e| Error::Other(format!("digest task failed: {e}")));
+            .map_err(|e| Error::Internal(format!("digest task failed: {e}")));
         if !fetched.is_empty() {
             // Fetched only for the digest: read again when applied.
             for d in &fetched {

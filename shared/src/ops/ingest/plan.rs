@@ -297,7 +297,10 @@ impl IngestPlanner<'_> {
             for (_, key) in record.applied_after(&oldest)? {
                 let object =
                     crate::locate::locate(&key, &self.ingest.config.source)?.ok_or_else(|| {
-                        Error::Other(format!("applied object {key} is not a DMS file any more"))
+                        Error::Config(format!(
+                            "applied object {key} is not a DMS file under the [source] settings \
+                             any more"
+                        ))
                     })?;
                 inputs.push(FileInput::new(object, None));
             }
@@ -375,7 +378,7 @@ impl IngestPlanner<'_> {
             .iter()
             .find(|f| f.object.kind == FileKind::Load)
         {
-            Some(f) => Error::Other(format!(
+            Some(f) => Error::Order(format!(
                 "{}: a full-load file the current load does not hold arrived after changes were \
                  applied on top of that load, and the files it would be merged with cannot be \
                  read ({e}). If it belongs to a new full load (a table reload, whose files DMS \
@@ -405,7 +408,7 @@ impl IngestPlanner<'_> {
         let only_keys_of = (mode == Mode::Changes { late: true }).then_some(self.planned.len());
         tokio::task::spawn_blocking(move || read_files(&cfg, &key, schema, inputs, only_keys_of))
             .await
-            .map_err(|e| Error::Other(format!("reader task failed: {e}")))?
+            .map_err(|e| Error::Internal(format!("reader task failed: {e}")))?
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -600,7 +603,7 @@ impl IngestPlanner<'_> {
         for (k, d) in digests {
             let d = d
                 .await
-                .map_err(|e| Error::Other(format!("digest task failed: {e}")))
+                .map_err(|e| Error::Internal(format!("digest task failed: {e}")))
                 .and_then(|d| d);
             digested.push((k, d));
         }
@@ -700,7 +703,7 @@ impl IngestPlanner<'_> {
                     super::read::prepare(&cfg, &key, current, &inputs, &inference)
                 })
                 .await
-                .map_err(|e| Error::Other(format!("reader task failed: {e}")))??
+                .map_err(|e| Error::Internal(format!("reader task failed: {e}")))??
             };
             let (base, changes, planned) =
                 self.metadata_for(table, &prepared.schema, &prepared.change)?;
@@ -739,7 +742,7 @@ impl IngestPlanner<'_> {
                 ran
             })
             .await
-            .map_err(|e| Error::Other(format!("streamed read failed: {e}")))??;
+            .map_err(|e| Error::Internal(format!("streamed read failed: {e}")))??;
             match ran {
                 super::stream::Ran::Done(s) => {
                     return Ok((prepared, base, changes, planned, *s, retyped));
@@ -886,7 +889,7 @@ impl IngestPlanner<'_> {
             .map(|k| {
                 md.current_schema()
                     .field_id_by_name(k)
-                    .ok_or_else(|| Error::Other(format!("key column `{k}` not in table")))
+                    .ok_or_else(|| Error::Internal(format!("key column `{k}` not in table")))
             })
             .collect::<Result<Vec<_>>>()?;
         // With ordering columns, an older change never overwrites a newer row (a file applied
@@ -948,7 +951,7 @@ impl IngestPlanner<'_> {
         .await;
         // Whatever the delete branch wrote is in `prepared` before any error is returned.
         let deletes = delete_branch.await.unwrap_or_else(|e| {
-            DeleteBranch::failed(Error::Other(format!("writing delete files: {e}")))
+            DeleteBranch::failed(Error::Internal(format!("writing delete files: {e}")))
         });
         prepared.extend(deletes.files.iter().map(|(_, f)| f.file_path().to_string()));
         prepared.extend(deletes.manifests.iter().map(|m| m.manifest_path.clone()));
@@ -1099,7 +1102,7 @@ impl IngestPlanner<'_> {
             if let Some(spec) = speculative {
                 let (data, seen_parts) = spec
                     .await
-                    .map_err(|e| Error::Other(format!("writing data files: {e}")))??;
+                    .map_err(|e| Error::Internal(format!("writing data files: {e}")))??;
                 if write.iter().all(|w| *w) {
                     prepared.extend(data.iter().map(|(_, f)| f.file_path().to_string()));
                     for (path, rows) in &seen_parts {
@@ -1145,14 +1148,14 @@ impl IngestPlanner<'_> {
         }
         reader
             .await
-            .map_err(|e| Error::Other(format!("reader task failed: {e}")))?;
+            .map_err(|e| Error::Internal(format!("reader task failed: {e}")))?;
         Ok(data)
     }
 
     /// Our snapshot summary: the files applied and the row counts (for `history`).
     fn summary(&self, report: &CommitReport) -> Result<BTreeMap<String, String>> {
         let json =
-            |v: &Vec<String>| serde_json::to_string(v).map_err(|e| Error::Other(e.to_string()));
+            |v: &Vec<String>| serde_json::to_string(v).map_err(|e| Error::Internal(e.to_string()));
         let orders: Vec<String> = self
             .planned
             .iter()
@@ -1266,7 +1269,7 @@ fn added(data: &[(i32, DataFile)], deletes: &[(i32, DataFile)]) -> Added {
 fn check_ids_kept(ours: &iceberg::spec::Schema, theirs: &iceberg::spec::Schema) -> Result<()> {
     for f in ours.as_struct().fields() {
         if theirs.field_id_by_name(&f.name) != Some(f.id) {
-            return Err(Error::Other(format!(
+            return Err(Error::Internal(format!(
                 "field id of `{}` changed on table creation",
                 f.name
             )));

@@ -289,7 +289,7 @@ fn settle_schema(
         let data = f
             .data
             .clone()
-            .ok_or_else(|| Error::Other(format!("{} was not fetched", f.object.key)))?;
+            .ok_or_else(|| Error::Internal(format!("{} was not fetched", f.object.key)))?;
         let src = SourceFile::open(&f.object, data, cfg, table_columns.as_deref())?;
         if let Some(dup) = src.layout().duplicate_column() {
             return Err(InputError::new(&f.object.key, "the column appears twice")
@@ -317,7 +317,7 @@ fn settle_schema(
         }
         opened.push(src);
     }
-    let schema = schema.ok_or_else(|| Error::Other("no files to read".into()))?;
+    let schema = schema.ok_or_else(|| Error::Internal("no files to read".into()))?;
     Ok(Settled {
         schema,
         change,
@@ -439,7 +439,7 @@ pub(super) fn reject_null_keys(
 fn primitive(schema: &Schema, name: &str) -> Result<PrimitiveType> {
     match schema.field_by_name(name).map(|f| f.field_type.as_ref()) {
         Some(Type::Primitive(p)) => Ok(p.clone()),
-        _ => Err(Error::Other(format!(
+        _ => Err(Error::Internal(format!(
             "column `{name}` is not a primitive column of the table"
         ))),
     }
@@ -453,7 +453,7 @@ fn processing_schema(schema: &Schema) -> Result<SchemaRef> {
         .iter()
         .map(|f| match f.field_type.as_ref() {
             Type::Primitive(p) => Ok(Field::new(&f.name, arrow_type(p)?, true)),
-            other => Err(Error::Other(format!(
+            other => Err(Error::Internal(format!(
                 "column `{}` has nested type {other}",
                 f.name
             ))),

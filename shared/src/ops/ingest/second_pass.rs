@@ -58,7 +58,7 @@ impl SecondPass {
                 let data = f
                     .data
                     .clone()
-                    .ok_or_else(|| Error::Other(format!("{} was not fetched", f.object.key)))?;
+                    .ok_or_else(|| Error::Internal(format!("{} was not fetched", f.object.key)))?;
                 let src =
                     SourceFile::open(&f.object, data, &self.cfg, self.table_columns.as_deref())?;
                 for b in src.read(self.types[i].clone(), self.key_types.clone())? {

@@ -181,10 +181,10 @@ fn attempt(
         output.writer = None;
         let read = reader
             .join()
-            .unwrap_or_else(|_| Err(Error::Other("the reader thread panicked".into())));
+            .unwrap_or_else(|_| Err(Error::Internal("the reader thread panicked".into())));
         let written = writer
             .join()
-            .unwrap_or_else(|_| Err(Error::Other("the writer thread panicked".into())));
+            .unwrap_or_else(|_| Err(Error::Internal("the writer thread panicked".into())));
         (consumed, read, written)
     });
     // The reader's error is the one to report (the consumer only saw the input stop).
@@ -300,7 +300,7 @@ fn write_rows(
     if let Some(s) = sink {
         handle.block_on(s.abort(file_io));
     }
-    Err(Error::Other("data files abandoned".into()))
+    Err(Error::Internal("data files abandoned".into()))
 }
 
 /// The schema rows flow in: the table's columns, then `Op` and the sequence number.
@@ -338,14 +338,14 @@ fn read_rows(
     };
     let stop = |tx: &SyncSender<Result<RecordBatch>>| {
         // Stops the consumer; what happened is returned from here.
-        let _ = tx.send(Err(Error::Other("the input could not be read".into())));
+        let _ = tx.send(Err(Error::Internal("the input could not be read".into())));
     };
     let mut seq = 0u64;
     for (i, f) in spec.files.iter().enumerate() {
         let data = f
             .data
             .clone()
-            .ok_or_else(|| Error::Other(format!("{} was not fetched", f.object.key)))?;
+            .ok_or_else(|| Error::Internal(format!("{} was not fetched", f.object.key)))?;
         let mut src = SourceFile::open(&f.object, data, &spec.cfg, spec.table_columns.as_deref())?;
         let observed = (!spec.inferred[i].is_empty()).then(|| {
             let o = Observe {
@@ -393,7 +393,7 @@ fn retype(spec: &StreamSpec, i: usize, names: &[String], o: &Observe) -> Result<
         let seen = o
             .seen
             .lock()
-            .map_err(|_| Error::Other("observed types poisoned".into()))?;
+            .map_err(|_| Error::Internal("observed types poisoned".into()))?;
         (
             seen.misfit,
             seen.guesses.iter().map(|g| g.result()).collect(),
@@ -405,7 +405,7 @@ fn retype(spec: &StreamSpec, i: usize, names: &[String], o: &Observe) -> Result<
         let data = f
             .data
             .clone()
-            .ok_or_else(|| Error::Other(format!("{} was not fetched", f.object.key)))?;
+            .ok_or_else(|| Error::Internal(format!("{} was not fetched", f.object.key)))?;
         SourceFile::open(&f.object, data, &spec.cfg, spec.table_columns.as_deref())?
             .infer_types(&columns)?
     } else {
@@ -877,8 +877,9 @@ impl<'a> Output<'a> {
                     .key
                     .iter()
                     .map(|k| {
-                        s.field_id_by_name(k)
-                            .ok_or_else(|| Error::Other(format!("key column `{k}` not in table")))
+                        s.field_id_by_name(k).ok_or_else(|| {
+                            Error::Internal(format!("key column `{k}` not in table"))
+                        })
                     })
                     .collect::<Result<Vec<_>>>()?;
                 let order_ids = spec
@@ -1021,7 +1022,7 @@ impl<'a> Output<'a> {
         self.writer
             .as_ref()
             .and_then(|w| w.send(msg).ok())
-            .ok_or_else(|| Error::Other("the data file writer stopped".into()))
+            .ok_or_else(|| Error::Internal("the data file writer stopped".into()))
     }
 
     /// Looks up and hands on what is pending, then tells the writer the rows are complete.
