@@ -17,6 +17,7 @@ use iceberg::spec::{DataFile, ManifestFile, Struct, TableMetadata};
 
 use crate::error::{Error, Result};
 use crate::files::Files;
+use crate::files::prepared::Prepared;
 use crate::write::{FileDeletes, write_position_deletes};
 
 /// Where every row of the files a rewrite replaces went: 4 bytes per row read, kept in an
@@ -307,7 +308,7 @@ pub(super) struct Carried {
     pub manifests: Vec<ManifestFile>,
     pub files: Vec<DataFile>,
     /// Every path written (deleted if the attempt loses).
-    pub written: Vec<String>,
+    pub(crate) written: Prepared,
 }
 
 /// Writes the translated deletes and their manifest (sequence number unassigned: the attempt's
@@ -323,7 +324,7 @@ pub(super) async fn write(
     let mut out = Carried {
         manifests: Vec::new(),
         files: Vec::new(),
-        written: Vec::new(),
+        written: Prepared::default(),
     };
     if translated.is_empty() {
         return Ok(out);
@@ -342,9 +343,7 @@ pub(super) async fn write(
             out.manifests = m;
         }
         Err(e) => {
-            for p in &out.written {
-                let _ = file_io.delete(p).await;
-            }
+            out.written.abandon(file_io).await;
             return Err(e);
         }
     }

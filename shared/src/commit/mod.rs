@@ -71,6 +71,7 @@ pub(crate) use validate::Conflict;
 use crate::catalog::{Catalog, SwapError};
 use crate::error::{Error, Result};
 use crate::files::Files;
+use crate::files::prepared::Prepared;
 use crate::table::LoadedTable;
 use retry::{Budget, RetryPolicy};
 
@@ -256,7 +257,7 @@ pub(crate) struct Staged {
     pub change: Change,
     pub manifests: Vec<ManifestFile>,
     /// Every file prepared for this commit (data, deletes, manifests): deleted if abandoned.
-    pub files: Vec<String>,
+    pub(crate) files: Prepared,
     pub added: Added,
     /// Snapshot summary properties of ours (source files, row counts).
     pub summary: BTreeMap<String, String>,
@@ -267,11 +268,7 @@ pub(crate) struct Staged {
 impl Staged {
     /// Deletes every prepared file (nothing references them unless a commit landed).
     pub(crate) async fn discard(&self, file_io: &FileIO) {
-        for f in &self.files {
-            if let Err(e) = file_io.delete(f).await {
-                warn!(file = %f, error = %e, "could not delete an abandoned file");
-            }
-        }
+        self.files.abandon(file_io).await;
     }
 }
 

@@ -17,6 +17,7 @@ use super::record::{AppliedRecord, PROPERTY};
 use super::{Base, Change, Staged, failpoint, summary};
 use crate::error::{Error, Result};
 use crate::files::metadata::Refs;
+use crate::files::prepared::Prepared;
 use crate::files::{Files, Fill};
 use crate::table::LoadedTable;
 
@@ -27,16 +28,14 @@ pub(super) struct Built {
     pub refs: Option<Refs>,
     pub location: String,
     /// Manifest list, and manifests written for this attempt only (a reload's removals).
-    written: Vec<String>,
+    written: Prepared,
 }
 
 impl Built {
     pub(super) async fn delete(&self, file_io: &FileIO) {
-        for f in self.written.iter().chain(std::iter::once(&self.location)) {
-            if let Err(e) = file_io.delete(f).await {
-                tracing::warn!(file = %f, error = %e, "could not delete a lost attempt's file");
-            }
-        }
+        let mut all = self.written.clone();
+        all.push(self.location.clone());
+        all.abandon(file_io).await;
     }
 }
 
@@ -49,7 +48,7 @@ async fn carried_manifests(
     files: &Files,
     parent_manifests: Vec<ManifestFile>,
     carry: &super::validate::CarriedDeletes,
-    (written, added): (&mut Vec<String>, &mut super::Added),
+    (written, added): (&mut Prepared, &mut super::Added),
 ) -> Result<Vec<ManifestFile>> {
     Ok(match &staged.change {
         Change::RowDelta { .. } | Change::Append | Change::LoadAppend { .. } => parent_manifests,
@@ -115,7 +114,7 @@ pub(super) async fn build_attempt(
     // What the table's next sequence number is once it is v2 (a v1 table's is always 0, and our
     // commit upgrades it).
     let sequence_number = base_md.last_sequence_number() + 1;
-    let mut written = Vec::new();
+    let mut written = Prepared::default();
     let file_io = files.io();
 
     // What the snapshot holds besides our prepared manifests.
@@ -155,9 +154,7 @@ pub(super) async fn build_attempt(
         Err(e) => {
             // The list is deleted once its write is over, not while it may still be written.
             let _ = list_written.await;
-            for f in &written {
-                let _ = file_io.delete(f).await;
-            }
+            written.abandon(file_io).await;
             return Err(e);
         }
     };
@@ -171,9 +168,8 @@ pub(super) async fn build_attempt(
         Err(e) => Err(e),
     };
     if let Err(e) = result {
-        for f in written.iter().chain([&location]) {
-            let _ = file_io.delete(f).await;
-        }
+        written.push(location);
+        written.abandon(file_io).await;
         return Err(e);
     }
     files.remember_manifest_list(&list_path, entries);

@@ -11,6 +11,7 @@ pub(crate) mod live;
 pub(crate) mod manifests;
 pub(crate) mod metadata;
 pub(crate) mod parquet;
+pub(crate) mod prepared;
 
 use std::sync::Arc;
 

@@ -30,6 +30,7 @@ use crate::evolve::key_columns;
 use crate::files::Fill;
 use crate::files::deletes::DeletedPositions;
 use crate::files::live::Scope;
+use crate::files::prepared::Prepared;
 use crate::table::LoadedTable;
 use crate::write::is_full_load_file;
 
@@ -385,7 +386,7 @@ impl<'a> Compact<'a> {
             .map(|d| d.path.clone())
             .collect();
         let snapshot_id = commit::new_snapshot_id(Some(&md));
-        let mut prepared: Vec<String> = written
+        let mut prepared: Prepared = written
             .iter()
             .map(|(_, f)| f.file_path().to_string())
             .collect();
@@ -410,9 +411,7 @@ impl<'a> Compact<'a> {
         let (manifests, replaced, removed) = match result {
             Ok(r) => r,
             Err(e) => {
-                for p in &prepared {
-                    let _ = file_io.delete(p).await;
-                }
+                prepared.abandon(file_io).await;
                 return Err(e);
             }
         };

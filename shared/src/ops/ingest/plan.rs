@@ -22,6 +22,7 @@ use crate::config::TableConfig;
 use crate::error::{Error, Rejected, Result};
 use crate::evolve;
 use crate::files::Files;
+use crate::files::prepared::Prepared;
 use crate::locate::FileKind;
 use crate::lookup::{Located, locate_rows};
 use crate::process::spawn_beside;
@@ -274,7 +275,7 @@ struct Written {
     deletes: Vec<(i32, DataFile)>,
     snapshot_id: i64,
     manifests: Vec<iceberg::spec::ManifestFile>,
-    prepared: Vec<String>,
+    prepared: Prepared,
 }
 
 impl IngestPlanner<'_> {
@@ -774,7 +775,7 @@ impl IngestPlanner<'_> {
     ) -> Result<Written> {
         let file_io = self.ingest.catalog.file_io();
         let snapshot_id = commit::new_snapshot_id(Some(planned));
-        let mut prepared: Vec<String> = data
+        let mut prepared: Prepared = data
             .iter()
             .map(|(_, f)| f.file_path().to_string())
             .collect();
@@ -808,9 +809,7 @@ impl IngestPlanner<'_> {
                 prepared,
             }),
             Err(e) => {
-                for p in &prepared {
-                    let _ = file_io.delete(p).await;
-                }
+                prepared.abandon(file_io).await;
                 Err(e)
             }
         }
@@ -918,7 +917,7 @@ impl IngestPlanner<'_> {
         speculative: Option<Speculative>,
     ) -> Result<Written> {
         let file_io = self.ingest.catalog.file_io();
-        let mut prepared: Vec<String> = Vec::new();
+        let mut prepared = Prepared::default();
         let snapshot_id = commit::new_snapshot_id(Some(planned));
         // Two independent branches: data files → their manifest, and delete files → theirs.
         // The delete branch runs as its own task, so that its Parquet encoding and, on a local
@@ -977,9 +976,7 @@ impl IngestPlanner<'_> {
                 prepared,
             }),
             Err(e) => {
-                for p in &prepared {
-                    let _ = file_io.delete(p).await;
-                }
+                prepared.abandon(file_io).await;
                 Err(e)
             }
         }
@@ -1073,7 +1070,7 @@ impl IngestPlanner<'_> {
         read: &ReadResult,
         outcomes: &[KeyOutcome],
         speculative: Option<Speculative>,
-        prepared: &mut Vec<String>,
+        prepared: &mut Prepared,
     ) -> Result<Vec<(i32, DataFile)>> {
         let file_io = self.ingest.catalog.file_io();
         let target = self.cfg.target_file_size_bytes;
