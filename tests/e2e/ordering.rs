@@ -111,8 +111,8 @@ fn without_an_ordering_column_dms_order_decides() {
 // Generated trees (tests/support/dmsgen.py): whole table against the generator's model, which
 // applies every change in source order; the files carry some changes late.
 
-mod common;
-use common::{Work, parse_json_lines};
+use crate::common;
+use crate::common::{Work, parse_json_lines};
 
 /// Ingests `w`'s tree with `--files-per-commit n`; returns the per-commit reports.
 fn ingest_reports(w: &Work, n: usize) -> Vec<serde_json::Value> {
