@@ -2,32 +2,26 @@
 //! with a bad row and names file, line and column; `quarantine` sets bad rows aside in
 //! `<table>__rejected` and applies the rest, once.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+// The Python-free helpers alone: this suite runs in the fast tier (plain `cargo test`).
+#[path = "common/cli.rs"]
+mod common;
 
-fn work(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("d2i-badrows-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(d.join("dms/s/t")).unwrap();
-    std::fs::write(
-        d.join("dms/s/t/LOAD00000001.csv"),
+use common::Work;
+
+/// A work dir with a full load of six rows, four of them bad (`n` not a number, unknown Op,
+/// NULL key, too few fields).
+fn work(name: &str) -> Work {
+    let w = Work::plain(&format!("badrows-{name}"));
+    w.write_file(
+        "dms/s/t/LOAD00000001.csv",
         "Op,id,v,n\nI,1,a,10\nI,2,b,x\nX,3,c,30\nI,,d,40\nI,5,e\nI,6,f,60\n",
-    )
-    .unwrap();
-    d
+    );
+    w
 }
 
-fn run(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dms2iceberg"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
-}
-
-fn config(dir: &Path, policy: &str) {
+fn config(w: &Work, policy: &str) {
     std::fs::write(
-        dir.join("c.toml"),
+        w.config(),
         format!("[tables.\"s.t\"]\nprimary_key = [\"id\"]\nbad_rows = \"{policy}\"\ncolumns = [{{ name = \"n\", type = \"long\" }}]\n"),
     )
     .unwrap();
@@ -35,62 +29,28 @@ fn config(dir: &Path, policy: &str) {
 
 #[test]
 fn fail_commits_nothing_and_names_the_row() {
-    let d = work("fail");
-    config(&d, "fail");
-    let out = run(
-        &d,
-        &["ingest", "dms", "--warehouse", "wh", "--config", "c.toml"],
-    );
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let w = work("fail");
+    config(&w, "fail");
+    let out = w.ingest();
+    assert!(!out.status.success(), "{}", out.describe());
     assert!(
-        err.contains("LOAD00000001.csv, line 3, column `n`"),
-        "{err}"
+        out.stderr.contains("LOAD00000001.csv, line 3, column `n`"),
+        "{}",
+        out.stderr
     );
-    let tables = run(&d, &["tables", "--warehouse", "wh"]);
-    assert_eq!(
-        String::from_utf8_lossy(&tables.stdout),
-        "",
-        "no table was created"
-    );
-    let _ = std::fs::remove_dir_all(&d);
+    let tables = w.tables().assert_success();
+    assert_eq!(tables.stdout, "", "no table was created");
 }
 
 #[test]
 fn quarantine_applies_the_rest_and_records_each_bad_row_once() {
-    let d = work("quarantine");
-    config(&d, "quarantine");
+    let w = work("quarantine");
+    config(&w, "quarantine");
     for _ in 0..2 {
-        let out = run(
-            &d,
-            &["ingest", "dms", "--warehouse", "wh", "--config", "c.toml"],
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        w.ingest().assert_success();
     }
-    let scan = run(&d, &["scan", "s.t", "--warehouse", "wh", "--format", "csv"]);
-    assert_eq!(
-        String::from_utf8_lossy(&scan.stdout),
-        "id,v,n\n1,a,10\n6,f,60\n"
-    );
-    let rej = run(
-        &d,
-        &[
-            "scan",
-            "s.t__rejected",
-            "--warehouse",
-            "wh",
-            "--format",
-            "json",
-        ],
-    );
-    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&rej.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    assert_eq!(w.scan_csv("s.t"), "id,v,n\n1,a,10\n6,f,60\n");
+    let rows = w.scan("s.t__rejected", &[]);
     let mut got: Vec<(i64, String, String)> = rows
         .iter()
         .map(|r| {
@@ -113,7 +73,6 @@ fn quarantine_applies_the_rest_and_records_each_bad_row_once() {
             && got[2].2.contains("NULL")
             && got[3].2.contains("expected 4 fields")
     );
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 /// A change row with an empty change-sequence value cannot be placed among its key's changes:
@@ -122,33 +81,24 @@ fn quarantine_applies_the_rest_and_records_each_bad_row_once() {
 #[test]
 fn an_empty_change_sequence_is_refused_not_dropped() {
     for policy in ["fail", "quarantine"] {
-        let d = work(&format!("emptyseq-{policy}"));
-        std::fs::write(
-            d.join("dms/s/t/LOAD00000001.csv"),
-            "Op,id,v,seq\nI,1,a,\nI,2,b,\n",
-        )
-        .unwrap();
-        std::fs::write(
-            d.join("dms/s/t/20220302-1134010000.csv"),
+        let w = work(&format!("emptyseq-{policy}"));
+        w.write_file("dms/s/t/LOAD00000001.csv", "Op,id,v,seq\nI,1,a,\nI,2,b,\n");
+        w.write_file(
+            "dms/s/t/20220302-1134010000.csv",
             "Op,id,v,seq\nU,1,x,00000000000000000000000000000000005\nU,2,y,\n",
-        )
-        .unwrap();
+        );
         std::fs::write(
-            d.join("c.toml"),
+            w.config(),
             format!(
                 "[tables.\"s.t\"]\nprimary_key = [\"id\"]\nchange_sequence_column = \"seq\"\nbad_rows = \"{policy}\"\n"
             ),
         )
         .unwrap();
-        let out = run(
-            &d,
-            &["ingest", "dms", "--warehouse", "wh", "--config", "c.toml"],
-        );
-        let err = String::from_utf8_lossy(&out.stderr).to_string();
-        let scan = run(&d, &["scan", "s.t", "--warehouse", "wh", "--format", "csv"]);
-        let scan = String::from_utf8_lossy(&scan.stdout).to_string();
+        let out = w.ingest();
+        let err = &out.stderr;
+        let scan = w.scan_csv("s.t");
         if policy == "fail" {
-            assert!(!out.status.success());
+            assert!(!out.status.success(), "{}", out.describe());
             assert!(
                 err.contains("20220302-1134010000.csv, line 3, column `seq`: a change row has no value in an ordering column"),
                 "{err}"
@@ -165,7 +115,6 @@ fn an_empty_change_sequence_is_refused_not_dropped() {
                 "the row without a sequence is set aside, the rest applies"
             );
         }
-        let _ = std::fs::remove_dir_all(&d);
     }
 }
 
@@ -173,53 +122,30 @@ fn an_empty_change_sequence_is_refused_not_dropped() {
 /// sets its row aside with the reason; the other rows apply.
 #[test]
 fn quarantine_sets_aside_values_that_do_not_fit_exactly() {
-    let d = work("lossless");
-    std::fs::write(
-        d.join("dms/s/t/LOAD00000001.csv"),
+    let w = work("lossless");
+    w.write_file(
+        "dms/s/t/LOAD00000001.csv",
         "Op,id,zip,w\nI,1,51003,+5.0656000000000000e+05\n",
-    )
-    .unwrap();
-    std::fs::write(
-        d.join("dms/s/t/20220302-1134010000.csv"),
+    );
+    w.write_file(
+        "dms/s/t/20220302-1134010000.csv",
         "Op,id,zip,w\nI,2,01307,+1.2500000000000000e+00\nI,3,75320,-2.5000000000000000e-01\n",
-    )
-    .unwrap();
+    );
     std::fs::write(
-        d.join("c.toml"),
+        w.config(),
         "[tables.\"s.t\"]\nprimary_key = [\"id\"]\nbad_rows = \"quarantine\"\ncolumns = [{ name = \"w\", type = \"decimal(10,2)\" }]\n",
     )
     .unwrap();
-    let out = run(
-        &d,
-        &["ingest", "dms", "--warehouse", "wh", "--config", "c.toml"],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let scan = run(&d, &["scan", "s.t", "--warehouse", "wh", "--format", "csv"]);
+    w.ingest().assert_success();
     assert_eq!(
-        String::from_utf8_lossy(&scan.stdout),
+        w.scan_csv("s.t"),
         "id,zip,w\n1,51003,506560.00\n3,75320,-0.25\n"
     );
-    let rej = run(
-        &d,
-        &[
-            "scan",
-            "s.t__rejected",
-            "--warehouse",
-            "wh",
-            "--format",
-            "csv",
-        ],
-    );
-    let rej = String::from_utf8_lossy(&rej.stdout).to_string();
+    let rej = w.scan_csv("s.t__rejected");
     assert!(
         rej.contains("20220302-1134010000.csv")
             && rej.contains("zip")
             && rej.contains("leading zeros"),
         "{rej}"
     );
-    let _ = std::fs::remove_dir_all(&d);
 }

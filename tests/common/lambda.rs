@@ -1,5 +1,5 @@
-//! Helpers for `tests/lambda.rs`: the Lambda binaries (ingest, compact) run against a local S3 +
-//! Glue emulator.
+//! Helpers for tests/aws/ (`lambda`, `sam_local`): the Lambda binaries (ingest, compact) run
+//! against a local S3 + Glue emulator.
 //!
 //! - `tests/support/moto_server.py serve`: moto in server mode (S3 path-style + Glue on one
 //!   loopback port) with Glue `UpdateTable` honouring `VersionId` like AWS Glue.

@@ -1,6 +1,8 @@
-//! Helpers for the concurrency and crash tests (`tests/stress.rs`, `tests/crash.rs`).
+//! Helpers for the concurrency, crash and compaction tests (`stress`, `crash`, `compact` in
+//! tests/e2e/).
 //!
-//! Included next to `common` (`mod common; #[path = "common/stress.rs"] mod stress;`):
+//! Included next to `common` (tests/e2e/main.rs: `#[path = "../common/stress.rs"] mod
+//! stress_support;`):
 //! - feeds: copies of generated DMS files under per-worker roots (`<root>/<schema>/<table>/…`;
 //!   a file's identity is its DMS name, so copies under different roots are the same file);
 //! - running the binary with an environment (fault injection) and reading its `--json` reports;

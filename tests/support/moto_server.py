@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""moto_server: a local S3 + Glue emulator (moto in server mode) for tests/lambda.rs.
+"""moto_server: a local S3 + Glue emulator (moto in server mode) for tests/aws/lambda.rs.
 
   moto_server.py serve [--host 127.0.0.1] [--port 0] [--port-file FILE] [--update-table-delay-ms N]
   moto_server.py selftest
@@ -29,8 +29,9 @@ Control endpoint (paths no bucket can have; not part of any AWS API):
                               "requests": {"glue GetTable": n, "s3 GET": n, ...}, ...}
   POST /_dms2iceberg/config  {"update_table_delay_ms": N}: every UpdateTable waits N ms after it
                              arrives and before its atomic check-and-write, which widens the
-                             window in which two writers race from the same base (tests/lambda.rs
-                             uses it to make the VersionId refusal happen, not just possible).
+                             window in which two writers race from the same base
+                             (tests/aws/lambda.rs uses it to make the VersionId refusal
+                             happen, not just possible).
 """
 from __future__ import annotations
 

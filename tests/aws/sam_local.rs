@@ -9,25 +9,23 @@
 //! `DMS2ICEBERG_SAM_LOCAL=skip:<why>` where it cannot; then this test says why it did not run.
 //! By hand, after one `scripts/test`:
 //! `DMS2ICEBERG_PYTHON=$PWD/.venv/bin/python DMS2ICEBERG_INFRA_PYTHON=$PWD/.venv-infra/bin/python
-//! DMS2ICEBERG_SAM_LOCAL=1 cargo test --test sam_local -- --nocapture`.
+//! DMS2ICEBERG_SAM_LOCAL=1 cargo test --features e2e --test aws sam_local -- --nocapture`.
 //!
 //! Deviations from the recipe, each for the test's sake: the emulator listens on a free port
 //! (not 5000) and `infra/env.json` is copied with that port; the functions' `bootstrap` is the
 //! test build of the binaries staged into the layout `sam build` produces (`sam build` itself
 //! would cross-compile a release build with cargo-lambda, minutes more, and is checked by
-//! tests/template.rs); the events are invoked with `--skip-pull-image` and
+//! tests/aws/template.rs); the events are invoked with `--skip-pull-image` and
 //! `--parameter-overrides Architecture=x86_64`, as the README says for an x86 machine.
 
-mod common;
-#[path = "common/lambda.rs"]
-mod lambda;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use common::{python, repo_root, support};
-use lambda::{Moto, compact_bin, ingest_bin};
+use crate::common::{python, repo_root, support};
+use crate::lambda_support::{Moto, compact_bin, ingest_bin};
 use serde_json::{Value, json};
 
 const LANDING: &str = "dms2iceberg-landing";

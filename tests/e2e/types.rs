@@ -5,9 +5,7 @@
 //! stored as `time_type` says. Whole tables against the generator's model, through our scan,
 //! PyIceberg and DuckDB.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const TABLE: &str = "shop.orders";
 

@@ -46,7 +46,7 @@ fn infra_python() -> PathBuf {
              The template tests need cfn-lint and the AWS SAM CLI from \
              tests/support/requirements-infra.txt. Run the tests with `scripts/test` (it creates \
              the venv and exports DMS2ICEBERG_INFRA_PYTHON), or after one run of it: \
-             `DMS2ICEBERG_INFRA_PYTHON=$PWD/.venv-infra/bin/python cargo test --test template`."
+             `DMS2ICEBERG_INFRA_PYTHON=$PWD/.venv-infra/bin/python cargo test --features e2e --test aws template::`."
         ),
     }
 }

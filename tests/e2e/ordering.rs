@@ -4,32 +4,16 @@
 //! With an ordering column, a change older than the row the table holds never overwrites it,
 //! even when the file carrying it comes later in DMS order. Without one, DMS order decides.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use crate::common::{Work, read_json};
 
-fn work(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("d2i-ordering-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(d.join("dms/s/t")).unwrap();
-    d
+/// A work dir for a hand-written tree of the table `s.t` (no generator).
+fn work(name: &str) -> Work {
+    Work::plain(&format!("ordering-{name}"))
 }
 
-fn write(dir: &Path, file: &str, text: &str) {
-    std::fs::write(dir.join("dms/s/t").join(file), text).unwrap();
-}
-
-fn run(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_dms2iceberg"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+/// Writes one DMS file of `s.t`.
+fn write(w: &Work, file: &str, text: &str) {
+    w.write_file(&format!("dms/s/t/{file}"), text);
 }
 
 const SEQ_5: &str = "00000000000000000000000000000000005";
@@ -37,20 +21,20 @@ const SEQ_1: &str = "00000000000000000000000000000000001";
 const SEQ_3: &str = "00000000000000000000000000000000003";
 const SEQ_4: &str = "00000000000000000000000000000000004";
 
-fn tree(dir: &Path) {
+fn tree(w: &Work) {
     write(
-        dir,
+        w,
         "LOAD00000001.csv",
         "Op,id,v,seq\nI,1,a,\nI,2,b,\nI,3,c,\n",
     );
     write(
-        dir,
+        w,
         "20220302-1134010000.csv",
         &format!("Op,id,v,seq\nU,1,new,{SEQ_5}\nU,2,x,{SEQ_1}\n"),
     );
     // Later in DMS order, but its change to 1 is older than the one applied.
     write(
-        dir,
+        w,
         "20220302-1135010000.csv",
         &format!("Op,id,v,seq\nU,1,old,{SEQ_3}\nD,2,,{SEQ_4}\nU,3,c2,{SEQ_3}\n"),
     );
@@ -58,82 +42,43 @@ fn tree(dir: &Path) {
 
 #[test]
 fn an_older_change_never_overwrites_a_newer_row() {
-    let d = work("seq");
-    tree(&d);
+    let w = work("seq");
+    tree(&w);
     std::fs::write(
-        d.join("c.toml"),
+        w.config(),
         "[tables.\"s.t\"]\nprimary_key = [\"id\"]\nchange_sequence_column = \"seq\"\n",
     )
     .unwrap();
-    let reports = run(
-        &d,
-        &[
-            "ingest",
-            "dms",
-            "--warehouse",
-            "wh",
-            "--config",
-            "c.toml",
-            "--json",
-        ],
-    );
-    let last: serde_json::Value = serde_json::from_str(reports.lines().last().unwrap()).unwrap();
-    assert_eq!(last["stale_changes"], 1, "{reports}");
-    assert_eq!(last["deleted"], 1, "{reports}");
-    let scan = run(&d, &["scan", "s.t", "--warehouse", "wh", "--format", "csv"]);
+    let reports = w.ingest_json(&[w.dms()]);
+    let last = reports.last().expect("a report per commit");
+    assert_eq!(last["stale_changes"], 1, "{reports:?}");
+    assert_eq!(last["deleted"], 1, "{reports:?}");
     assert_eq!(
-        scan,
+        w.scan_csv("s.t"),
         format!("id,v,seq\n1,new,{SEQ_5}\n3,c2,{SEQ_3}\n"),
         "1 keeps its newer value, 2 is deleted (newer delete), 3 takes its only change"
     );
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]
 fn without_an_ordering_column_dms_order_decides() {
-    let d = work("noseq");
-    tree(&d);
-    std::fs::write(
-        d.join("c.toml"),
-        "[tables.\"s.t\"]\nprimary_key = [\"id\"]\n",
-    )
-    .unwrap();
-    run(
-        &d,
-        &["ingest", "dms", "--warehouse", "wh", "--config", "c.toml"],
+    let w = work("noseq");
+    tree(&w);
+    std::fs::write(w.config(), "[tables.\"s.t\"]\nprimary_key = [\"id\"]\n").unwrap();
+    w.ingest().assert_success();
+    assert_eq!(
+        w.scan_csv("s.t"),
+        format!("id,v,seq\n1,old,{SEQ_3}\n3,c2,{SEQ_3}\n")
     );
-    let scan = run(&d, &["scan", "s.t", "--warehouse", "wh", "--format", "csv"]);
-    assert_eq!(scan, format!("id,v,seq\n1,old,{SEQ_3}\n3,c2,{SEQ_3}\n"));
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Generated trees (tests/support/dmsgen.py): whole table against the generator's model, which
 // applies every change in source order; the files carry some changes late.
 
-mod common;
-use common::{Work, parse_json_lines};
-
 /// Ingests `w`'s tree with `--files-per-commit n`; returns the per-commit reports.
 fn ingest_reports(w: &Work, n: usize) -> Vec<serde_json::Value> {
-    let wh = w.wh().display().to_string();
-    let cfg = w.config().display().to_string();
-    let dms = w.dms().display().to_string();
-    let n = n.to_string();
-    let r = w
-        .cli(&[
-            "ingest",
-            &dms,
-            "--warehouse",
-            &wh,
-            "--config",
-            &cfg,
-            "--files-per-commit",
-            &n,
-            "--json",
-        ])
-        .assert_success();
-    parse_json_lines(&r.stdout, "ingest --json")
+    w.ingest_json_with(&[w.dms()], &["--files-per-commit", &n.to_string()])
 }
 
 fn stale(reports: &[serde_json::Value]) -> u64 {
@@ -163,7 +108,7 @@ fn ordering_column_timestamp_across_files() {
             "0.3",
         ],
     );
-    let delayed = common::read_json(&w.meta_path("shop.orders"))["delayed_changes"]
+    let delayed = read_json(&w.meta_path("shop.orders"))["delayed_changes"]
         .as_u64()
         .unwrap();
     assert!(delayed > 5, "the generator moved only {delayed} changes");
@@ -237,42 +182,37 @@ fn ordering_column_of_other_types() {
         ("amount", "10.50", "10.75"),
         ("day", "2024-01-02", "2024-01-03"),
     ] {
-        let d = work(&format!("type-{col}"));
+        let w = work(&format!("type-{col}"));
         write(
-            &d,
+            &w,
             "LOAD00000001.csv",
             &format!("Op,id,v,{col}\nI,1,a,{older}\nI,2,b,{older}\n"),
         );
         write(
-            &d,
+            &w,
             "20220302-1134010000.csv",
             &format!("Op,id,v,{col}\nU,1,new,{newer}\n"),
         );
         // Later in DMS order, older by the column: only 2 takes it.
         write(
-            &d,
+            &w,
             "20220302-1135010000.csv",
             &format!("Op,id,v,{col}\nU,1,old,{older}\nU,2,b2,{newer}\n"),
         );
         std::fs::write(
-            d.join("c.toml"),
+            w.config(),
             format!("[tables.\"s.t\"]\nprimary_key = [\"id\"]\nordering_column = \"{col}\"\n"),
         )
         .unwrap();
-        let out = run(
-            &d,
-            &["ingest", "dms", "--warehouse", "wh", "--config", "c.toml"],
-        );
+        let out = w.ingest().assert_success().stdout;
         assert!(
             out.contains("1 stale (older than the row the table holds"),
             "the summary shows stale changes: {out}"
         );
-        let scan = run(&d, &["scan", "s.t", "--warehouse", "wh", "--format", "csv"]);
         assert_eq!(
-            scan,
+            w.scan_csv("s.t"),
             format!("id,v,{col}\n1,new,{newer}\n2,b2,{newer}\n"),
             "ordering by {col}"
         );
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

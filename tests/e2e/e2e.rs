@@ -7,9 +7,7 @@
 //!
 //! Run through `scripts/test` (it provides DMS2ICEBERG_PYTHON).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::PathBuf;
 

@@ -2,9 +2,7 @@
 //! table equal to the state written next to it (worked out by hand from the files, see the
 //! README), through our scan, PyIceberg and DuckDB; a second ingest changes nothing.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 /// `examples/headerless`: DMS endpoint defaults (no header, no Op in the full load, Op first in

@@ -15,19 +15,16 @@
 //! replans delete their own files). A single lost or duplicated row fails the row comparison;
 //! a duplicated or lost file application fails the history check even where rows would agree.
 //!
-//! Run with `DMS2ICEBERG_PYTHON=$PWD/.venv/bin/python cargo test --test stress -- --nocapture`
+//! Run with `DMS2ICEBERG_PYTHON=$PWD/.venv/bin/python cargo test --features e2e --test e2e stress::
+//! -- --nocapture`
 //! to see the figures (commits/s, conflicts, attempts per commit).
-
-mod common;
-#[path = "common/stress.rs"]
-mod stress;
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use common::*;
+use crate::common::*;
+use crate::stress_support::*;
 use serde_json::Value;
-use stress::*;
 
 const TABLE: &str = "shop.orders";
 

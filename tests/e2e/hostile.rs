@@ -5,9 +5,7 @@
 //!
 //! Run through `scripts/test` (it provides DMS2ICEBERG_PYTHON).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 

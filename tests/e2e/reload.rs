@@ -5,13 +5,13 @@
 //! various delivery orders, and compares the whole table (our scan, PyIceberg, DuckDB) with the
 //! state an independent model computes by applying the source's changes in order.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use common::Work;
+use crate::common::Work;
 use serde_json::{Value, json};
 
 /// The source table: id → (v, n).

@@ -12,17 +12,13 @@
 //! snapshot's manifest list and every manifest entry): files under the table folder that nothing
 //! references. Run with `-- --nocapture` to see how many each crash point leaves.
 
-mod common;
-#[path = "common/stress.rs"]
-mod stress;
-
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 
-use common::*;
+use crate::common::*;
+use crate::stress_support::*;
 use serde_json::Value;
-use stress::*;
 
 const TABLE: &str = "shop.orders";
 
@@ -595,7 +591,7 @@ fn every_point_is_covered() {
         let end = rest.find('"').unwrap();
         found.insert(rest[..end].to_string());
     }
-    // Compaction's own point is crashed at by tests/compact.rs
+    // Compaction's own point is crashed at by tests/e2e/compact.rs
     // (`compaction_never_loses_to_continuous_ingest`).
     let ours: BTreeSet<String> = POINTS
         .iter()

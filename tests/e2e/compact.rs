@@ -5,17 +5,13 @@
 //!
 //! Run through `scripts/test`; `-- --nocapture` prints the figures (`compact-measure:`).
 
-mod common;
-#[path = "common/stress.rs"]
-mod stress;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
+use crate::stress_support::*;
 use serde_json::Value;
-use stress::*;
 
 const TABLE: &str = "shop.orders";
 

@@ -12,16 +12,15 @@
 //!
 //! Run through `scripts/test` (it provides DMS2ICEBERG_PYTHON with moto and PyIceberg). Figures
 //! (cold start, warm per-file latency) are printed with `--nocapture`:
-//! `DMS2ICEBERG_PYTHON=$PWD/.venv/bin/python cargo test --test lambda -- --nocapture`.
+//! `DMS2ICEBERG_PYTHON=$PWD/.venv/bin/python cargo test --features e2e --test aws lambda:: --
+//! --nocapture`.
 
-mod common;
-#[path = "common/lambda.rs"]
-mod lambda;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::python;
-use lambda::*;
+use crate::common::python;
+use crate::lambda_support::*;
 use serde_json::{Value, json};
 
 /// dmsgen arguments from one string (no argument contains a space).

@@ -6,9 +6,7 @@
 //! - one output flag (`--format`, `--json` still accepted), refused when unsupported;
 //! - `scan --format json` keys in column order; `history` shows live rows.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};

@@ -5,11 +5,11 @@
 //! nothing committed. Every table is compared whole with an independently computed state
 //! (our scan, PyIceberg, DuckDB).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 
-use common::{Work, mentions_number};
+use crate::common::{Work, mentions_number};
 use serde_json::Value;
 
 const TABLE: &str = "shop.orders";

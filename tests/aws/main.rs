@@ -1,0 +1,16 @@
+//! The deployment to AWS: the Lambda binaries through a Runtime API emulator against moto's S3 +
+//! Glue (`lambda`), the same through `sam local invoke` in Docker (`sam_local`, skipped with the
+//! reason where Docker is not set up), and `template.yaml`'s checks (`template`: cfn-lint and SAM
+//! CLI from `.venv-infra`). One test binary, one module per suite (`cargo test --features e2e
+//! --test aws lambda::` runs one of them).
+
+#[path = "../common/mod.rs"]
+mod common;
+// The Lambda binaries and the S3 + Glue and Runtime API emulators; used by `lambda` and
+// `sam_local`.
+#[path = "../common/lambda.rs"]
+mod lambda_support;
+
+mod lambda;
+mod sam_local;
+mod template;

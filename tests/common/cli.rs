@@ -1,0 +1,334 @@
+//! Running the `dms2iceberg` binary in a work directory, without Python: what every test binary
+//! of the root package shares, including the fast tier (`tests/bad_rows.rs`, which includes this
+//! file alone as its `common`). `common/mod.rs` adds the DMS generator and the independent
+//! readers (`.venv`) on top and re-exports everything here.
+//!
+//! Set `DMS2ICEBERG_KEEP_TEST_DIRS=1` to keep every work directory; a failing test always keeps
+//! its own and prints its path.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn support(script: &str) -> PathBuf {
+    repo_root().join("tests").join("support").join(script)
+}
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_dms2iceberg"))
+}
+
+/// What a finished command printed.
+#[derive(Debug)]
+pub struct Run {
+    pub cmd: String,
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// Panics (with everything it printed) unless the command succeeded; the run, for reading.
+    pub fn assert_success(self) -> Run {
+        if !self.status.success() {
+            panic!("command failed ({}):\n{}", self.status, self.describe());
+        }
+        self
+    }
+
+    /// stdout + stderr, for looking for error messages wherever they were printed.
+    pub fn output(&self) -> String {
+        format!("{}\n{}", self.stdout, self.stderr)
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "$ {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.cmd,
+            truncate(&self.stdout, 20_000),
+            truncate(&self.stderr, 20_000)
+        )
+    }
+}
+
+pub(super) fn truncate(s: &str, n: usize) -> String {
+    if s.len() <= n {
+        return s.to_string();
+    }
+    let mut end = n;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [{} more bytes]", &s[..end], s.len() - end)
+}
+
+pub fn run<I, S>(program: &Path, args: I) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+    let cmd = std::iter::once(program.as_os_str())
+        .chain(args.iter().map(|a| a.as_os_str()))
+        .map(|a| shell_quote(&a.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let out = Command::new(program)
+        .args(&args)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONIOENCODING", "utf-8")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
+    Run {
+        cmd,
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// Parses JSON-lines output (the contract of `scan --format json` and `history --format json`).
+pub fn parse_json_lines(text: &str, what: &str) -> Vec<Value> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str::<Value>(l).unwrap_or_else(|e| {
+                panic!(
+                    "{what}: line {} is not a JSON object ({e}): {}\n--- whole output ---\n{}",
+                    i + 1,
+                    truncate(l, 500),
+                    truncate(text, 5000)
+                )
+            })
+        })
+        .collect()
+}
+
+pub fn read_jsonl(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    parse_json_lines(&text, &path.display().to_string())
+}
+
+pub fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: bad JSON: {e}", path.display()))
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh work directory for one test: `dms/`, `wh/`, `config.toml` (and, from the generator,
+/// `expected/`).
+pub struct Work {
+    pub dir: PathBuf,
+    pub name: String,
+}
+
+impl Work {
+    /// An empty work dir of its own (name, process, counter, time), for a hand-written tree;
+    /// needs no Python. [`Work::new`] (in `common/mod.rs`) is the same for generated trees.
+    pub fn plain(name: &str) -> Work {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!(
+            "dms2iceberg-e2e-{name}-{}-{n}-{nanos:x}",
+            std::process::id()
+        ));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+        std::fs::create_dir_all(&dir).unwrap();
+        Work {
+            dir,
+            name: name.to_string(),
+        }
+    }
+
+    pub fn dms(&self) -> PathBuf {
+        self.dir.join("dms")
+    }
+    pub fn wh(&self) -> PathBuf {
+        self.dir.join("wh")
+    }
+    pub fn config(&self) -> PathBuf {
+        self.dir.join("config.toml")
+    }
+
+    /// Runs the binary with the given arguments (nothing added).
+    pub fn cli<S: AsRef<OsStr>>(&self, args: &[S]) -> Run {
+        run(&bin(), args)
+    }
+
+    /// `dms2iceberg ingest PATH… --warehouse wh --config config.toml`
+    pub fn ingest_paths(&self, paths: &[PathBuf]) -> Run {
+        let mut a: Vec<std::ffi::OsString> = vec!["ingest".into()];
+        a.extend(paths.iter().map(|p| p.as_os_str().to_owned()));
+        a.push("--warehouse".into());
+        a.push(self.wh().into_os_string());
+        a.push("--config".into());
+        a.push(self.config().into_os_string());
+        self.cli(&a)
+    }
+
+    /// Adds `line` (`key = value`) to the `[defaults]` of the generated config.toml.
+    pub fn set_default(&self, line: &str) {
+        let path = self.config();
+        let text = std::fs::read_to_string(&path).expect("config.toml");
+        assert!(
+            text.contains("[defaults]\n"),
+            "no [defaults] in {}",
+            path.display()
+        );
+        let text = text.replacen("[defaults]\n", &format!("[defaults]\n{line}\n"), 1);
+        std::fs::write(&path, text).expect("write config.toml");
+    }
+
+    /// `ingest … --json`: one report per commit.
+    pub fn ingest_json(&self, paths: &[PathBuf]) -> Vec<Value> {
+        self.ingest_json_with(paths, &[])
+    }
+
+    /// `ingest PATH… --warehouse wh --config config.toml --json EXTRA…`: one report per commit.
+    pub fn ingest_json_with(&self, paths: &[PathBuf], extra: &[&str]) -> Vec<Value> {
+        let mut a: Vec<std::ffi::OsString> = vec!["ingest".into(), "--json".into()];
+        a.extend(paths.iter().map(|p| p.as_os_str().to_owned()));
+        a.push("--warehouse".into());
+        a.push(self.wh().into_os_string());
+        a.push("--config".into());
+        a.push(self.config().into_os_string());
+        a.extend(extra.iter().map(std::ffi::OsString::from));
+        let r = self.cli(&a).assert_success();
+        parse_json_lines(&r.stdout, "ingest --json")
+    }
+
+    /// Ingests the whole `dms/` tree.
+    pub fn ingest(&self) -> Run {
+        self.ingest_paths(&[self.dms()])
+    }
+
+    /// `scan TABLE --format json [extra…]`, raw.
+    pub fn scan_run(&self, table: &str, extra: &[&str]) -> Run {
+        let wh = self.wh().display().to_string();
+        let mut a = vec!["scan", table, "--warehouse", &wh, "--format", "json"];
+        a.extend_from_slice(extra);
+        self.cli(&a)
+    }
+
+    /// `scan TABLE --format json [extra…]`, parsed; panics if the scan fails.
+    pub fn scan(&self, table: &str, extra: &[&str]) -> Vec<Value> {
+        let r = self.scan_run(table, extra).assert_success();
+        parse_json_lines(&r.stdout, &format!("scan {table}"))
+    }
+
+    /// `scan TABLE --format csv`: the text it printed; panics if the scan fails.
+    pub fn scan_csv(&self, table: &str) -> String {
+        let wh = self.wh().display().to_string();
+        self.cli(&["scan", table, "--warehouse", &wh, "--format", "csv"])
+            .assert_success()
+            .stdout
+    }
+
+    /// `history TABLE --format json`, parsed (one object per snapshot, oldest first).
+    pub fn history(&self, table: &str) -> Vec<Value> {
+        let wh = self.wh().display().to_string();
+        let r = self
+            .cli(&["history", table, "--warehouse", &wh, "--format", "json"])
+            .assert_success();
+        let h = parse_json_lines(&r.stdout, &format!("history {table}"));
+        for (i, s) in h.iter().enumerate() {
+            for k in ["snapshot_id", "timestamp_ms", "operation", "source_files"] {
+                assert!(
+                    s.get(k).is_some(),
+                    "history {table}: snapshot #{i} has no `{k}`: {s}"
+                );
+            }
+            assert!(
+                s["source_files"].is_array(),
+                "history {table}: source_files must be a list: {s}"
+            );
+        }
+        h
+    }
+
+    pub fn tables(&self) -> Run {
+        let wh = self.wh().display().to_string();
+        self.cli(&["tables", "--warehouse", &wh])
+    }
+
+    /// Writes rows as JSON lines into the work dir (e.g. an intermediate state for check_readers).
+    pub fn write_jsonl(&self, name: &str, rows: &[Value]) -> PathBuf {
+        let p = self.dir.join(name);
+        let mut s = String::new();
+        for r in rows {
+            s.push_str(&serde_json::to_string(r).unwrap());
+            s.push('\n');
+        }
+        std::fs::write(&p, s).unwrap();
+        p
+    }
+
+    /// Writes `text` to `rel` (relative to the work dir), creating its folders; the path.
+    pub fn write_file(&self, rel: &str, text: &str) -> PathBuf {
+        let p = self.dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", p.display()));
+        p
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "work dir of failed test {} kept: {}",
+                self.name,
+                self.dir.display()
+            );
+        } else if std::env::var_os("DMS2ICEBERG_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// True if `text` contains `n` as a whole number (not part of a longer digit run).
+pub fn mentions_number(text: &str, n: u64) -> bool {
+    let needle = n.to_string();
+    let b = text.as_bytes();
+    let mut start = 0;
+    while let Some(pos) = text[start..].find(&needle) {
+        let i = start + pos;
+        let j = i + needle.len();
+        let before = i == 0 || !b[i - 1].is_ascii_digit();
+        let after = j >= b.len() || !b[j].is_ascii_digit();
+        if before && after {
+            return true;
+        }
+        start = i + 1;
+    }
+    false
+}
