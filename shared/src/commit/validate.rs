@@ -20,9 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
-use iceberg::spec::{
-    ManifestContentType, ManifestFile, ManifestStatus, Operation, Snapshot, TableMetadata,
-};
+use iceberg::spec::{ManifestContentType, ManifestStatus, Operation, Snapshot, TableMetadata};
 
 use super::record::{AppliedRecord, Standing};
 use super::{Base, Change, CommitError, RowMap, Staged};
@@ -480,15 +478,7 @@ async fn adds_rows_within(
     s: &Snapshot,
     files: &Files,
 ) -> std::result::Result<bool, CommitError> {
-    let list = files.manifest_list(now, s).await?;
-    let added: Vec<ManifestFile> = list
-        .iter()
-        .filter(|m| {
-            m.content == ManifestContentType::Data && m.added_snapshot_id == s.snapshot_id()
-        })
-        .cloned()
-        .collect();
-    for manifest in files.manifests(&added, Fill::Pass).await? {
+    for manifest in files.added_by(now, s, ManifestContentType::Data).await? {
         if manifest
             .entries()
             .iter()
@@ -528,15 +518,7 @@ async fn rewrite_still_valid(
         }
     }
     for s in intervening {
-        let list = files.manifest_list(now, s).await?;
-        let added: Vec<ManifestFile> = list
-            .iter()
-            .filter(|m| {
-                m.content == ManifestContentType::Deletes && m.added_snapshot_id == s.snapshot_id()
-            })
-            .cloned()
-            .collect();
-        for manifest in files.manifests(&added, Fill::Pass).await? {
+        for manifest in files.added_by(now, s, ManifestContentType::Deletes).await? {
             for e in manifest.entries() {
                 if e.status() != ManifestStatus::Added {
                     continue;

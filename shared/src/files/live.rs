@@ -10,7 +10,7 @@ use iceberg::spec::{
 };
 
 use super::deletes::DeletedPositions;
-use super::parquet::READ_CONCURRENCY;
+use super::parquet::{READ_CONCURRENCY, SMALL_READ_CONCURRENCY, large_read_permit};
 use super::{Files, Fill, equality_deletes_refused};
 use crate::error::Result;
 
@@ -94,15 +94,22 @@ impl Files {
     }
 
     /// The content of position-delete files `(path, size)`, in their order, with whether each
-    /// was read from storage; many small files on object storage, so read concurrently.
+    /// was read from storage. Many small files on object storage, so read concurrently: up to
+    /// [`SMALL_READ_CONCURRENCY`] whole small files, of which at most [`READ_CONCURRENCY`] larger
+    /// ones reading ranges.
     pub(crate) async fn position_deletes_of(
         &self,
         files: &[(&str, u64)],
         fill: Fill,
     ) -> Result<Vec<(Arc<DeletedPositions>, bool)>> {
+        let large = &tokio::sync::Semaphore::new(READ_CONCURRENCY);
         futures::stream::iter(0..files.len())
-            .map(|i| self.position_deletes(files[i].0, files[i].1, fill))
-            .buffered(READ_CONCURRENCY)
+            .map(|i| async move {
+                let (path, size) = files[i];
+                let _permit = large_read_permit(large, size).await?;
+                self.position_deletes(path, size, fill).await
+            })
+            .buffered(SMALL_READ_CONCURRENCY)
             .try_collect()
             .await
     }

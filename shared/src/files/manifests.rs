@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use futures::{StreamExt as _, TryStreamExt as _};
 use iceberg::spec::{
-    Manifest, ManifestFile, ManifestList, ManifestStatus, Snapshot, TableMetadata,
+    Manifest, ManifestContentType, ManifestFile, ManifestList, ManifestStatus, Snapshot,
+    TableMetadata,
 };
 
 use super::cache::{Kind, get, put};
@@ -76,6 +77,23 @@ impl Files {
             .buffered(READ_CONCURRENCY)
             .try_collect()
             .await
+    }
+
+    /// The manifests of `content` that snapshot `s` itself added (what a commit since a base
+    /// brought in), read through without filling the cache.
+    pub(crate) async fn added_by(
+        &self,
+        metadata: &TableMetadata,
+        s: &Snapshot,
+        content: ManifestContentType,
+    ) -> Result<Vec<Arc<Manifest>>> {
+        let list = self.manifest_list(metadata, s).await?;
+        let added: Vec<ManifestFile> = list
+            .iter()
+            .filter(|m| m.content == content && m.added_snapshot_id == s.snapshot_id())
+            .cloned()
+            .collect();
+        self.manifests(&added, Fill::Pass).await
     }
 
     /// Remembers a manifest this process wrote at `path`, as written (before the list it goes

@@ -485,23 +485,16 @@ async fn dead_rows(
     let needed: Vec<usize> = (0..delete_files.len())
         .filter(|&i| candidates.iter().any(|c| applies(&delete_files[i], c)))
         .collect();
-    let large = &tokio::sync::Semaphore::new(READ_CONCURRENCY);
-    let loaded: HashMap<usize, Arc<DeletedPositions>> = futures::stream::iter(needed)
-        .map(|i| async move {
-            let d = &delete_files[i];
-            let _permit = large_read_permit(large, d.size).await?;
-            files
-                .position_deletes(&d.path, d.size, Fill::Keep)
-                .await
-                .map(|(content, read)| (i, content, read))
-        })
-        .buffer_unordered(SMALL_READ_CONCURRENCY)
-        .map_ok(|(i, content, read)| {
-            stats.delete_files_read += read as usize;
-            (i, content)
-        })
-        .try_collect()
-        .await?;
+    let wanted: Vec<(&str, u64)> = needed
+        .iter()
+        .map(|&i| (delete_files[i].path.as_str(), delete_files[i].size))
+        .collect();
+    let read = files.position_deletes_of(&wanted, Fill::Keep).await?;
+    let mut loaded: HashMap<usize, Arc<DeletedPositions>> = HashMap::new();
+    for (i, (content, from_storage)) in needed.into_iter().zip(read) {
+        stats.delete_files_read += from_storage as usize;
+        loaded.insert(i, content);
+    }
     // The lists themselves, not a set of their positions: a file that every commit since the
     // last compaction deleted rows of (a full load) has hundreds of thousands, and hashing
     // them all again on every commit was the largest cost of a warm lookup.
