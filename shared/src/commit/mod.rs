@@ -138,9 +138,22 @@ impl MetadataChanges {
 #[derive(Debug, Clone)]
 pub(crate) enum Change {
     /// Ingest: new data files, and position deletes against live files (which must still be
-    /// live when it commits).
+    /// live when it commits). Another writer's commit meanwhile matters only if it removed one
+    /// of those files, or added rows that may hold one of `keys` (as Iceberg Java's row delta
+    /// validates against a conflict filter): its position deletes and its rows of other keys
+    /// leave our plan as right as it was (a row deleted twice is deleted once).
     RowDelta {
         referenced_data_files: BTreeSet<String>,
+        keys: KeyScope,
+        /// Data files holding rows the plan left in place as newer than their change: a
+        /// concurrent delete of such a row changes what the change should do.
+        kept_rows_in: BTreeSet<String>,
+        /// A full-load file's rows added to its load, replacing none: it may follow other files
+        /// of the same load applied meanwhile, and create the table alongside them.
+        joins_load: bool,
+        /// Snapshots already found to add nothing within `keys` (a snapshot never changes):
+        /// each attempt checks only those committed since the previous one.
+        checked: Arc<std::sync::Mutex<BTreeSet<i64>>>,
     },
     /// Compaction: files replaced by files holding the same rows. The replaced manifests must
     /// still be current. Rows of removed files that commits since the base deleted are deleted
@@ -153,26 +166,22 @@ pub(crate) enum Change {
     },
     /// Rows appended (the rejected-rows table).
     Append,
-    /// A full-load file's rows appended to its load: keys no live row holds. Other writers'
-    /// commits meanwhile matter only if they added rows within `bounds` (other files of the
-    /// same load commit at the same time: their key ranges are usually apart).
-    LoadAppend {
-        bounds: KeyBounds,
-        /// Snapshots already found to add nothing within `bounds` (a snapshot never changes):
-        /// each attempt checks only those committed since the previous one.
-        checked: Arc<std::sync::Mutex<BTreeSet<i64>>>,
-    },
     /// A full load that replaces the table's contents: every file live at commit time is
     /// removed, the new files added.
     Reload,
 }
 
 impl Change {
+    /// See [`Change::RowDelta::joins_load`].
+    pub(crate) fn joins_load(&self) -> bool {
+        matches!(self, Change::RowDelta { joins_load: true, .. })
+    }
+
     fn operation(&self, added_deletes: bool, added_data: bool) -> Operation {
         match self {
             Change::Rewrite { .. } => Operation::Replace,
             Change::Reload => Operation::Overwrite,
-            Change::Append | Change::LoadAppend { .. } => Operation::Append,
+            Change::Append => Operation::Append,
             Change::RowDelta { .. } => match (added_data, added_deletes) {
                 (_, false) => Operation::Append,
                 (false, true) => Operation::Delete,
@@ -226,6 +235,32 @@ impl KeyBounds {
                 _ => true,
             }
         })
+    }
+}
+
+/// The keys a row delta's rows may hold, as precisely as the commit knows them: what another
+/// writer's new data files are checked against.
+#[derive(Debug, Clone)]
+pub(crate) enum KeyScope {
+    /// Every key the input changes (inserted, updated or deleted): a file conflicts only if
+    /// its bounds hold one of them.
+    Keys(Arc<crate::files::probe::ProbeKeys>),
+    /// The range of the keys (a full-load file: the bounds of the files it wrote).
+    Bounds(KeyBounds),
+    /// Not known (an input too large to hold its keys): every added data file conflicts.
+    Unknown,
+}
+
+impl KeyScope {
+    /// Whether data file `f` may hold a row of one of these keys.
+    pub(crate) fn may_hold(&self, f: &DataFile) -> bool {
+        match self {
+            KeyScope::Keys(k) => k
+                .may_contain(f.lower_bounds(), f.upper_bounds())
+                .unwrap_or(true),
+            KeyScope::Bounds(b) => b.may_overlap(f),
+            KeyScope::Unknown => true,
+        }
     }
 }
 

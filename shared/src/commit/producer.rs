@@ -51,7 +51,7 @@ async fn carried_manifests(
     (written, added): (&mut Prepared, &mut super::Added),
 ) -> Result<Vec<ManifestFile>> {
     Ok(match &staged.change {
-        Change::RowDelta { .. } | Change::Append | Change::LoadAppend { .. } => parent_manifests,
+        Change::RowDelta { .. } | Change::Append => parent_manifests,
         Change::Rewrite {
             replaced_manifests,
             row_map,

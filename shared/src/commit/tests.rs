@@ -154,14 +154,16 @@ async fn a_concurrent_append_makes_an_update_locate_its_keys_again() {
     assert_eq!(conflict_of(lab.check(&staged).await), Conflict::RecordMoved);
     staged.discard(lab.catalog.file_io()).await;
 
-    // The same from another engine (its commits leave our record as it is): an append.
+    // The same from another engine (its commits leave our record as it is): an append of a
+    // row of key 3.
     let staged = lab
         .plan(vec![lab.file("20220302-1137010000.csv", "U,3,c2\n")])
         .await;
-    foreign_append(&lab, 98).await;
+    let written = foreign_data_file(&lab, &[(3, "x")]).await;
+    let foreign = foreign_commit(&lab, &written, &[]).await;
     assert!(matches!(
         conflict_of(lab.check(&staged).await),
-        Conflict::RowsChanged { snapshot: 98, .. }
+        Conflict::RowsChanged { snapshot, .. } if snapshot == foreign
     ));
     staged.discard(lab.catalog.file_io()).await;
 }
@@ -175,6 +177,7 @@ async fn a_rewrite_that_keeps_the_referenced_files_does_not_disturb_an_update() 
         .await;
     let Change::RowDelta {
         referenced_data_files,
+        ..
     } = &staged.change
     else {
         panic!("row delta expected")
@@ -240,6 +243,7 @@ async fn a_rewrite_of_a_file_our_deletes_point_into_needs_a_replan() {
         .await;
     let Change::RowDelta {
         referenced_data_files,
+        ..
     } = &staged.change
     else {
         panic!("row delta expected")
@@ -394,6 +398,177 @@ async fn foreign_append_of(lab: &Lab, snapshot_id: i64, manifests: Vec<ManifestF
     attempt_until_decided(&lab.catalog, &foreign, &mut budget)
         .await
         .unwrap();
+}
+
+/// Another engine's rows `(id, v)` as a data file of the table, not committed.
+async fn foreign_data_file(lab: &Lab, rows: &[(i64, &str)]) -> Vec<(i32, iceberg::spec::DataFile)> {
+    let md = lab.table().await.metadata;
+    let schema = Arc::new(iceberg::arrow::schema_to_arrow_schema(md.current_schema()).unwrap());
+    let id_type = schema.field_with_name("id").unwrap().data_type().clone();
+    let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+    let ids = arrow_cast::cast(
+        &(Arc::new(arrow_array::Int64Array::from(ids)) as arrow_array::ArrayRef),
+        &id_type,
+    )
+    .unwrap();
+    let values: Vec<&str> = rows.iter().map(|r| r.1).collect();
+    let columns: Vec<arrow_array::ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.name().as_str() {
+            "id" => ids.clone(),
+            "v" => Arc::new(arrow_array::StringArray::from(values.clone())) as _,
+            _ => arrow_array::new_null_array(f.data_type(), rows.len()),
+        })
+        .collect();
+    let batch = arrow_array::RecordBatch::try_new(schema.clone(), columns).unwrap();
+    let mut w = crate::write::DataFileStream::new(
+        lab.catalog.file_io(),
+        &md,
+        &["id".into()],
+        1 << 20,
+        false,
+        4,
+        vec![],
+    )
+    .unwrap();
+    w.write(&batch).await.unwrap();
+    w.close().await.unwrap()
+}
+
+/// Another engine's commit of `data` and `deletes` (our record untouched); its snapshot id.
+async fn foreign_commit(
+    lab: &Lab,
+    data: &[(i32, iceberg::spec::DataFile)],
+    deletes: &[(i32, iceberg::spec::DataFile)],
+) -> i64 {
+    let md = lab.table().await.metadata;
+    let snapshot_id = new_snapshot_id(Some(&md));
+    let manifests = write_manifests(lab.catalog.files(), &md, snapshot_id, data, deletes, None)
+        .await
+        .unwrap();
+    foreign_append_of(lab, snapshot_id, manifests).await;
+    snapshot_id
+}
+
+/// Another engine's delete of the live rows of `ids` (position deletes, as Spark's and
+/// Athena's merge-on-read `DELETE` write them); its snapshot id.
+async fn foreign_delete(lab: &Lab, ids: &[i64]) -> i64 {
+    let md = lab.table().await.metadata;
+    let keys = arrow_array::RecordBatch::try_from_iter([(
+        "id",
+        Arc::new(arrow_array::Int64Array::from(ids.to_vec())) as arrow_array::ArrayRef,
+    )])
+    .unwrap();
+    let id = md.current_schema().field_id_by_name("id").unwrap();
+    let located = crate::lookup::locate_rows(lab.catalog.files(), &md, &keys, vec![id], None)
+        .await
+        .unwrap();
+    assert_eq!(located.found, vec![true; ids.len()], "rows to delete");
+    let deletes = crate::write::write_position_deletes(lab.catalog.file_io(), &md, &located.deletes)
+        .await
+        .unwrap();
+    foreign_commit(lab, &[], &deletes).await
+}
+
+/// Plans `rows` as the next change file on the table as it is now, lets `meanwhile` commit
+/// (another engine), then runs the commit loop from the stale table: the replans it needed.
+async fn apply_after<F, Fut>(lab: &Lab, name: &str, rows: &str, meanwhile: F) -> usize
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let ingest = Ingest::new(&lab.catalog, &lab.config);
+    let cfg = lab.config.table("s", "t").unwrap();
+    let mut planner =
+        crate::ops::ingest::planner_for_tests(&ingest, &cfg, &lab.ident, vec![lab.file(name, rows)]);
+    let stale = lab.table().await;
+    meanwhile().await;
+    let done = run(&lab.catalog, &lab.ident, Some(Some(stale)), &mut planner)
+        .await
+        .unwrap();
+    assert!(matches!(done.outcome, Some(Outcome::Committed { .. })));
+    done.replans.len()
+}
+
+#[tokio::test]
+async fn another_engines_rows_of_other_keys_leave_an_update_as_planned() {
+    let lab = loaded("foreign_other_keys").await;
+    let staged = lab
+        .plan(vec![lab.file("20220302-1135010000.csv", "U,3,c2\nD,1,\n")])
+        .await;
+    let written = foreign_data_file(&lab, &[(100, "x"), (2, "y")]).await;
+    // Keys 2 and 100: no row of key 1 or 3, but bounds (2..=100) are all a manifest tells, and
+    // they may hold key 3: a conflict.
+    let overlapping = foreign_commit(&lab, &written, &[]).await;
+    assert_eq!(
+        conflict_of(lab.check(&staged).await),
+        Conflict::RowsChanged {
+            snapshot: overlapping,
+            operation: "append".into()
+        }
+    );
+    staged.discard(lab.catalog.file_io()).await;
+
+    // Rows of keys outside the update's (and an empty append): applied as planned, no replan.
+    let lab = loaded("foreign_other_keys2").await;
+    let replans = apply_after(&lab, "20220302-1135010000.csv", "U,3,c2\nD,1,\n", || async {
+        let written = foreign_data_file(&lab, &[(100, "x"), (101, "y")]).await;
+        foreign_commit(&lab, &written, &[]).await;
+        foreign_append(&lab, 97).await;
+    })
+    .await;
+    assert_eq!(replans, 0);
+    assert_eq!(lab.rows().await, ["100=x", "101=y", "2=b1", "3=c2"]);
+}
+
+#[tokio::test]
+async fn another_engines_row_of_an_updated_key_makes_the_update_look_again() {
+    let lab = loaded("foreign_same_key").await;
+    // Without the replan, key 3 would be held twice: the foreign row and ours.
+    let replans = apply_after(&lab, "20220302-1135010000.csv", "U,3,c2\n", || async {
+        let written = foreign_data_file(&lab, &[(3, "x")]).await;
+        foreign_commit(&lab, &written, &[]).await;
+    })
+    .await;
+    assert_eq!(replans, 1);
+    assert_eq!(lab.rows().await, ["1=a", "2=b1", "3=c2"]);
+}
+
+#[tokio::test]
+async fn another_engines_delete_of_rows_an_update_replaces_leaves_it_as_planned() {
+    let lab = loaded("foreign_delete").await;
+    // Key 3's row is deleted by both (once in effect); key 1's only by the other engine.
+    let replans = apply_after(&lab, "20220302-1135010000.csv", "U,3,c2\n", || async {
+        foreign_delete(&lab, &[3, 1]).await;
+    })
+    .await;
+    assert_eq!(replans, 0);
+    assert_eq!(lab.rows().await, ["2=b1", "3=c2"]);
+}
+
+#[tokio::test]
+async fn another_engines_delete_of_a_row_kept_as_newer_makes_the_change_look_again() {
+    let mut lab = loaded("foreign_delete_kept").await;
+    lab.config = Config::from_toml(
+        "[tables.\"s.t\"]\nprimary_key = [\"id\"]\nordering_column = \"v\"\n",
+    )
+    .unwrap();
+    // 2=b1 is newer by `v` than the change's a0: kept. Deleted meanwhile, the change applies
+    // to an absent key, as it would have after the delete: 2=a0.
+    let replans = apply_after(&lab, "20220302-1135010000.csv", "U,2,a0\n", || async {
+        foreign_delete(&lab, &[2]).await;
+    })
+    .await;
+    assert_eq!(replans, 1);
+    assert_eq!(lab.rows().await, ["1=a", "2=a0", "3=c"]);
+    // Kept and not deleted meanwhile: the row stays.
+    let replans = apply_after(&lab, "20220302-1136010000.csv", "U,2,0\n", || async {
+        foreign_delete(&lab, &[1]).await;
+    })
+    .await;
+    assert_eq!(replans, 0);
+    assert_eq!(lab.rows().await, ["2=a0", "3=c"]);
 }
 
 #[tokio::test]
@@ -920,40 +1095,13 @@ async fn a_file_that_claims_the_key_order_but_is_unsorted_is_sorted_before_mergi
     lab.ingest(vec![lab.file("20220302-1135010000.csv", "I,5,e\nI,7,g\n")])
         .await;
     // Another writer adds a file that carries the table's sort order id yet is not sorted.
-    let t = lab.table().await;
-    let md = &t.metadata;
-    let schema = Arc::new(iceberg::arrow::schema_to_arrow_schema(md.current_schema()).unwrap());
-    let id_type = schema.field_with_name("id").unwrap().data_type().clone();
-    let ids = arrow_cast::cast(
-        &(Arc::new(arrow_array::Int64Array::from(vec![9, 4, 8, 6])) as arrow_array::ArrayRef),
-        &id_type,
-    )
-    .unwrap();
-    let columns: Vec<arrow_array::ArrayRef> = schema
-        .fields()
-        .iter()
-        .map(|f| match f.name().as_str() {
-            "id" => ids.clone(),
-            "v" => Arc::new(arrow_array::StringArray::from(vec!["i", "d", "h", "f"])) as _,
-            _ => arrow_array::new_null_array(f.data_type(), 4),
-        })
-        .collect();
-    let batch = arrow_array::RecordBatch::try_new(schema.clone(), columns).unwrap();
-    let file_io = lab.catalog.file_io();
-    let mut w =
-        crate::write::DataFileStream::new(file_io, md, &["id".into()], 1 << 20, false, 4, vec![])
-            .unwrap();
-    w.write(&batch).await.unwrap();
-    let written = w.close().await.unwrap();
+    let written = foreign_data_file(&lab, &[(9, "i"), (4, "d"), (8, "h"), (6, "f")]).await;
+    let md = lab.table().await.metadata;
     assert_eq!(
         written[0].1.sort_order_id(),
         Some(md.default_sort_order_id() as i32)
     );
-    let snapshot_id = new_snapshot_id(Some(md));
-    let manifests = write_manifests(lab.catalog.files(), md, snapshot_id, &written, &[], None)
-        .await
-        .unwrap();
-    foreign_append_of(&lab, snapshot_id, manifests).await;
+    foreign_commit(&lab, &written, &[]).await;
     Compact::new(&lab.catalog, lab.ident.clone())
         .options(CompactOptions {
             target_file_size: Some(1 << 20),

@@ -4,11 +4,12 @@
 //!
 //! Other Iceberg writers (Spark, Glue's optimizers, Athena, PyIceberg) commit to the same
 //! tables. Their commits are handled by what they can have changed, not by who made them:
-//! - a row delta (ingest) located the live rows of its keys at its base; any commit since that
-//!   can change rows (append, overwrite, delete, ours or another engine's) may have moved or
-//!   added rows of those keys, so the input is planned again; a `replace` (compaction, Spark's
-//!   `rewrite_data_files`, `rewrite_position_delete_files`) keeps every row, so it only matters
-//!   if it removed a file our position deletes point into;
+//! - a row delta (ingest) located the live rows of its keys at its base; a commit since then
+//!   matters only if it added data files whose bounds may hold one of those keys (rows of our
+//!   keys we did not see), or removed a file our position deletes point into (the rows moved);
+//!   then the input is planned again. Appends of other keys, position deletes (a row deleted
+//!   twice is deleted once) and `replace` snapshots (compaction, Spark's `rewrite_data_files`,
+//!   `rewrite_position_delete_files`: every row kept) that keep our files leave the plan right;
 //! - a rewrite (compaction) must still find the manifests it replaces; position deletes
 //!   committed since its base against files it replaces are carried over to its new files
 //!   ([`super::carry`]) when it has a row map, and otherwise mean planning again;
@@ -18,12 +19,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use iceberg::spec::{ManifestContentType, ManifestStatus, Operation, Snapshot, TableMetadata};
 
 use super::record::{AppliedRecord, Standing};
-use super::{Base, Change, CommitError, RowMap, Staged};
+use super::{Base, Change, CommitError, KeyScope, RowMap, Staged};
+use crate::files::deletes::Targets;
 use crate::files::live::Scope;
 use crate::files::{Files, Fill};
 use crate::table::{LoadedTable, ancestors};
@@ -204,7 +206,24 @@ pub(crate) async fn check_carrying(
     match &staged.change {
         Change::RowDelta {
             referenced_data_files,
-        } => row_delta_still_valid(referenced_data_files, now, &intervening, files).await?,
+            keys,
+            kept_rows_in,
+            checked,
+            ..
+        } => {
+            row_delta_still_valid(
+                RowDeltaReads {
+                    referenced: referenced_data_files,
+                    kept: kept_rows_in,
+                    keys,
+                    checked,
+                },
+                now,
+                &intervening,
+                files,
+            )
+            .await?
+        }
         Change::Rewrite {
             replaced_manifests,
             removed_data_files,
@@ -219,9 +238,6 @@ pub(crate) async fn check_carrying(
                 files,
             )
             .await?;
-        }
-        Change::LoadAppend { bounds, checked } => {
-            load_append_still_valid(bounds, checked, now, &intervening, files).await?
         }
         // A reload replaces whatever is live when it commits; appended rows touch nothing.
         Change::Reload | Change::Append => {}
@@ -260,7 +276,7 @@ fn table_is_the_planned_one(staged: &Staged, now: &TableMetadata) -> Check {
         // Full-load files of one load, committed at once, each create the table: one wins, and
         // the others' files fit it when it has the very shape they were written for.
         Base::Create(ours)
-            if matches!(staged.change, Change::LoadAppend { .. }) && same_shape(ours, now) =>
+            if staged.change.joins_load() && same_shape(ours, now) =>
         {
             Ok(None)
         }
@@ -297,8 +313,7 @@ fn input_not_applied(
     } else if done > 0 {
         Err(conflict(Conflict::InputPartlyApplied))
     } else if *record != update.base_record
-        && !(matches!(staged.change, Change::LoadAppend { .. })
-            && still_joins_its_load(update, record))
+        && !(staged.change.joins_load() && still_joins_its_load(update, record))
     {
         Err(conflict(Conflict::RecordMoved))
     } else {
@@ -395,46 +410,29 @@ fn no_equality_deletes(intervening: &[Arc<Snapshot>]) -> std::result::Result<(),
     Ok(())
 }
 
-/// A row delta may only follow commits that keep every row where it was: `replace` snapshots,
-/// as long as every data file our position deletes reference is still live.
-async fn row_delta_still_valid(
-    referenced: &BTreeSet<String>,
-    now: &TableMetadata,
-    intervening: &[Arc<Snapshot>],
-    files: &Files,
-) -> std::result::Result<(), CommitError> {
-    if let Some(s) = intervening
-        .iter()
-        .find(|s| s.summary().operation != Operation::Replace)
-    {
-        return Err(conflict(Conflict::RowsChanged {
-            snapshot: s.snapshot_id(),
-            operation: s.summary().operation.as_str().to_string(),
-        }));
-    }
-    if intervening.is_empty() || referenced.is_empty() {
-        return Ok(());
-    }
-    let live = live_data_files(now, files).await?;
-    if let Some(gone) = referenced.iter().find(|f| !live.contains(*f)) {
-        return Err(conflict(Conflict::ReferencedFileRemoved {
-            file: gone.clone(),
-        }));
-    }
-    Ok(())
+/// What a row delta's plan read: the rows it deletes (in `referenced` files), the rows it left
+/// as newer (in `kept` files), and the keys it changes.
+struct RowDeltaReads<'a> {
+    referenced: &'a BTreeSet<String>,
+    kept: &'a BTreeSet<String>,
+    keys: &'a KeyScope,
+    checked: &'a Mutex<BTreeSet<i64>>,
 }
 
-/// A full-load append conflicts only with rows added since its base within its key range:
-/// the data files added by every intervening snapshot are checked against its bounds (a
-/// `replace` keeps rows where they were; removals and position deletes never add a row).
-async fn load_append_still_valid(
-    bounds: &super::KeyBounds,
-    checked: &std::sync::Mutex<BTreeSet<i64>>,
+/// A row delta (ingest, a full-load file's append) conflicts with a commit since its base only
+/// if that commit changed what its plan read: added rows that may hold one of its keys, deleted
+/// a row it left in place as newer, or removed a file it deletes rows of. Each intervening
+/// snapshot's added files are checked once ([`changes_what_we_read`]; a `replace` keeps every
+/// row where it was, so only its removals count); then, if any commit landed, every file the
+/// plan read rows of must still be live.
+async fn row_delta_still_valid(
+    reads: RowDeltaReads<'_>,
     now: &TableMetadata,
     intervening: &[Arc<Snapshot>],
     files: &Files,
 ) -> std::result::Result<(), CommitError> {
     use futures::{StreamExt, TryStreamExt};
+    let checked = reads.checked;
     let seen = |id: i64| checked.lock().is_ok_and(|c| c.contains(&id));
     let unchecked: Vec<&Arc<Snapshot>> = intervening
         .iter()
@@ -443,11 +441,11 @@ async fn load_append_still_valid(
     // Many files of one load commit while a large one is read: their manifests are read
     // concurrently (on object storage each is a round trip).
     // By index: a closure over borrowed items trips rustc's higher-ranked Send check.
-    let unchecked_ref = &unchecked;
+    let (unchecked_ref, reads_ref) = (&unchecked, &reads);
     let overlapping: Vec<(i64, bool)> = futures::stream::iter(0..unchecked.len())
         .map(|i| async move {
             let s = unchecked_ref[i];
-            adds_rows_within(bounds, now, s, files)
+            changes_what_we_read(reads_ref, now, s, files)
                 .await
                 .map(|o| (s.snapshot_id(), o))
         })
@@ -468,22 +466,53 @@ async fn load_append_still_valid(
             c.insert(snapshot);
         }
     }
+    if intervening.is_empty() || (reads.referenced.is_empty() && reads.kept.is_empty()) {
+        return Ok(());
+    }
+    let live = live_data_files(now, files).await?;
+    if let Some(gone) = reads
+        .referenced
+        .iter()
+        .chain(reads.kept)
+        .find(|f| !live.contains(*f))
+    {
+        return Err(conflict(Conflict::ReferencedFileRemoved {
+            file: gone.clone(),
+        }));
+    }
     Ok(())
 }
 
-/// Whether snapshot `s` added a data file that may hold a key within `bounds`.
-async fn adds_rows_within(
-    bounds: &super::KeyBounds,
+/// Whether snapshot `s` added a data file that may hold one of our keys, or a position-delete
+/// file that may delete rows of a file we kept rows of. Keys not known: any snapshot that is
+/// not a `replace` may have (the strict rule).
+async fn changes_what_we_read(
+    reads: &RowDeltaReads<'_>,
     now: &TableMetadata,
     s: &Snapshot,
     files: &Files,
 ) -> std::result::Result<bool, CommitError> {
+    if matches!(reads.keys, KeyScope::Unknown) {
+        return Ok(true);
+    }
     for manifest in files.added_by(now, s, ManifestContentType::Data).await? {
         if manifest
             .entries()
             .iter()
-            .any(|e| e.status() == ManifestStatus::Added && bounds.may_overlap(e.data_file()))
+            .any(|e| e.status() == ManifestStatus::Added && reads.keys.may_hold(e.data_file()))
         {
+            return Ok(true);
+        }
+    }
+    if reads.kept.is_empty() {
+        return Ok(false);
+    }
+    for manifest in files.added_by(now, s, ManifestContentType::Deletes).await? {
+        let targets_kept = |e: &iceberg::spec::ManifestEntry| {
+            e.status() == ManifestStatus::Added
+                && Targets::of(e.data_file()).may_target_any(reads.kept)
+        };
+        if manifest.entries().iter().any(|e| targets_kept(e)) {
             return Ok(true);
         }
     }

@@ -1,15 +1,67 @@
 //! Position-delete files: their content, as every reader of a table's deletes needs it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray as _;
 use arrow_array::types::Int64Type;
 use arrow_schema::DataType;
 use iceberg::io::FileIO;
+use iceberg::spec::{DataFile, PrimitiveLiteral};
 
 use super::cache::{Kind, get, put};
 use crate::error::Result;
+
+/// Field ids Iceberg reserves for position-delete files.
+pub(crate) const DELETE_FILE_PATH_ID: i32 = 2147483546;
+pub(crate) const DELETE_POS_ID: i32 = 2147483545;
+
+/// The data files a position-delete file may delete rows of, as its manifest entry tells
+/// without reading it: the one it names (`referenced_data_file`), else the range of its
+/// `file_path` column's bounds, else any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Targets {
+    One(String),
+    Range(String, String),
+    Any,
+}
+
+impl Targets {
+    pub(crate) fn of(f: &DataFile) -> Targets {
+        if let Some(r) = f.referenced_data_file() {
+            return Targets::One(r);
+        }
+        let bound = |m: &HashMap<i32, iceberg::spec::Datum>| match m
+            .get(&DELETE_FILE_PATH_ID)
+            .map(|d| d.literal())
+        {
+            Some(PrimitiveLiteral::String(s)) => Some(s.clone()),
+            _ => None,
+        };
+        match (bound(f.lower_bounds()), bound(f.upper_bounds())) {
+            (Some(lo), Some(hi)) => Targets::Range(lo, hi),
+            _ => Targets::Any,
+        }
+    }
+
+    /// Whether rows of data file `path` may be deleted.
+    pub(crate) fn may_target(&self, path: &str) -> bool {
+        match self {
+            Targets::One(r) => r == path,
+            Targets::Range(lo, hi) => lo.as_str() <= path && path <= hi.as_str(),
+            Targets::Any => true,
+        }
+    }
+
+    /// Whether rows of one of `paths` may be deleted.
+    pub(crate) fn may_target_any(&self, paths: &BTreeSet<String>) -> bool {
+        match self {
+            Targets::One(r) => paths.contains(r),
+            Targets::Range(lo, hi) => paths.range(lo.clone()..=hi.clone()).next().is_some(),
+            Targets::Any => !paths.is_empty(),
+        }
+    }
+}
 
 /// Content of a position-delete file: deleted positions per data file path.
 pub(crate) type DeletedPositions = HashMap<String, Vec<i64>>;

@@ -12,6 +12,7 @@ pub(crate) mod manifests;
 pub(crate) mod metadata;
 pub(crate) mod parquet;
 pub(crate) mod prepared;
+pub(crate) mod probe;
 
 use std::sync::Arc;
 

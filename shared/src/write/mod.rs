@@ -37,9 +37,7 @@ pub(crate) const WRITE_CONCURRENCY: usize = 64;
 /// Rows per Parquet row group: the unit that statistics and bloom filters let a lookup skip.
 pub(crate) const ROW_GROUP_ROWS: usize = 128 * 1024;
 
-/// Field ids Iceberg reserves for position-delete files.
-pub(crate) const DELETE_FILE_PATH_ID: i32 = 2147483546;
-pub(crate) const DELETE_POS_ID: i32 = 2147483545;
+pub(crate) use crate::files::deletes::{DELETE_FILE_PATH_ID, DELETE_POS_ID};
 
 /// How a file's columns are encoded. zstd level 1 everywhere: it encodes in about two thirds
 /// of level 3's time for about 1% more bytes (a 1 GB full load: 2.99 against 4.30 s on one

@@ -251,8 +251,10 @@ struct Staging<'a> {
     change: &'a evolve::SchemaChange,
     rows_rejected: usize,
     max_seq: Option<String>,
-    /// A full-load input that only adds rows: the key range its files hold.
-    load_append: Option<commit::KeyBounds>,
+    /// The keys the input's rows hold: what other writers' new files are checked against.
+    keys: commit::KeyScope,
+    /// Data files whose rows the plan left in place as newer than their change.
+    kept: std::collections::BTreeSet<String>,
 }
 
 /// A running digest of an input's content.
@@ -474,7 +476,11 @@ impl IngestPlanner<'_> {
                 change: &read.change,
                 rows_rejected: read.rejected.len(),
                 max_seq: read.max_seq.clone(),
-                load_append: None,
+                keys: located
+                    .keys
+                    .clone()
+                    .map_or(commit::KeyScope::Unknown, commit::KeyScope::Keys),
+                kept: located.kept_in.clone(),
             },
             &mut report,
         )?;
@@ -495,7 +501,8 @@ impl IngestPlanner<'_> {
             change,
             rows_rejected,
             max_seq,
-            load_append,
+            keys,
+            kept,
         } = s;
         report.late = mode == Mode::Changes { late: true };
         report.reload = mode == Mode::Reload;
@@ -515,16 +522,17 @@ impl IngestPlanner<'_> {
             .map(|(n, a, b)| format!("{n}: {a} -> {b}"))
             .collect();
         report.rows_rejected = rows_rejected;
-        let change = match (mode, load_append) {
-            (Mode::Reload, _) => Change::Reload,
-            (Mode::Changes { late: false }, Some(bounds)) if referenced.is_empty() => {
-                Change::LoadAppend {
-                    bounds,
-                    checked: Default::default(),
-                }
-            }
-            (Mode::Changes { .. }, _) => Change::RowDelta {
+        let joins_load = mode == (Mode::Changes { late: false })
+            && referenced.is_empty()
+            && self.planned.iter().all(|f| f.object.kind == FileKind::Load);
+        let change = match mode {
+            Mode::Reload => Change::Reload,
+            Mode::Changes { .. } => Change::RowDelta {
+                joins_load,
                 referenced_data_files: referenced,
+                keys,
+                kept_rows_in: kept,
+                checked: Default::default(),
             },
         };
         let summary = self.summary(report)?;
@@ -637,16 +645,20 @@ impl IngestPlanner<'_> {
         if c.duplicates > 0 {
             warn!(table = %self.ident, rows = c.duplicates, files = ?self.planned.iter().map(|f| &f.object.key).collect::<Vec<_>>(), "rows of a key replaced by a later row of the same key in the same input (the last one in DMS order is kept)");
         }
-        // A full-load input's key range: concurrent commits of its load only conflict within it.
-        let load_append = self
-            .planned
-            .iter()
-            .all(|f| f.object.kind == FileKind::Load)
-            .then(|| {
-                let s = planned.current_schema();
-                let ids: Vec<i32> = key.iter().filter_map(|k| s.field_id_by_name(k)).collect();
-                commit::KeyBounds::of(streamed.data.iter().map(|(_, f)| f), &ids)
-            });
+        // A full-load input's key range (every key it holds is in a file it wrote, unless a
+        // row was left as newer): concurrent commits of its load only conflict within it. The
+        // keys of a streamed change file are not kept: any added row conflicts.
+        let all_load = self.planned.iter().all(|f| f.object.kind == FileKind::Load);
+        let keys = if all_load && c.stale == 0 {
+            let s = planned.current_schema();
+            let ids: Vec<i32> = key.iter().filter_map(|k| s.field_id_by_name(k)).collect();
+            commit::KeyScope::Bounds(commit::KeyBounds::of(
+                streamed.data.iter().map(|(_, f)| f),
+                &ids,
+            ))
+        } else {
+            commit::KeyScope::Unknown
+        };
         let staged = self.staged(
             Staging {
                 base,
@@ -660,7 +672,8 @@ impl IngestPlanner<'_> {
                 change: &prepared.change,
                 rows_rejected: streamed.rejected.len(),
                 max_seq: streamed.max_seq.clone(),
-                load_append,
+                keys,
+                kept: Default::default(),
             },
             &mut report,
         )?;
