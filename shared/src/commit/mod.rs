@@ -174,7 +174,13 @@ pub(crate) enum Change {
 impl Change {
     /// See [`Change::RowDelta::joins_load`].
     pub(crate) fn joins_load(&self) -> bool {
-        matches!(self, Change::RowDelta { joins_load: true, .. })
+        matches!(
+            self,
+            Change::RowDelta {
+                joins_load: true,
+                ..
+            }
+        )
     }
 
     fn operation(&self, added_deletes: bool, added_data: bool) -> Operation {

@@ -465,9 +465,10 @@ async fn foreign_delete(lab: &Lab, ids: &[i64]) -> i64 {
         .await
         .unwrap();
     assert_eq!(located.found, vec![true; ids.len()], "rows to delete");
-    let deletes = crate::write::write_position_deletes(lab.catalog.file_io(), &md, &located.deletes)
-        .await
-        .unwrap();
+    let deletes =
+        crate::write::write_position_deletes(lab.catalog.file_io(), &md, &located.deletes)
+            .await
+            .unwrap();
     foreign_commit(lab, &[], &deletes).await
 }
 
@@ -480,8 +481,12 @@ where
 {
     let ingest = Ingest::new(&lab.catalog, &lab.config);
     let cfg = lab.config.table("s", "t").unwrap();
-    let mut planner =
-        crate::ops::ingest::planner_for_tests(&ingest, &cfg, &lab.ident, vec![lab.file(name, rows)]);
+    let mut planner = crate::ops::ingest::planner_for_tests(
+        &ingest,
+        &cfg,
+        &lab.ident,
+        vec![lab.file(name, rows)],
+    );
     let stale = lab.table().await;
     meanwhile().await;
     let done = run(&lab.catalog, &lab.ident, Some(Some(stale)), &mut planner)
@@ -512,11 +517,16 @@ async fn another_engines_rows_of_other_keys_leave_an_update_as_planned() {
 
     // Rows of keys outside the update's (and an empty append): applied as planned, no replan.
     let lab = loaded("foreign_other_keys2").await;
-    let replans = apply_after(&lab, "20220302-1135010000.csv", "U,3,c2\nD,1,\n", || async {
-        let written = foreign_data_file(&lab, &[(100, "x"), (101, "y")]).await;
-        foreign_commit(&lab, &written, &[]).await;
-        foreign_append(&lab, 97).await;
-    })
+    let replans = apply_after(
+        &lab,
+        "20220302-1135010000.csv",
+        "U,3,c2\nD,1,\n",
+        || async {
+            let written = foreign_data_file(&lab, &[(100, "x"), (101, "y")]).await;
+            foreign_commit(&lab, &written, &[]).await;
+            foreign_append(&lab, 97).await;
+        },
+    )
     .await;
     assert_eq!(replans, 0);
     assert_eq!(lab.rows().await, ["100=x", "101=y", "2=b1", "3=c2"]);
@@ -550,10 +560,9 @@ async fn another_engines_delete_of_rows_an_update_replaces_leaves_it_as_planned(
 #[tokio::test]
 async fn another_engines_delete_of_a_row_kept_as_newer_makes_the_change_look_again() {
     let mut lab = loaded("foreign_delete_kept").await;
-    lab.config = Config::from_toml(
-        "[tables.\"s.t\"]\nprimary_key = [\"id\"]\nordering_column = \"v\"\n",
-    )
-    .unwrap();
+    lab.config =
+        Config::from_toml("[tables.\"s.t\"]\nprimary_key = [\"id\"]\nordering_column = \"v\"\n")
+            .unwrap();
     // 2=b1 is newer by `v` than the change's a0: kept. Deleted meanwhile, the change applies
     // to an absent key, as it would have after the delete: 2=a0.
     let replans = apply_after(&lab, "20220302-1135010000.csv", "U,2,a0\n", || async {

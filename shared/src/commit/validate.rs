@@ -275,11 +275,7 @@ fn table_is_the_planned_one(staged: &Staged, now: &TableMetadata) -> Check {
     match &staged.base {
         // Full-load files of one load, committed at once, each create the table: one wins, and
         // the others' files fit it when it has the very shape they were written for.
-        Base::Create(ours)
-            if staged.change.joins_load() && same_shape(ours, now) =>
-        {
-            Ok(None)
-        }
+        Base::Create(ours) if staged.change.joins_load() && same_shape(ours, now) => Ok(None),
         Base::Create(_) => Err(conflict(Conflict::CreatedConcurrently)),
         Base::Existing(b) if b.metadata.uuid() != now.uuid() => {
             Err(conflict(Conflict::TableRecreated))

@@ -85,7 +85,13 @@ pub async fn write_key_index(
 
 /// Uploads a key index in the background ([`store_index`]); the owner of the cache waits for
 /// it ([`crate::files::TableCache::finish_uploads`]).
-pub(super) fn write_index(files: &Files, c: &Candidate, sig: &str, keys: Arc<FileKeys>, column_bytes: usize) {
+pub(super) fn write_index(
+    files: &Files,
+    c: &Candidate,
+    sig: &str,
+    keys: Arc<FileKeys>,
+    column_bytes: usize,
+) {
     let (file_io, data_file, sig) = (files.io().clone(), c.path.clone(), sig.to_string());
     let file_size = c.size;
     let task = tokio::spawn(async move {
@@ -175,7 +181,10 @@ pub(super) async fn read_index(file_io: &FileIO, c: &Candidate, sig: &str) -> Op
 }
 
 /// Compressed bytes of the key columns in a Parquet file.
-pub(super) fn key_column_bytes(md: &parquet::file::metadata::ParquetMetaData, leaves: &[usize]) -> usize {
+pub(super) fn key_column_bytes(
+    md: &parquet::file::metadata::ParquetMetaData,
+    leaves: &[usize],
+) -> usize {
     md.row_groups()
         .iter()
         .flat_map(|rg| leaves.iter().map(move |&l| rg.column(l).compressed_size()))

@@ -267,9 +267,7 @@ async fn dead_rows(
     stats: &mut LookupStats,
 ) -> Result<HashMap<String, Vec<Arc<DeletedPositions>>>> {
     let applies = |d: &DeleteFile, c: &Candidate| {
-        d.spec_id == c.spec_id
-            && d.partition == c.partition
-            && d.targets.may_target(&c.path)
+        d.spec_id == c.spec_id && d.partition == c.partition && d.targets.may_target(&c.path)
     };
     // Every delete file that applies to a candidate, read concurrently (bounded) first: one
     // after another they cost a round trip each (hundreds with many partitions).

@@ -168,7 +168,12 @@ pub(super) async fn scan_file(
 
 /// A data file's key columns as read (every row, in file order), in the form a lookup keeps:
 /// packed if a single integer key ascends, plain integers if not, row-encoded otherwise.
-pub(super) fn key_values(batches: &[RecordBatch], k: &ProbeKeys, total: usize, path: &str) -> Result<KeyValues> {
+pub(super) fn key_values(
+    batches: &[RecordBatch],
+    k: &ProbeKeys,
+    total: usize,
+    path: &str,
+) -> Result<KeyValues> {
     Ok(if k.ints.is_some() {
         // Packed as the batches come (no 8-byte copy of the column) while they ascend.
         let mut packed = Some(PackedBuilder::default());
