@@ -10,31 +10,28 @@
 //! when compaction replaced a file its deletes pointed into.
 //! Work per run is bounded by bytes and time; the next run continues.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use iceberg::TableIdent;
-use iceberg::scan::FileScanTask;
-use iceberg::spec::{DataContentType, Struct, TableMetadata};
+use iceberg::spec::TableMetadata;
 use serde::Serialize;
 use tracing::info;
 
 use crate::catalog::Catalog;
-use crate::commit::{
-    self, Added, Base, Change, MetadataChanges, Outcome, Plan, Planner, Staged, remove_files,
-};
+use crate::commit::{self, Added, Outcome, Plan, Planner};
 use crate::error::{Error, Result};
-use crate::evolve::key_columns;
 use crate::files::Fill;
-use crate::files::deletes::DeletedPositions;
 use crate::files::live::Scope;
-use crate::files::prepared::Prepared;
 use crate::table::LoadedTable;
-use crate::write::is_full_load_file;
 
 mod merge;
+mod rewrite;
+mod select;
+
+use rewrite::NewFile;
+pub use rewrite::Rewritten;
+use select::{Group, live_files};
 
 #[derive(Debug, Clone)]
 pub struct CompactOptions {
@@ -104,51 +101,6 @@ pub struct Compact<'a> {
     catalog: &'a dyn Catalog,
     ident: TableIdent,
     options: CompactOptions,
-}
-
-/// The data files a rewrite wrote, and the schema it wrote them in (a schema change meanwhile
-/// makes the commit plan again).
-#[derive(Debug, Clone)]
-pub struct Rewritten {
-    schema: iceberg::spec::SchemaRef,
-    files: Vec<NewFile>,
-}
-
-#[derive(Debug, Clone)]
-struct NewFile {
-    path: String,
-    size: u64,
-    rows: u64,
-}
-
-/// A live data file as the planner sees it.
-#[derive(Debug, Clone)]
-struct LiveData {
-    path: String,
-    size: u64,
-    records: u64,
-    spec_id: i32,
-    partition: Struct,
-    deleted: u64,
-    /// Delete files that point into it.
-    delete_files: usize,
-    sort_order_id: Option<i32>,
-}
-
-#[derive(Debug, Clone)]
-struct LiveDelete {
-    path: String,
-    /// Live data files it deletes rows of (files already gone are left out).
-    targets: BTreeSet<String>,
-    /// What it deletes, as read when planning: the rewrite applies it without reading again.
-    content: Arc<DeletedPositions>,
-}
-
-/// The files of one partition to rewrite together.
-#[derive(Debug, Clone)]
-struct Group {
-    files: Vec<LiveData>,
-    bytes: u64,
 }
 
 impl<'a> Compact<'a> {
@@ -270,284 +222,6 @@ impl<'a> Compact<'a> {
                 .unwrap_or(crate::config::DEFAULT_TARGET_FILE_SIZE)
         })
     }
-
-    /// Groups worth rewriting, most files first.
-    fn plan(&self, md: &TableMetadata, data: &[LiveData], deletes: &[LiveDelete]) -> Vec<Group> {
-        let target = self.target(md);
-        let small = (target as f64 * self.options.min_file_ratio) as u64;
-        // Full-load files are rewritten only with each other, so their rows keep their place
-        // before every change (see `write::FULL_LOAD_SUFFIX`).
-        let mut by_partition: BTreeMap<(i32, String, bool), Vec<LiveData>> = BTreeMap::new();
-        for f in data {
-            let deleted_ratio = if f.records == 0 {
-                1.0
-            } else {
-                f.deleted as f64 / f.records as f64
-            };
-            if f.size < small
-                || (f.deleted > 0 && deleted_ratio >= self.options.delete_ratio)
-                || f.delete_files >= self.options.max_delete_files.max(1)
-            {
-                by_partition
-                    .entry((
-                        f.spec_id,
-                        format!("{:?}", f.partition),
-                        is_full_load_file(&f.path),
-                    ))
-                    .or_default()
-                    .push(f.clone());
-            }
-        }
-        let with_deletes: BTreeSet<&str> = deletes
-            .iter()
-            .flat_map(|d| d.targets.iter().map(String::as_str))
-            .collect();
-        let mut groups: Vec<Group> = Vec::new();
-        for (_, mut files) in by_partition {
-            files.sort_by(|a, b| a.path.cmp(&b.path));
-            // Rewriting one file only pays if it sheds deletes.
-            if files.len() < 2 && !files.iter().any(|f| with_deletes.contains(f.path.as_str())) {
-                continue;
-            }
-            let mut g = Group {
-                files: Vec::new(),
-                bytes: 0,
-            };
-            for f in files {
-                if !g.files.is_empty()
-                    && (g.bytes + f.size > self.options.max_group_bytes
-                        || g.files.len() >= self.options.max_group_files.max(2))
-                {
-                    groups.push(std::mem::replace(
-                        &mut g,
-                        Group {
-                            files: Vec::new(),
-                            bytes: 0,
-                        },
-                    ));
-                }
-                g.bytes += f.size;
-                g.files.push(f);
-            }
-            if g.files.len() >= 2
-                || g.files
-                    .iter()
-                    .any(|f| with_deletes.contains(f.path.as_str()))
-            {
-                groups.push(g);
-            }
-        }
-        // Groups holding a file over the delete-file threshold first: under continuous ingest
-        // there is always a fresh group of small change files, and a big full-load file that
-        // every change adds a delete file to would otherwise wait behind them for ever.
-        let threshold = self.options.max_delete_files.max(1);
-        groups.sort_by_key(|g| {
-            let over = g.files.iter().any(|f| f.delete_files >= threshold);
-            (std::cmp::Reverse(over), std::cmp::Reverse(g.files.len()))
-        });
-        groups
-    }
-
-    /// Reads a group with its deletes applied and writes it sorted by key: a `replace` staged
-    /// for the commit loop.
-    async fn rewrite(
-        &self,
-        table: &LoadedTable,
-        group: &Group,
-        deletes: &[LiveDelete],
-    ) -> Result<(Staged, Added, Rewritten)> {
-        let file_io = self.catalog.file_io();
-        let md = table.metadata.clone();
-        let snapshot = md
-            .current_snapshot()
-            .ok_or_else(|| Error::Internal("no snapshot".into()))?;
-        let base_seq = snapshot.sequence_number();
-        let paths: BTreeSet<String> = group.files.iter().map(|f| f.path.clone()).collect();
-        let t = table.table(file_io)?;
-        let sorted: BTreeSet<String> = group
-            .files
-            .iter()
-            .filter(|f| sorted_by_key(&md, f.sort_order_id))
-            .map(|f| f.path.clone())
-            .collect();
-        let inputs = self
-            .inputs(&t, snapshot.snapshot_id(), &paths, &sorted, deletes)
-            .await?;
-        let key = key_columns(md.current_schema());
-        let full_load = group.files.iter().all(|f| is_full_load_file(&f.path));
-        let merge::Merged { written, map } =
-            merge::merge_group(&t, file_io, &md, inputs, &key, self.target(&md), full_load).await?;
-        let map = map.map(Arc::new);
-
-        // Delete files that only target removed (or long gone) files go too.
-        let removed_deletes: BTreeSet<String> = deletes
-            .iter()
-            .filter(|d| d.targets.iter().all(|t| paths.contains(t)))
-            .map(|d| d.path.clone())
-            .collect();
-        let snapshot_id = commit::new_snapshot_id(Some(&md));
-        let mut prepared: Prepared = written
-            .iter()
-            .map(|(_, f)| f.file_path().to_string())
-            .collect();
-        let result = async {
-            let mut manifests = commit::write_manifests(
-                self.catalog.files(),
-                &md,
-                snapshot_id,
-                &written,
-                &[],
-                Some(base_seq),
-            )
-            .await?;
-            let removal = remove_files(self.catalog.files(), &md, snapshot_id, |f| {
-                paths.contains(f.file_path()) || removed_deletes.contains(f.file_path())
-            })
-            .await?;
-            manifests.extend(removal.manifests);
-            Ok::<_, Error>((manifests, removal.replaced, removal.removed))
-        }
-        .await;
-        let (manifests, replaced, removed) = match result {
-            Ok(r) => r,
-            Err(e) => {
-                prepared.abandon(file_io).await;
-                return Err(e);
-            }
-        };
-        prepared.extend(manifests.iter().map(|m| m.manifest_path.clone()));
-
-        let mut added = Added::default();
-        for (_, f) in &written {
-            added.data_files += 1;
-            added.records += f.record_count();
-            added.data_files_size += f.file_size_in_bytes();
-        }
-        added.count_removed(&removed);
-        added.changed_partitions = 1;
-        let mut summary = BTreeMap::new();
-        summary.insert(
-            "dms2iceberg.compaction".into(),
-            format!("{} files", group.files.len()),
-        );
-        let staged = Staged {
-            ident: self.ident.clone(),
-            base: Base::Existing(table.clone()),
-            changes: MetadataChanges::default(),
-            schema_id: md.current_schema_id(),
-            snapshot_id,
-            change: Change::Rewrite {
-                replaced_manifests: replaced,
-                removed_data_files: paths,
-                row_map: map,
-            },
-            manifests,
-            files: prepared,
-            added: added.clone(),
-            summary,
-            record: None,
-        };
-        let rewritten = Rewritten {
-            schema: md.current_schema().clone(),
-            files: written
-                .iter()
-                .map(|(_, f)| NewFile {
-                    path: f.file_path().to_string(),
-                    size: f.file_size_in_bytes(),
-                    rows: f.record_count(),
-                })
-                .collect(),
-        };
-        Ok((staged, added, rewritten))
-    }
-
-    /// The group's files as of `snapshot_id`, each with its deleted positions. Deletes are
-    /// applied by the merge rather than by the reader, so that each row's position in its file
-    /// is known (the row map carries later deletes over by position). Each delete file is read
-    /// once, several at a time.
-    async fn inputs(
-        &self,
-        t: &iceberg::table::Table,
-        snapshot_id: i64,
-        paths: &BTreeSet<String>,
-        sorted: &BTreeSet<String>,
-        planned: &[LiveDelete],
-    ) -> Result<Vec<merge::Input>> {
-        let scan = t.scan().snapshot_id(snapshot_id).select_all().build()?;
-        let wanted = paths.clone();
-        let tasks: Vec<FileScanTask> = scan
-            .plan_files()
-            .await?
-            .try_filter(move |task| futures::future::ready(wanted.contains(&task.data_file_path)))
-            .try_collect()
-            .await?;
-        let mut deletes: HashMap<String, Arc<DeletedPositions>> = planned
-            .iter()
-            .map(|d| (d.path.clone(), d.content.clone()))
-            .collect();
-        // The plan read every live delete file of this snapshot; one it did not (none, unless
-        // the scan and the plan disagree) is read here.
-        let mut unread: BTreeMap<String, u64> = BTreeMap::new();
-        for d in tasks.iter().flat_map(|t| t.deletes.iter()) {
-            if d.file_type != DataContentType::PositionDeletes {
-                return Err(crate::files::equality_deletes_refused(&d.file_path));
-            }
-            if !deletes.contains_key(&d.file_path) {
-                unread.insert(d.file_path.clone(), d.file_size_in_bytes);
-            }
-        }
-        let unread: Vec<(&str, u64)> = unread.iter().map(|(p, s)| (p.as_str(), *s)).collect();
-        let read = (self.catalog.files())
-            .position_deletes_of(&unread, Fill::Pass)
-            .await?;
-        deletes.extend(
-            unread
-                .iter()
-                .zip(read)
-                .map(|((p, _), (c, _))| (p.to_string(), c)),
-        );
-        Ok(tasks
-            .into_iter()
-            .map(|mut task| {
-                let mut deleted: Vec<i64> = task
-                    .deletes
-                    .iter()
-                    .filter_map(|d| deletes.get(&d.file_path)?.get(&task.data_file_path))
-                    .flatten()
-                    .copied()
-                    .collect();
-                deleted.sort_unstable();
-                deleted.dedup();
-                task.deletes.clear();
-                let sorted = sorted.contains(task.data_file_path.as_str());
-                merge::Input {
-                    task,
-                    deleted,
-                    sorted,
-                }
-            })
-            .collect())
-    }
-}
-
-/// Whether a data file of sort order `order` is sorted by the table's key: it carries the
-/// table's default order, and that order is the key (ascending). The key may have changed since
-/// the order was set; another engine may write files of no order.
-fn sorted_by_key(md: &TableMetadata, order: Option<i32>) -> bool {
-    let Some(order) = order else {
-        return false;
-    };
-    let default = md.default_sort_order();
-    let key = crate::evolve::key_field_ids(md.current_schema());
-    order == md.default_sort_order_id() as i32
-        && !default.is_unsorted()
-        && default.fields.len() == key.len()
-        && default.fields.iter().zip(&key).all(|(f, k)| {
-            f.source_id == *k
-                && f.transform == iceberg::spec::Transform::Identity
-                && f.direction == iceberg::spec::SortDirection::Ascending
-                && f.null_order == iceberg::spec::NullOrder::First
-        })
 }
 
 /// Plans one rewrite group per commit against the table as it is now.
@@ -613,62 +287,9 @@ impl Planner for GroupPlanner<'_> {
     }
 }
 
-/// Live data and delete files of the current snapshot, with deleted-row counts per data file.
-async fn live_files(
-    catalog: &dyn Catalog,
-    md: &TableMetadata,
-) -> Result<(Vec<LiveData>, Vec<LiveDelete>)> {
-    let files = catalog.files();
-    let live = files.live(md, Scope::All, Fill::Pass).await?;
-    let mut data: Vec<LiveData> = live
-        .data()
-        .map(|d| {
-            let f = d.file();
-            LiveData {
-                path: f.file_path().to_string(),
-                size: f.file_size_in_bytes(),
-                records: f.record_count(),
-                spec_id: d.spec_id,
-                partition: f.partition().clone(),
-                deleted: 0,
-                delete_files: 0,
-                sort_order_id: f.sort_order_id(),
-            }
-        })
-        .collect();
-    let delete_files: Vec<(&str, u64)> = live
-        .position_deletes()
-        .map(|d| (d.file().file_path(), d.file().file_size_in_bytes()))
-        .collect();
-    let read = files.position_deletes_of(&delete_files, Fill::Pass).await?;
-    let mut deleted_per_file: HashMap<String, (u64, usize)> = HashMap::new();
-    let mut deletes = Vec::with_capacity(read.len());
-    for ((path, _), (content, _)) in delete_files.iter().zip(read) {
-        for (p, pos) in content.iter() {
-            let d = deleted_per_file.entry(p.clone()).or_default();
-            d.0 += pos.len() as u64;
-            d.1 += 1;
-        }
-        deletes.push(LiveDelete {
-            path: path.to_string(),
-            targets: content.keys().cloned().collect(),
-            content,
-        });
-    }
-    for d in &mut data {
-        (d.deleted, d.delete_files) = deleted_per_file.get(&d.path).copied().unwrap_or((0, 0));
-    }
-    // A delete file whose targets are all gone (rewritten earlier) is dangling: empty targets.
-    let live: BTreeSet<String> = data.iter().map(|d| d.path.clone()).collect();
-    for d in &mut deletes {
-        d.targets.retain(|t| live.contains(t));
-    }
-    Ok((data, deletes))
-}
-
 /// The staged commit of the first group the next run would rewrite (tests of the protocol).
 #[cfg(test)]
-pub(crate) async fn plan_for_tests(c: &Compact<'_>, table: LoadedTable) -> Option<Staged> {
+pub(crate) async fn plan_for_tests(c: &Compact<'_>, table: LoadedTable) -> Option<commit::Staged> {
     let mut planner = GroupPlanner {
         compact: c,
         budget: c.options.max_bytes,

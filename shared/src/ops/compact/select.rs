@@ -1,0 +1,183 @@
+//! What to rewrite: the live files of the current snapshot, grouped per partition into groups
+//! worth rewriting (small files, and files carrying many deleted rows).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use iceberg::spec::{Struct, TableMetadata};
+
+use crate::catalog::Catalog;
+use crate::error::Result;
+use crate::files::Fill;
+use crate::files::deletes::DeletedPositions;
+use crate::files::live::Scope;
+use crate::write::is_full_load_file;
+
+use super::Compact;
+
+/// A live data file as the planner sees it.
+#[derive(Debug, Clone)]
+pub(super) struct LiveData {
+    pub(super) path: String,
+    pub(super) size: u64,
+    pub(super) records: u64,
+    pub(super) spec_id: i32,
+    pub(super) partition: Struct,
+    pub(super) deleted: u64,
+    /// Delete files that point into it.
+    pub(super) delete_files: usize,
+    pub(super) sort_order_id: Option<i32>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct LiveDelete {
+    pub(super) path: String,
+    /// Live data files it deletes rows of (files already gone are left out).
+    pub(super) targets: BTreeSet<String>,
+    /// What it deletes, as read when planning: the rewrite applies it without reading again.
+    pub(super) content: Arc<DeletedPositions>,
+}
+
+/// The files of one partition to rewrite together.
+#[derive(Debug, Clone)]
+pub(super) struct Group {
+    pub(super) files: Vec<LiveData>,
+    pub(super) bytes: u64,
+}
+
+impl Compact<'_> {
+    /// Groups worth rewriting, most files first.
+    pub(super) fn plan(
+        &self,
+        md: &TableMetadata,
+        data: &[LiveData],
+        deletes: &[LiveDelete],
+    ) -> Vec<Group> {
+        let target = self.target(md);
+        let small = (target as f64 * self.options.min_file_ratio) as u64;
+        // Full-load files are rewritten only with each other, so their rows keep their place
+        // before every change (see `write::FULL_LOAD_SUFFIX`).
+        let mut by_partition: BTreeMap<(i32, String, bool), Vec<LiveData>> = BTreeMap::new();
+        for f in data {
+            let deleted_ratio = if f.records == 0 {
+                1.0
+            } else {
+                f.deleted as f64 / f.records as f64
+            };
+            if f.size < small
+                || (f.deleted > 0 && deleted_ratio >= self.options.delete_ratio)
+                || f.delete_files >= self.options.max_delete_files.max(1)
+            {
+                by_partition
+                    .entry((
+                        f.spec_id,
+                        format!("{:?}", f.partition),
+                        is_full_load_file(&f.path),
+                    ))
+                    .or_default()
+                    .push(f.clone());
+            }
+        }
+        let with_deletes: BTreeSet<&str> = deletes
+            .iter()
+            .flat_map(|d| d.targets.iter().map(String::as_str))
+            .collect();
+        let mut groups: Vec<Group> = Vec::new();
+        for (_, mut files) in by_partition {
+            files.sort_by(|a, b| a.path.cmp(&b.path));
+            // Rewriting one file only pays if it sheds deletes.
+            if files.len() < 2 && !files.iter().any(|f| with_deletes.contains(f.path.as_str())) {
+                continue;
+            }
+            let mut g = Group {
+                files: Vec::new(),
+                bytes: 0,
+            };
+            for f in files {
+                if !g.files.is_empty()
+                    && (g.bytes + f.size > self.options.max_group_bytes
+                        || g.files.len() >= self.options.max_group_files.max(2))
+                {
+                    groups.push(std::mem::replace(
+                        &mut g,
+                        Group {
+                            files: Vec::new(),
+                            bytes: 0,
+                        },
+                    ));
+                }
+                g.bytes += f.size;
+                g.files.push(f);
+            }
+            if g.files.len() >= 2
+                || g.files
+                    .iter()
+                    .any(|f| with_deletes.contains(f.path.as_str()))
+            {
+                groups.push(g);
+            }
+        }
+        // Groups holding a file over the delete-file threshold first: under continuous ingest
+        // there is always a fresh group of small change files, and a big full-load file that
+        // every change adds a delete file to would otherwise wait behind them for ever.
+        let threshold = self.options.max_delete_files.max(1);
+        groups.sort_by_key(|g| {
+            let over = g.files.iter().any(|f| f.delete_files >= threshold);
+            (std::cmp::Reverse(over), std::cmp::Reverse(g.files.len()))
+        });
+        groups
+    }
+}
+
+/// Live data and delete files of the current snapshot, with deleted-row counts per data file.
+pub(super) async fn live_files(
+    catalog: &dyn Catalog,
+    md: &TableMetadata,
+) -> Result<(Vec<LiveData>, Vec<LiveDelete>)> {
+    let files = catalog.files();
+    let live = files.live(md, Scope::All, Fill::Pass).await?;
+    let mut data: Vec<LiveData> = live
+        .data()
+        .map(|d| {
+            let f = d.file();
+            LiveData {
+                path: f.file_path().to_string(),
+                size: f.file_size_in_bytes(),
+                records: f.record_count(),
+                spec_id: d.spec_id,
+                partition: f.partition().clone(),
+                deleted: 0,
+                delete_files: 0,
+                sort_order_id: f.sort_order_id(),
+            }
+        })
+        .collect();
+    let delete_files: Vec<(&str, u64)> = live
+        .position_deletes()
+        .map(|d| (d.file().file_path(), d.file().file_size_in_bytes()))
+        .collect();
+    let read = files.position_deletes_of(&delete_files, Fill::Pass).await?;
+    let mut deleted_per_file: HashMap<String, (u64, usize)> = HashMap::new();
+    let mut deletes = Vec::with_capacity(read.len());
+    for ((path, _), (content, _)) in delete_files.iter().zip(read) {
+        for (p, pos) in content.iter() {
+            let d = deleted_per_file.entry(p.clone()).or_default();
+            d.0 += pos.len() as u64;
+            d.1 += 1;
+        }
+        deletes.push(LiveDelete {
+            path: path.to_string(),
+            targets: content.keys().cloned().collect(),
+            content,
+        });
+    }
+    for d in &mut data {
+        (d.deleted, d.delete_files) = deleted_per_file.get(&d.path).copied().unwrap_or((0, 0));
+    }
+    // A delete file whose targets are all gone (rewritten earlier) is dangling: empty targets.
+    let live: BTreeSet<String> = data.iter().map(|d| d.path.clone()).collect();
+    for d in &mut deletes {
+        d.targets.retain(|t| live.contains(t));
+    }
+    Ok((data, deletes))
+}
