@@ -5,31 +5,12 @@
 //! nothing committed. Every table is compared whole with an independently computed state
 //! (our scan, PyIceberg, DuckDB).
 
-use crate::common;
-
 use std::path::PathBuf;
 
 use crate::common::{Work, mentions_number};
 use serde_json::Value;
 
 const TABLE: &str = "shop.orders";
-
-/// `ingest --format json` with extra arguments: one report per commit.
-fn ingest_with(w: &Work, paths: &[PathBuf], extra: &[&str]) -> Vec<Value> {
-    let mut a: Vec<std::ffi::OsString> = vec!["ingest".into(), "--format".into(), "json".into()];
-    a.extend(paths.iter().map(|p| p.as_os_str().to_owned()));
-    for x in [
-        "--warehouse".into(),
-        w.wh().into_os_string(),
-        "--config".into(),
-        w.config().into_os_string(),
-    ] {
-        a.push(x);
-    }
-    a.extend(extra.iter().map(std::ffi::OsString::from));
-    let r = w.cli(&a).assert_success();
-    common::parse_json_lines(&r.stdout, "ingest --format json")
-}
 
 fn load_commits(reports: &[Value]) -> Vec<&Value> {
     reports
@@ -124,7 +105,7 @@ fn duplicate_keys_in_a_full_load_keep_the_last_row() {
             ],
         );
         w.set_default("large_input_bytes = 65536");
-        let reports = ingest_with(&w, &[w.dms()], &["--parallel", parallel]);
+        let reports = w.ingest_json_with(&[w.dms()], &["--parallel", parallel]);
         let loads = load_commits(&reports);
         assert_eq!(loads.len(), 3, "{name}: {reports:?}");
         // 200 extra rows repeat keys: those within one file are counted as replaced there;
@@ -203,7 +184,7 @@ fn load_files_commit_in_parallel_without_replanning() {
             "244",
         ],
     );
-    let reports = ingest_with(&w, &[w.dms()], &["--parallel", "4"]);
+    let reports = w.ingest_json_with(&[w.dms()], &["--parallel", "4"]);
     let loads = load_commits(&reports);
     assert_eq!(loads.len(), 8, "{reports:?}");
     for c in &loads {
@@ -247,7 +228,7 @@ fn processes_applying_files_of_one_load_at_once() {
     let reports: Vec<Vec<Value>> = std::thread::scope(|s| {
         let handles: Vec<_> = loads
             .iter()
-            .map(|f| s.spawn(|| ingest_with(&w, std::slice::from_ref(f), &[])))
+            .map(|f| s.spawn(|| w.ingest_json_with(std::slice::from_ref(f), &[])))
             .collect();
         handles
             .into_iter()

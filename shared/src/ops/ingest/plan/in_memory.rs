@@ -1,0 +1,199 @@
+//! The in-memory path of an input: read and deduped whole, its keys looked up, the outcome of
+//! each key decided.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use iceberg::spec::TableMetadata;
+
+use crate::commit::{self, AppliedRecord, Staged, failpoint};
+use crate::error::{Error, Rejected, Result};
+use crate::lookup::{Located, locate_rows};
+use crate::ops::ingest::FileInput;
+use crate::ops::ingest::read::{ReadResult, read_files};
+use crate::ops::ingest::report::{CommitReport, Status, Timings, micros};
+use crate::table::LoadedTable;
+
+use super::*;
+
+/// What a commit does to one key: its last change (upsert or delete, from dedupe) against
+/// what the table held for it (from the lookup).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KeyOutcome {
+    Insert,
+    Update,
+    Delete,
+    /// A delete of a key the table did not hold.
+    DeleteAbsent,
+    /// The table's row is newer than the change (ordering columns): left as it is.
+    Stale,
+}
+
+impl KeyOutcome {
+    /// One per row of `deduped.keys`.
+    pub(super) fn of(deduped: &crate::dedupe::Deduped, located: &Located) -> Vec<KeyOutcome> {
+        (0..deduped.keys.num_rows())
+            .map(|i| {
+                let upsert = deduped.upserted.value(i);
+                match (located.stale[i], upsert, located.found[i]) {
+                    (true, _, _) => KeyOutcome::Stale,
+                    (false, true, true) => KeyOutcome::Update,
+                    (false, true, false) => KeyOutcome::Insert,
+                    (false, false, true) => KeyOutcome::Delete,
+                    (false, false, false) => KeyOutcome::DeleteAbsent,
+                }
+            })
+            .collect()
+    }
+
+    /// Per upserted key (the rows of `deduped.upserts`, in key order): whether to write it.
+    pub(super) fn upserts_to_write(
+        outcomes: &[KeyOutcome],
+        deduped: &crate::dedupe::Deduped,
+    ) -> Vec<bool> {
+        outcomes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| deduped.upserted.value(*i))
+            .map(|(_, o)| *o != KeyOutcome::Stale)
+            .collect()
+    }
+}
+
+pub(super) fn count_rows(report: &mut CommitReport, outcomes: &[KeyOutcome]) {
+    for o in outcomes {
+        match o {
+            KeyOutcome::Insert => report.inserted += 1,
+            KeyOutcome::Update => report.updated += 1,
+            KeyOutcome::Delete => report.deleted += 1,
+            KeyOutcome::DeleteAbsent => report.deletes_of_absent_keys += 1,
+            KeyOutcome::Stale => report.stale_changes += 1,
+        }
+    }
+}
+
+impl IngestPlanner<'_> {
+    pub(super) async fn read(
+        &self,
+        table: &Option<LoadedTable>,
+        key: &[String],
+        inputs: Vec<FileInput>,
+        mode: Mode,
+    ) -> Result<ReadResult> {
+        let cfg = self.cfg.clone();
+        let key = key.to_vec();
+        let schema = table.as_ref().map(|t| {
+            (
+                t.metadata.current_schema().as_ref().clone(),
+                t.metadata.last_column_id(),
+            )
+        });
+        let only_keys_of = (mode == Mode::Changes { late: true }).then_some(self.planned.len());
+        tokio::task::spawn_blocking(move || read_files(&cfg, &key, schema, inputs, only_keys_of))
+            .await
+            .map_err(|e| Error::Internal(format!("reader task failed: {e}")))?
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn stage_read(
+        &self,
+        table: Option<LoadedTable>,
+        record: Arc<AppliedRecord>,
+        carried: Vec<crate::commit::record::LoadFile>,
+        mode: Mode,
+        key: Vec<String>,
+        read: ReadResult,
+        timings: &mut Timings,
+    ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
+        let (base, changes, planned) =
+            self.metadata_for(table.as_ref(), &read.schema, &read.change)?;
+        let lookup_started = Instant::now();
+        let speculative = self.speculate(&planned, &key, &read).await;
+        let located = async {
+            // A reload replaces every row: nothing to look up.
+            let located = match (&table, mode) {
+                (Some(t), Mode::Changes { .. }) => self.locate(&t.metadata, &key, &read).await?,
+                _ => Located {
+                    found: vec![false; read.deduped.keys.num_rows()],
+                    stale: vec![false; read.deduped.keys.num_rows()],
+                    ..Default::default()
+                },
+            };
+            failpoint("after-lookup").await?;
+            Ok::<_, Error>(located)
+        }
+        .await;
+        let located = match located {
+            Ok(l) => l,
+            Err(e) => {
+                self.discard(speculative).await;
+                return Err(e);
+            }
+        };
+        timings.lookup_us = micros(lookup_started);
+        let write_started = Instant::now();
+        let outcomes = KeyOutcome::of(&read.deduped, &located);
+        let written = self
+            .write(&planned, &key, &read, &located, &outcomes, speculative)
+            .await?;
+        timings.write_us = micros(write_started);
+        let mut report = CommitReport::passed_over(&self.planned, Status::Applied, self.started);
+        report.rows_read = read.deduped.rows_read;
+        report.read_twice = read.second_pass.is_some();
+        count_rows(&mut report, &outcomes);
+        report.lookup = located.stats.clone();
+        let referenced = located.deletes.keys().cloned().collect();
+        let staged = self.staged(
+            Staging {
+                base,
+                changes,
+                planned,
+                record,
+                carried,
+                mode,
+                written,
+                referenced,
+                change: &read.change,
+                rows_rejected: read.rejected.len(),
+                max_seq: read.max_seq.clone(),
+                keys: located
+                    .keys
+                    .clone()
+                    .map_or(commit::KeyScope::Unknown, commit::KeyScope::Keys),
+                kept: located.kept_in.clone(),
+            },
+            &mut report,
+        )?;
+        Ok((staged, report, read.rejected))
+    }
+
+    /// Where the live rows of the touched keys are.
+    pub(super) async fn locate(
+        &self,
+        md: &TableMetadata,
+        key: &[String],
+        read: &ReadResult,
+    ) -> Result<Located> {
+        let ids = key
+            .iter()
+            .map(|k| {
+                md.current_schema()
+                    .field_id_by_name(k)
+                    .ok_or_else(|| Error::Internal(format!("key column `{k}` not in table")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // With ordering columns, an older change never overwrites a newer row (a file applied
+        // out of order, a replayed change).
+        let order = read
+            .deduped
+            .stale_check(md.current_schema(), &self.cfg.ordering_columns());
+        locate_rows(
+            self.ingest.catalog.files(),
+            md,
+            &read.deduped.keys,
+            ids,
+            order.as_ref(),
+        )
+        .await
+    }
+}
