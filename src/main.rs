@@ -20,7 +20,9 @@ struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
     /// `sqlite`: the embedded catalog `<warehouse>/catalog.db`; `glue`: the AWS Glue Data
-    /// Catalog, with `--warehouse s3://bucket/prefix` (AWS settings from the environment).
+    /// Catalog, with `--warehouse s3://bucket/prefix`; `s3tables`: Amazon S3 Tables, with
+    /// `--warehouse arn:aws:s3tables:<region>:<account>:bucket/<name>` (AWS settings from the
+    /// environment).
     #[arg(long, global = true, value_enum, default_value = "sqlite")]
     catalog: cmd::CatalogKind,
     /// The SQLite catalog's name: the `catalog_name` of its rows in catalog.db. Iceberg's

@@ -1,4 +1,4 @@
-//! AWS wiring shared by the Lambda functions and the CLI's Glue mode: clients from the standard
+//! AWS wiring shared by the Lambda functions and the CLI's AWS catalogs: clients from the standard
 //! AWS environment (region, credentials, `AWS_ENDPOINT_URL` for an emulator), the S3 `FileIO` for
 //! the warehouse, and DMS objects in S3 (listing a table's folder, streaming objects to disk).
 //! The catalog and the functions' handlers know none of this: they take the traits
@@ -15,8 +15,9 @@ use iceberg_storage_opendal::OpenDalStorageFactory;
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinHandle;
 
-use crate::catalog::{GlueCatalog, ListFiles, ListedFile};
+use crate::catalog::{Catalog, GlueCatalog, ListFiles, ListedFile, S3TablesCatalog};
 use crate::error::{Error, Result};
+use crate::files::{Files, TableCache};
 use crate::read::SourceData;
 use crate::storage::ObjectStore;
 pub use crate::storage::{ObjectInfo, split_s3_uri};
@@ -66,6 +67,15 @@ impl AwsSettings {
     }
 }
 
+/// Which AWS catalog holds the tables, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CatalogTarget {
+    /// The Glue Data Catalog, new tables under `warehouse` (`s3://bucket/prefix`).
+    Glue { warehouse: String },
+    /// An Amazon S3 Tables table bucket (`arn:aws:s3tables:<region>:<account>:bucket/<name>`).
+    S3Tables { bucket_arn: String },
+}
+
 /// Clients for one process.
 #[derive(Clone)]
 pub struct Aws {
@@ -73,6 +83,7 @@ pub struct Aws {
     pub settings: AwsSettings,
     pub s3: aws_sdk_s3::Client,
     pub glue: aws_sdk_glue::Client,
+    pub s3tables: aws_sdk_s3tables::Client,
 }
 
 impl Aws {
@@ -85,11 +96,13 @@ impl Aws {
                 .build(),
         );
         let glue = aws_sdk_glue::Client::new(&sdk);
+        let s3tables = aws_sdk_s3tables::Client::new(&sdk);
         Aws {
             sdk,
             settings,
             s3,
             glue,
+            s3tables,
         }
     }
 
@@ -126,6 +139,45 @@ impl Aws {
             warehouse,
             self.file_io(),
         ))
+    }
+}
+
+impl Aws {
+    /// The S3 Tables catalog of table bucket `bucket_arn`.
+    pub fn s3tables_catalog(&self, bucket_arn: &str) -> Result<S3TablesCatalog> {
+        S3TablesCatalog::new(
+            self.s3tables.clone(),
+            bucket_arn,
+            Arc::new(S3Objects::new(self.s3.clone(), std::env::temp_dir())),
+            Files::new(self.file_io(), Arc::new(TableCache::default())),
+        )
+    }
+
+    /// The catalog `target` names, its table files read through `cache` (the owner's: a warm
+    /// function's); `only_database`: list that Glue database alone (a function granted one
+    /// database cannot list the others).
+    pub fn catalog(
+        &self,
+        target: &CatalogTarget,
+        cache: Option<Arc<TableCache>>,
+        only_database: Option<String>,
+    ) -> Result<Arc<dyn Catalog>> {
+        Ok(match target {
+            CatalogTarget::Glue { warehouse } => {
+                let c = self.glue_catalog(warehouse)?.only_database(only_database);
+                match cache {
+                    Some(cache) => Arc::new(c.with_cache(cache)),
+                    None => Arc::new(c),
+                }
+            }
+            CatalogTarget::S3Tables { bucket_arn } => {
+                let c = self.s3tables_catalog(bucket_arn)?;
+                match cache {
+                    Some(cache) => Arc::new(c.with_cache(cache)),
+                    None => Arc::new(c),
+                }
+            }
+        })
     }
 }
 

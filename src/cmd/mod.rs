@@ -50,6 +50,8 @@ pub(crate) async fn run(catalog: &CatalogArgs, command: Command) -> Result<bool>
 pub(crate) enum CatalogKind {
     Sqlite,
     Glue,
+    /// Amazon S3 Tables (`--warehouse arn:aws:s3tables:<region>:<account>:bucket/<name>`).
+    S3tables,
 }
 
 /// Which catalog, from the global flags.
@@ -85,6 +87,15 @@ pub(crate) async fn open_catalog(
             }
             let aws = dms2iceberg::aws::Aws::from_env().await;
             Ok(Box::new(aws.glue_catalog(warehouse)?))
+        }
+        CatalogKind::S3tables => {
+            if args.name != dms2iceberg::catalog::SQLITE_CATALOG_NAME {
+                bail!(
+                    "--catalog-name is for the SQLite catalog; an S3 Tables catalog is its table bucket (--warehouse ARN)"
+                );
+            }
+            let aws = dms2iceberg::aws::Aws::from_env().await;
+            Ok(Box::new(aws.s3tables_catalog(warehouse)?))
         }
     }
 }

@@ -191,13 +191,13 @@ impl Catalog for GlueCatalog {
         &self.files
     }
 
-    fn default_location(&self, ident: &TableIdent) -> String {
-        format!(
+    async fn new_table_location(&self, ident: &TableIdent) -> Result<String> {
+        Ok(format!(
             "{}/{}.db/{}",
             self.warehouse,
             Self::database(ident),
             ident.name()
-        )
+        ))
     }
 
     async fn load(&self, ident: &TableIdent) -> Result<Option<Pointer>> {

@@ -6,9 +6,13 @@
 //!   so both open our tables.
 //! - [`GlueCatalog`] (feature `aws`): the AWS Glue Data Catalog, compare-and-swap through
 //!   `UpdateTable`'s `VersionId`.
+//! - [`S3TablesCatalog`] (feature `aws`): Amazon S3 Tables, compare-and-swap through
+//!   `UpdateTableMetadataLocation`'s version token; the service assigns each table's storage.
 
 #[cfg(feature = "aws")]
 mod glue;
+#[cfg(feature = "aws")]
+mod s3tables;
 mod sqlite;
 
 use async_trait::async_trait;
@@ -18,6 +22,8 @@ use iceberg::spec::TableMetadata;
 
 #[cfg(feature = "aws")]
 pub use glue::{GlueCatalog, hive_type};
+#[cfg(feature = "aws")]
+pub use s3tables::{S3TablesCatalog, SERVICE_MAINTENANCE};
 pub use sqlite::{CATALOG_NAME as SQLITE_CATALOG_NAME, SqliteCatalog};
 
 use crate::error::Result;
@@ -58,8 +64,9 @@ pub trait Catalog: Send + Sync {
         self.files().io()
     }
 
-    /// Location for a new table's files.
-    fn default_location(&self, ident: &TableIdent) -> String;
+    /// Location for a new table's files. S3 Tables assigns it: there the table is created
+    /// (empty) to learn it.
+    async fn new_table_location(&self, ident: &TableIdent) -> Result<String>;
 
     async fn load(&self, ident: &TableIdent) -> Result<Option<Pointer>>;
 
@@ -78,6 +85,12 @@ pub trait Catalog: Send + Sync {
 
     /// Every file under `location` (a table's folder), for finding orphans.
     async fn list_files(&self, location: &str) -> Result<Vec<ListedFile>>;
+
+    /// Why snapshot expiry and orphan removal are the catalog's own (S3 Tables runs both
+    /// itself); `None`: they are ours to run.
+    fn maintained_by_service(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// Lists a table's folder in storage, for a catalog that cannot list its own files (Glue's

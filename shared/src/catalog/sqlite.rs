@@ -126,7 +126,7 @@ impl Catalog for SqliteCatalog {
         &self.files
     }
 
-    fn default_location(&self, ident: &TableIdent) -> String {
+    async fn new_table_location(&self, ident: &TableIdent) -> Result<String> {
         let ns = ns_string(ident.namespace());
         // `<warehouse>/catalog.db` is the catalog itself: a namespace `catalog` gets a folder
         // name no namespace can have (names are letters, digits and `_`).
@@ -135,7 +135,7 @@ impl Catalog for SqliteCatalog {
         } else {
             format!("{ns}.db")
         };
-        format!("{}/{folder}/{}", self.warehouse_uri, ident.name())
+        Ok(format!("{}/{folder}/{}", self.warehouse_uri, ident.name()))
     }
 
     async fn load(&self, ident: &TableIdent) -> Result<Option<Pointer>> {

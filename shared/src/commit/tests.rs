@@ -777,8 +777,8 @@ impl Catalog for Unsure {
     fn files(&self) -> &crate::files::Files {
         self.inner.files()
     }
-    fn default_location(&self, ident: &TableIdent) -> String {
-        self.inner.default_location(ident)
+    async fn new_table_location(&self, ident: &TableIdent) -> crate::error::Result<String> {
+        self.inner.new_table_location(ident).await
     }
     async fn load(&self, ident: &TableIdent) -> crate::error::Result<Option<Pointer>> {
         self.inner.load(ident).await
@@ -970,7 +970,7 @@ async fn a_format_version_1_table_is_upgraded_by_the_first_commit() {
         schema,
         iceberg::spec::PartitionSpec::unpartition_spec(),
         iceberg::spec::SortOrder::unsorted_order(),
-        lab.catalog.default_location(&lab.ident),
+        lab.catalog.new_table_location(&lab.ident).await.unwrap(),
         iceberg::spec::FormatVersion::V1,
         Default::default(),
     )

@@ -35,6 +35,9 @@ pub struct CompactEnv {
     pub retain_last: usize,
     /// `DMS2ICEBERG_ORPHAN_MIN_AGE_HOURS` (default 72).
     pub orphan_min_age_hours: f64,
+    /// `DMS2ICEBERG_COMPACTION`: `on`, `off`, or `auto` (the default: on, except where the
+    /// catalog's service compacts the tables itself, S3 Tables).
+    pub compaction: Option<bool>,
 }
 
 impl CompactEnv {
@@ -48,7 +51,18 @@ impl CompactEnv {
                     .map_err(|_| Error::Config(format!("{k}=`{v}` is not a number"))),
             }
         }
+        let compaction = match var("DMS2ICEBERG_COMPACTION").as_deref() {
+            None | Some("auto") => None,
+            Some("on") => Some(true),
+            Some("off") => Some(false),
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "DMS2ICEBERG_COMPACTION=`{other}`: use `auto`, `on` or `off`"
+                )));
+            }
+        };
         Ok(CompactEnv {
+            compaction,
             max_bytes: parse(
                 "DMS2ICEBERG_COMPACT_MAX_BYTES",
                 var("DMS2ICEBERG_COMPACT_MAX_BYTES"),
@@ -187,7 +201,11 @@ impl CompactHandler {
             None => false,
         };
         let remaining = budget.saturating_sub(started.elapsed());
-        if needs_work && !remaining.is_zero() {
+        let compact_here = self
+            .settings
+            .compaction
+            .unwrap_or(catalog.maintained_by_service().is_none());
+        if compact_here && needs_work && !remaining.is_zero() {
             let r = Compact::new(catalog, ident.clone())
                 .options(CompactOptions {
                     max_bytes: self.settings.max_bytes,
@@ -197,6 +215,10 @@ impl CompactHandler {
                 .execute()
                 .await?;
             out.compaction = Some(r);
+        }
+        // The catalog's service expires snapshots and removes orphans itself (S3 Tables).
+        if catalog.maintained_by_service().is_some() {
+            return Ok(self.report(out, totals, table_started));
         }
         let cutoff = chrono::Utc::now().timestamp_millis()
             - (self.settings.retention_hours * 3_600_000.0) as i64;
@@ -214,6 +236,16 @@ impl CompactHandler {
         .execute()
         .await?;
         out.orphans_deleted = o.deleted;
+        Ok(self.report(out, totals, table_started))
+    }
+
+    /// Logs and emits the metrics of one table's maintenance.
+    fn report(
+        &self,
+        out: TableMaintenance,
+        totals: Option<(Option<u64>, Option<u64>)>,
+        table_started: Instant,
+    ) -> TableMaintenance {
         // Without a compaction the table's files are those of the snapshot read at the start
         // (a zero report would graph as an empty table after every quiet run).
         let c = out.compaction.clone().unwrap_or_else(|| {
@@ -262,6 +294,6 @@ impl CompactHandler {
                 ],
             )
         );
-        Ok(out)
+        out
     }
 }

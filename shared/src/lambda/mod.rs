@@ -78,9 +78,11 @@ where
 /// Environment of both functions.
 #[derive(Debug, Clone)]
 pub struct FunctionEnv {
-    /// `DMS2ICEBERG_WAREHOUSE`: `s3://bucket/prefix`.
-    pub warehouse: String,
-    /// `DMS2ICEBERG_GLUE_DATABASE`: every table goes to this Glue database.
+    /// `DMS2ICEBERG_CATALOG`: `glue` (the default; `DMS2ICEBERG_WAREHOUSE`, `s3://bucket/prefix`,
+    /// holds new tables) or `s3tables` (`DMS2ICEBERG_TABLE_BUCKET_ARN`).
+    pub catalog: crate::aws::CatalogTarget,
+    /// `DMS2ICEBERG_GLUE_DATABASE`: every table goes to this Glue database (S3 Tables: this
+    /// namespace).
     pub database: Option<String>,
     /// `DMS2ICEBERG_CONFIG`: a bundled path or an `s3://` URI.
     pub config: Option<String>,
@@ -108,10 +110,27 @@ impl FunctionEnv {
                     .map_err(|_| Error::Config(format!("{k}=`{v}` is not a number"))),
             }
         };
+        let catalog = match var("DMS2ICEBERG_CATALOG").as_deref() {
+            None | Some("glue") => crate::aws::CatalogTarget::Glue {
+                warehouse: var("DMS2ICEBERG_WAREHOUSE").ok_or_else(|| {
+                    Error::Config("DMS2ICEBERG_WAREHOUSE (s3://bucket/prefix) is not set".into())
+                })?,
+            },
+            Some("s3tables") => crate::aws::CatalogTarget::S3Tables {
+                bucket_arn: var("DMS2ICEBERG_TABLE_BUCKET_ARN").ok_or_else(|| {
+                    Error::Config(
+                        "DMS2ICEBERG_TABLE_BUCKET_ARN (arn:aws:s3tables:<region>:<account>:bucket/<name>) is not set (DMS2ICEBERG_CATALOG=s3tables)".into(),
+                    )
+                })?,
+            },
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "DMS2ICEBERG_CATALOG=`{other}`: use `glue` or `s3tables`"
+                )));
+            }
+        };
         Ok(FunctionEnv {
-            warehouse: var("DMS2ICEBERG_WAREHOUSE").ok_or_else(|| {
-                Error::Config("DMS2ICEBERG_WAREHOUSE (s3://bucket/prefix) is not set".into())
-            })?,
+            catalog,
             database: var("DMS2ICEBERG_GLUE_DATABASE"),
             config: var("DMS2ICEBERG_CONFIG"),
             files_per_commit: num("DMS2ICEBERG_MAX_FILES_PER_COMMIT", 1)?.max(1),

@@ -16,7 +16,8 @@ use super::{FunctionEnv, FunctionError, guarded};
 use crate::aws::{Aws, S3Objects, check_ca_store};
 use crate::files::{CacheLimits, TableCache};
 
-/// The ingest function: one warm cache of table files and one Glue catalog for its lifetime.
+/// The ingest function: one warm cache of table files and one catalog (Glue or S3 Tables) for
+/// its lifetime.
 pub async fn ingest() -> Result<(), lambda_runtime::Error> {
     let handler = start(async {
         let env = FunctionEnv::from_env()?;
@@ -27,7 +28,7 @@ pub async fn ingest() -> Result<(), lambda_runtime::Error> {
         let cache = Arc::new(TableCache::new(CacheLimits {
             key_bytes: env.key_cache_bytes,
         }));
-        let catalog = Arc::new(aws.glue_catalog(&env.warehouse)?.with_cache(cache));
+        let catalog = aws.catalog(&env.catalog, Some(cache), None)?;
         let objects = Arc::new(S3Objects::new(aws.s3.clone(), env.spool.clone()));
         Ok(IngestHandler::new(env, catalog, objects).await?)
     })
@@ -52,10 +53,8 @@ pub async fn compact() -> Result<(), lambda_runtime::Error> {
         check_ca_store()?;
         let aws = Aws::from_env().await;
         // A function granted one database cannot list the others (GetDatabases).
-        let catalog = aws
-            .glue_catalog(&env.warehouse)?
-            .only_database(env.database.clone());
-        Ok(CompactHandler::new(Arc::new(catalog), &env, settings))
+        let catalog = aws.catalog(&env.catalog, None, env.database.clone())?;
+        Ok(CompactHandler::new(catalog, &env, settings))
     })
     .await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<CompactEvent>| {

@@ -72,7 +72,9 @@ impl Lab {
 
     fn env(&self) -> FunctionEnv {
         FunctionEnv {
-            warehouse: "s3://dms2iceberg-warehouse/warehouse".into(),
+            catalog: crate::aws::CatalogTarget::Glue {
+                warehouse: "s3://dms2iceberg-warehouse/warehouse".into(),
+            },
             database: Some(DB.into()),
             config: Some(CONFIG_URI.into()),
             files_per_commit: 1,
@@ -97,6 +99,7 @@ impl Lab {
             retention_hours: 168.0,
             retain_last: 10,
             orphan_min_age_hours: 72.0,
+            compaction: None,
         };
         CompactHandler::new(self.catalog.clone(), &self.env(), settings)
     }

@@ -132,7 +132,7 @@ impl Planner for RejectedPlanner<'_> {
                     schema()?,
                     UnboundPartitionSpec::builder().build(),
                     SortOrder::unsorted_order(),
-                    self.catalog.default_location(&self.ident),
+                    self.catalog.new_table_location(&self.ident).await?,
                     commit::FORMAT_VERSION,
                     [(REJECTED_ROWS_OF.to_string(), self.main.to_string())].into(),
                 )?

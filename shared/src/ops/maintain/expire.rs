@@ -84,6 +84,12 @@ impl<'a> ExpireSnapshots<'a> {
     }
 
     pub async fn execute(self) -> Result<ExpireReport> {
+        if let Some(why) = self.catalog.maintained_by_service() {
+            return Err(Error::Unsupported(format!(
+                "{}: {why}; `expire` leaves it to the service",
+                self.ident
+            )));
+        }
         let table = LoadedTable::load(self.catalog, &self.ident)
             .await?
             .ok_or_else(|| Error::NoSuchTable {

@@ -133,6 +133,12 @@ impl<'a> Orphans<'a> {
     }
 
     pub async fn execute(self) -> Result<OrphanReport> {
+        if let Some(why) = self.catalog.maintained_by_service() {
+            return Err(Error::Unsupported(format!(
+                "{}: {why}; `orphans` leaves it to the service",
+                self.ident
+            )));
+        }
         let table = LoadedTable::load(self.catalog, &self.ident)
             .await?
             .ok_or_else(|| Error::NoSuchTable {

@@ -105,8 +105,9 @@ impl IngestPlanner<'_> {
         read: ReadResult,
         timings: &mut Timings,
     ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
-        let (base, changes, planned) =
-            self.metadata_for(table.as_ref(), &read.schema, &read.change)?;
+        let (base, changes, planned) = self
+            .metadata_for(table.as_ref(), &read.schema, &read.change)
+            .await?;
         let lookup_started = Instant::now();
         let speculative = self.speculate(&planned, &key, &read).await;
         let located = async {

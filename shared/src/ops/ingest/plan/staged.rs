@@ -181,7 +181,7 @@ impl IngestPlanner<'_> {
     }
 
     /// Metadata the files are written against: the new table, or the current one changed.
-    pub(super) fn metadata_for(
+    pub(super) async fn metadata_for(
         &self,
         table: Option<&LoadedTable>,
         schema: &iceberg::spec::Schema,
@@ -214,7 +214,7 @@ impl IngestPlanner<'_> {
                     schema.clone(),
                     spec,
                     sort,
-                    self.ingest.catalog.default_location(self.ident),
+                    self.ingest.catalog.new_table_location(self.ident).await?,
                     commit::FORMAT_VERSION,
                     props,
                 )?

@@ -197,8 +197,9 @@ impl IngestPlanner<'_> {
                 .await
                 .map_err(|e| Error::Internal(format!("reader task failed: {e}")))??
             };
-            let (base, changes, planned) =
-                self.metadata_for(table, &prepared.schema, &prepared.change)?;
+            let (base, changes, planned) = self
+                .metadata_for(table, &prepared.schema, &prepared.change)
+                .await?;
             let spec = crate::ops::ingest::stream::StreamSpec {
                 from_load: inputs.iter().all(|f| f.object.kind == FileKind::Load),
                 cfg: cfg.clone(),
