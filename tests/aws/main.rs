@@ -12,5 +12,6 @@ mod common;
 mod lambda_support;
 
 mod lambda;
+mod s3tables;
 mod sam_local;
 mod template;

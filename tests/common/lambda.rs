@@ -389,7 +389,30 @@ impl Moto {
             .clone()
     }
 
-    /// The emulator's counters (`update_table.applied / refused / unversioned`).
+    /// Creates an S3 Tables table bucket; its ARN.
+    pub fn create_table_bucket(&self, name: &str) -> String {
+        let a = auth("s3tables");
+        let r = http(
+            self.port,
+            "PUT",
+            "/buckets",
+            &[
+                ("Authorization", a.as_str()),
+                ("Content-Type", "application/json"),
+            ],
+            json!({ "name": name }).to_string().as_bytes(),
+            Duration::from_secs(60),
+        )
+        .unwrap_or_else(|e| panic!("CreateTableBucket {name}: {e}"));
+        assert_eq!(r.status, 200, "CreateTableBucket {name}: {}", r.text());
+        r.json()["arn"]
+            .as_str()
+            .unwrap_or_else(|| panic!("CreateTableBucket {name}: {}", r.text()))
+            .to_string()
+    }
+
+    /// The emulator's counters (`update_table.applied / refused / unversioned`,
+    /// `s3tables_update.applied / refused`).
     pub fn stats(&self) -> Value {
         http(
             self.port,
@@ -1021,6 +1044,61 @@ impl Lab {
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
+    }
+
+    /// `dms2iceberg <command> <ns.table> --catalog s3tables --warehouse ARN --format json`
+    pub fn s3tables_json(&self, arn: &str, command: &str, table: &str) -> Vec<Value> {
+        let r = self
+            .cli(&[
+                command,
+                table,
+                "--catalog",
+                "s3tables",
+                "--warehouse",
+                arn,
+                "--format",
+                "json",
+            ])
+            .assert_success();
+        parse_json_lines(&r.stdout, &format!("{command} {table}"))
+    }
+
+    /// The generated table `table` in table bucket `arn` equals `rows` through our scan, and
+    /// through PyIceberg (a static table) and DuckDB on the metadata location the s3tables API
+    /// returns.
+    pub fn assert_s3tables_rows(&self, arn: &str, table: &str, rows: &[Value], label: &str) {
+        let meta = self.work.meta(table);
+        let name = self.glue_name(&meta);
+        let actual = self.s3tables_json(arn, "scan", &name);
+        assert_rows(&format!("scan {name} ({label})"), &meta, rows, &actual);
+        let expected = self
+            .work
+            .write_jsonl(&format!("{name}.{label}.s3tables.jsonl"), rows);
+        let mut cmd = python_cmd("moto_server.py");
+        cmd.args([
+            "check-s3tables",
+            "--endpoint",
+            &self.moto.endpoint(),
+            "--bucket-arn",
+            arn,
+            "--table",
+            &name,
+        ])
+        .arg("--expected")
+        .arg(&expected)
+        .arg("--meta")
+        .arg(self.work.meta_path(table))
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("HOME", &self.work.dir);
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "PyIceberg / DuckDB disagree with {} for {name} on S3 Tables:\n{}\n{}",
+            expected.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprint!("{}", String::from_utf8_lossy(&out.stdout));
     }
 
     /// `dms2iceberg <command> <db.table> --catalog glue --warehouse s3://… --format json`

@@ -4,6 +4,7 @@
   moto_server.py serve [--host 127.0.0.1] [--port 0] [--port-file FILE] [--update-table-delay-ms N]
   moto_server.py selftest
   moto_server.py check-table --endpoint URL --table DB.TABLE --expected ROWS.jsonl [--meta META.json]
+  moto_server.py check-s3tables --endpoint URL --bucket-arn ARN --table NS.TABLE --expected ROWS.jsonl [--meta META.json]
 
 serve      Every moto backend on one loopback port (S3 path-style and Glue among them). Prints
            `moto_server listening on 127.0.0.1:PORT` and, with --port-file, writes the port to FILE
@@ -16,7 +17,14 @@ check-table
            path-style) and compares it with ROWS.jsonl in the JSON contract (check_readers.py /
            jsoncmp.py). Exit 0 if equal, 1 with a diff otherwise.
 
-What moto 5.x gets wrong and this fixes: Glue `UpdateTable` ignores `VersionId`, so a writer that
+check-s3tables
+           Reads NS.TABLE of an S3 Tables table bucket as readers without an S3 Tables catalog
+           do: PyIceberg's StaticTable and DuckDB's iceberg_scan (httpfs) on the metadata
+           location the s3tables API returns; compared with ROWS.jsonl like check-table.
+
+What moto 5.x gets wrong and this fixes (S3 Tables: the same for UpdateTableMetadataLocation's
+version token, checked and set without a lock, and its answer's `namespace`, a string where the
+API has a list, which SDKs refuse to parse): Glue `UpdateTable` ignores `VersionId`, so a writer that
 read version N can overwrite version N+1. Real Glue refuses such a write with
 `ConcurrentModificationException`; every catalog built on Glue (Iceberg's GlueCatalog, PyIceberg,
 dms2iceberg) relies on that for its compare-and-swap. Here `UpdateTable` with a `VersionId` other
@@ -53,6 +61,8 @@ _lock = threading.Lock()
 STATE = {
     "update_table_delay_ms": 0,
     "update_table": {"applied": 0, "refused": 0, "unversioned": 0},
+    # S3 Tables UpdateTableMetadataLocation: applied / refused for a stale version token
+    "s3tables_update": {"applied": 0, "refused": 0},
     "refusals": [],  # last few refused writes, for debugging
     "requests": {},  # "glue GetTable" / "s3 GET" / ... -> count
 }
@@ -98,6 +108,37 @@ def patch_glue() -> None:
     GlueResponse.update_table = update_table
 
 
+def patch_s3tables() -> None:
+    """Make moto's S3 Tables UpdateTableMetadataLocation an atomic check-and-set on the version
+    token (moto checks and sets without a lock, so two racing writers from the same token can
+    both win), answered in the shape of the real API (`namespace` a list, `tableARN`)."""
+    from urllib.parse import unquote
+
+    from moto.s3tables.exceptions import VersionTokenMismatch
+    from moto.s3tables.responses import S3TablesResponse
+
+    def update_table_metadata_location(self):
+        _, arn, namespace, name, _ = self.raw_path.lstrip("/").split("/")
+        arn = unquote(arn)
+        body = json.loads(self.body)
+        delay = STATE["update_table_delay_ms"]
+        if delay:
+            time.sleep(delay / 1000.0)
+        with _lock:
+            table = self.s3tables_backend.get_table(table_bucket_arn=arn, namespace=namespace, name=name)
+            if table.version_token != body["versionToken"]:
+                STATE["s3tables_update"]["refused"] += 1
+                raise VersionTokenMismatch()
+            table.update_metadata_location(metadata_location=body["metadataLocation"],
+                                           version_token=body["versionToken"])
+            STATE["s3tables_update"]["applied"] += 1
+        return 200, self.default_response_headers, json.dumps({
+            "name": table.name, "tableARN": table.arn, "namespace": [namespace],
+            "versionToken": table.version_token, "metadataLocation": table.metadata_location})
+
+    S3TablesResponse.update_table_metadata_location = update_table_metadata_location
+
+
 def control_app(inner):
     """WSGI middleware: /_dms2iceberg/* is ours, everything else goes to moto."""
 
@@ -139,6 +180,7 @@ def make_server(host: str, port: int, quiet: bool = False):
     from werkzeug.serving import make_server as wz_make_server
 
     patch_glue()
+    patch_s3tables()
     handler = MotoRequestHandler
     if quiet:
         class QuietHandler(MotoRequestHandler):
@@ -203,6 +245,53 @@ def cmd_check_table(a) -> int:
         return 1
     print(f"[pyiceberg-glue] {where}: {len(rows)} row(s) as expected")
     return 0
+
+
+def cmd_check_s3tables(a) -> int:
+    """Reads NS.TABLE of table bucket ARN as readers without an S3 Tables catalog do: the
+    metadata location the s3tables API returns, opened as a static table by PyIceberg, and by
+    DuckDB's iceberg_scan over httpfs; both compared with ROWS.jsonl."""
+    import boto3
+    import check_readers
+    import jsoncmp
+    from pyiceberg.table import StaticTable
+
+    meta = json.loads(Path(a.meta).read_text()) if a.meta else jsoncmp.load_meta(a.expected)
+    key = a.key.split(",") if a.key else (meta or {}).get("primary_key")
+    types = (meta or {}).get("columns")
+    expected = jsoncmp.read_jsonl(a.expected)
+    ns, name = a.table.split(".", 1)
+    client = boto3.client("s3tables", endpoint_url=a.endpoint, region_name=REGION,
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    location = client.get_table_metadata_location(tableBucketARN=a.bucket_arn, namespace=ns,
+                                                  name=name)["metadataLocation"]
+    props = {"s3.endpoint": a.endpoint, "s3.path-style-access": "true", "s3.region": REGION,
+             "s3.access-key-id": "testing", "s3.secret-access-key": "testing",
+             "py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
+    failed = 0
+    t = StaticTable.from_metadata(location, properties=props)
+    readers = {"pyiceberg-static": lambda: check_readers.arrow_to_rows(t.scan().to_arrow())}
+
+    def duck():
+        con = check_readers.duckdb_connect()
+        con.execute(f"LOAD '{check_readers.extension_file('duckdb_extension_httpfs')}'")
+        host = a.endpoint.split("://", 1)[1]
+        con.execute(f"CREATE SECRET moto (TYPE s3, KEY_ID 'testing', SECRET 'testing', "
+                    f"REGION '{REGION}', ENDPOINT '{host}', URL_STYLE 'path', USE_SSL false)")
+        return check_readers.arrow_to_rows(
+            con.execute("SELECT * FROM iceberg_scan(?)", [location]).fetch_arrow_table())
+
+    readers["duckdb"] = duck
+    for reader, read in readers.items():
+        rows = check_readers.sort_rows(read(), key, types)
+        diffs = jsoncmp.compare(expected, rows, key, types)
+        if diffs:
+            print(f"[{reader}] {a.table} ({location}) differs from {a.expected}:")
+            print("\n".join("    " + d for d in diffs))
+            failed += 1
+        else:
+            print(f"[{reader}] {a.table} ({location}): {len(rows)} row(s) as expected")
+    return 1 if failed else 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -370,8 +459,17 @@ def main(argv=None) -> int:
     p.add_argument("--meta")
     p.add_argument("--key")
     p.add_argument("--snapshot-id", type=int)
+    p = sub.add_parser("check-s3tables",
+                       help="read an S3 Tables table (PyIceberg static table, DuckDB) and compare")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--bucket-arn", required=True)
+    p.add_argument("--table", required=True, help="NAMESPACE.TABLE")
+    p.add_argument("--expected", required=True)
+    p.add_argument("--meta")
+    p.add_argument("--key")
     a = ap.parse_args(argv)
-    return {"serve": cmd_serve, "selftest": cmd_selftest, "check-table": cmd_check_table}[a.cmd](a)
+    return {"serve": cmd_serve, "selftest": cmd_selftest, "check-table": cmd_check_table,
+            "check-s3tables": cmd_check_s3tables}[a.cmd](a)
 
 
 if __name__ == "__main__":
