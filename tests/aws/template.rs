@@ -384,6 +384,23 @@ const GLUE: [&str; 3] = [
     "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:database/${GlueDatabaseName}",
     "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:table/${GlueDatabaseName}/*",
 ];
+/// A table bucket, created by the stack or given as a parameter, and the tables in it (a table's
+/// ARN is `<bucket ARN>/table/<table id>`: namespaces are not part of it).
+const TABLE_BUCKETS: [&str; 2] = ["${TableBucket.TableBucketARN}", "${TableBucketArn}"];
+const TABLES: &str = "${Bucket}/table/*";
+/// What the functions do on a table bucket: create namespaces and tables, list them (compact).
+const S3TABLES_BUCKET_ACTIONS: [&str; 3] = [
+    "s3tables:CreateNamespace",
+    "s3tables:CreateTable",
+    "s3tables:ListTables",
+];
+/// What they do on a table: read and swap its pointer, read and write its files.
+const S3TABLES_TABLE_ACTIONS: [&str; 4] = [
+    "s3tables:GetTableMetadataLocation",
+    "s3tables:UpdateTableMetadataLocation",
+    "s3tables:GetTableData",
+    "s3tables:PutTableData",
+];
 const S3_WRITES: [&str; 4] = [
     "s3:PutObject",
     "s3:DeleteObject",
@@ -508,6 +525,22 @@ fn least_privilege_violations(template: &Value) -> Vec<String> {
                     }
                 }
             }
+            // ---- S3 Tables: the one table bucket; pointer and data actions only on its tables
+            for a in actions.iter().filter(|a| a.starts_with("s3tables:")) {
+                let allowed: &[&str] = if S3TABLES_BUCKET_ACTIONS.contains(&a.as_str()) {
+                    &TABLE_BUCKETS
+                } else if S3TABLES_TABLE_ACTIONS.contains(&a.as_str()) {
+                    &[TABLES]
+                } else {
+                    v.push(format!("{at}: unexpected S3 Tables action {a}"));
+                    continue;
+                };
+                for r in &res {
+                    if !allowed.contains(&r.as_str()) {
+                        v.push(format!("{at}: {a} on {r}"));
+                    }
+                }
+            }
             // ---- Logs: only its own log groups
             if actions.iter().any(|a| a.starts_with("logs:")) {
                 for a in &actions {
@@ -535,7 +568,7 @@ fn least_privilege_violations(template: &Value) -> Vec<String> {
             }
             for a in &actions {
                 let service = a.split(':').next().unwrap_or("");
-                if !["s3", "glue", "logs", "sqs", "kms"].contains(&service) {
+                if !["s3", "s3tables", "glue", "logs", "sqs", "kms"].contains(&service) {
                     v.push(format!("{at}: unexpected action {a}"));
                 }
             }
@@ -642,7 +675,14 @@ fn iam_is_least_privilege() {
         "{compact_role}: cannot log"
     );
     let compact_text = serde_json::to_string(&compact).expect("json");
-    for forbidden in ["LandingBucket", "DmsPrefix", "sqs:", "glue:Create", "kms:"] {
+    for forbidden in [
+        "LandingBucket",
+        "DmsPrefix",
+        "sqs:",
+        "glue:Create",
+        "s3tables:Create",
+        "kms:",
+    ] {
         assert!(
             !compact_text.contains(forbidden),
             "{compact_role} mentions {forbidden}: {compact_text}"
@@ -670,6 +710,9 @@ fn least_privilege_checker_catches_violations() {
         json!({"Effect": "Allow", "Action": "logs:PutLogEvents", "Resource": "arn:aws:logs:us-east-1:123456789012:log-group:x:*"}),
         json!({"Effect": "Allow", "Action": ["glue:GetTable", "glue:DeleteTable"], "Resource": {"Fn::Sub": GLUE[2]}}),
         json!({"Fn::If": ["C", {"Effect": "Allow", "Action": "iam:PassRole", "Resource": "arn:aws:iam::1:role/x"}, {"Ref": "AWS::NoValue"}]}),
+        json!({"Effect": "Allow", "Action": "s3tables:DeleteTable", "Resource": {"Fn::Sub": TABLES}}),
+        json!({"Effect": "Allow", "Action": "s3tables:GetTableData", "Resource": {"Ref": "TableBucketArn"}}),
+        json!({"Effect": "Allow", "Action": "s3tables:CreateTable", "Resource": "arn:aws:s3tables:us-east-1:123456789012:bucket/*"}),
     ];
     for c in cases {
         let v = least_privilege_violations(&role(c.clone()));
@@ -682,6 +725,217 @@ fn least_privilege_checker_catches_violations() {
     let managed = json!({"Resources": {"R": {"Type": "AWS::IAM::Role", "Properties": {
         "ManagedPolicyArns": ["arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"]}}}});
     assert!(!least_privilege_violations(&managed).is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// One deployment: the template with its conditions decided
+
+/// A condition's value for these parameters (the rest at their defaults).
+fn condition(t: &Value, c: &Value, params: &[(&str, &str)]) -> bool {
+    let value = |v: &Value| -> String {
+        match v.get("Ref").and_then(Value::as_str) {
+            Some(p) => params
+                .iter()
+                .find(|(k, _)| *k == p)
+                .map(|(_, v)| v.to_string())
+                .unwrap_or_else(|| match param_default(t, p) {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                }),
+            None => v.as_str().map_or_else(|| v.to_string(), str::to_string),
+        }
+    };
+    let (k, a) = c
+        .as_object()
+        .and_then(|m| m.iter().next())
+        .unwrap_or_else(|| panic!("not a condition: {c}"));
+    let all = || a.as_array().expect("a list of conditions").iter();
+    match k.as_str() {
+        "Fn::Equals" => value(&a[0]) == value(&a[1]),
+        "Fn::And" => all().all(|x| condition(t, x, params)),
+        "Fn::Or" => all().any(|x| condition(t, x, params)),
+        "Fn::Not" => !condition(t, &a[0], params),
+        "Condition" => {
+            let name = a.as_str().expect("a condition name");
+            condition(t, &t["Conditions"][name], params)
+        }
+        other => panic!("condition function {other} not understood"),
+    }
+}
+
+/// `v` with every `Fn::If` replaced by the branch these parameters take (`AWS::NoValue`
+/// branches dropped from lists and maps).
+fn decide(t: &Value, v: &Value, params: &[(&str, &str)]) -> Option<Value> {
+    match v {
+        Value::Object(m) if m.len() == 1 && m.contains_key("Fn::If") => {
+            let a = &m["Fn::If"];
+            let name = a[0].as_str().expect("Fn::If names a condition");
+            let taken = condition(t, &json!({ "Condition": name }), params);
+            decide(t, &a[if taken { 1 } else { 2 }], params)
+        }
+        Value::Object(m) if m.get("Ref") == Some(&json!("AWS::NoValue")) => None,
+        Value::Object(m) => Some(Value::Object(
+            m.iter()
+                .filter_map(|(k, x)| decide(t, x, params).map(|x| (k.clone(), x)))
+                .collect(),
+        )),
+        Value::Array(a) => Some(Value::Array(
+            a.iter().filter_map(|x| decide(t, x, params)).collect(),
+        )),
+        other => Some(other.clone()),
+    }
+}
+
+/// The template as CloudFormation deploys it with these parameters: resources whose condition
+/// is false removed, every `Fn::If` decided.
+fn deployed(t: &Value, params: &[(&str, &str)]) -> Value {
+    let mut out = decide(t, t, params).expect("a template");
+    if let Some(resources) = out["Resources"].as_object_mut() {
+        resources.retain(|_, r| match r["Condition"].as_str() {
+            Some(c) => condition(t, &json!({ "Condition": c }), params),
+            None => true,
+        });
+    }
+    out
+}
+
+/// Actions a function's role allows, each with the resources it is allowed on.
+fn allowed(t: &Value, function: &str) -> Vec<(String, Vec<String>)> {
+    role_of(t, function)
+        .1
+        .iter()
+        .flat_map(|s| {
+            let res = strings(&s["Resource"]);
+            strings(&s["Action"])
+                .into_iter()
+                .map(move |a| (a, res.clone()))
+        })
+        .collect()
+}
+
+/// Each catalog gets the permissions it uses and none of the other's: S3 Tables no Glue and no
+/// warehouse bucket, Glue no table bucket; and the functions are told which catalog they use.
+#[test]
+fn each_catalog_is_granted_only_what_it_uses() {
+    let raw = &loaded().raw;
+    let cases: [(&str, &[(&str, &str)]); 3] = [
+        ("glue (the default)", &[]),
+        (
+            "s3tables, a table bucket the stack creates",
+            &[("Catalog", "s3tables")],
+        ),
+        (
+            "s3tables, an existing table bucket",
+            &[
+                ("Catalog", "s3tables"),
+                (
+                    "TableBucketArn",
+                    "arn:aws:s3tables:eu-west-1:123456789012:bucket/lake",
+                ),
+            ],
+        ),
+    ];
+    for (case, params) in cases {
+        let t = deployed(raw, params);
+        let v = least_privilege_violations(&t);
+        assert!(v.is_empty(), "{case}: violations:\n  {}", v.join("\n  "));
+        let s3tables = params.iter().any(|(_, v)| *v == "s3tables");
+        let env = &t["Globals"]["Function"]["Environment"]["Variables"];
+        let ingest = allowed(&t, "IngestFunction");
+        let compact = allowed(&t, "CompactFunction");
+        let ingest_can = |a: &str, r: &str| {
+            ingest
+                .iter()
+                .any(|(x, rs)| x == a && rs.iter().any(|y| y == r))
+        };
+        let compact_can = |a: &str, r: &str| {
+            compact
+                .iter()
+                .any(|(x, rs)| x == a && rs.iter().any(|y| y == r))
+        };
+        let any = |grants: &[(String, Vec<String>)], pred: &dyn Fn(&str, &str) -> bool| {
+            grants.iter().any(|(a, rs)| rs.iter().any(|r| pred(a, r)))
+        };
+        let warehouse = |_: &str, r: &str| r == WAREHOUSE_OBJECTS;
+        let has_resource = |id: &str| t["Resources"].get(id).is_some();
+        assert_eq!(
+            render(&env["DMS2ICEBERG_CATALOG"]),
+            ["${Catalog}"],
+            "{case}"
+        );
+        if s3tables {
+            let bucket = if params.len() == 1 {
+                TABLE_BUCKETS[0]
+            } else {
+                TABLE_BUCKETS[1]
+            };
+            assert_eq!(
+                render(&env["DMS2ICEBERG_TABLE_BUCKET_ARN"]),
+                [bucket],
+                "{case}"
+            );
+            assert_eq!(render(&env["DMS2ICEBERG_WAREHOUSE"]), [""], "{case}");
+            assert_eq!(
+                has_resource("TableBucket"),
+                params.len() == 1,
+                "{case}: TableBucket"
+            );
+            for id in ["WarehouseBucket", "WarehouseBucketPolicy", "GlueDatabase"] {
+                assert!(!has_resource(id), "{case}: {id} created");
+            }
+            for (name, grants) in [("ingest", &ingest), ("compact", &compact)] {
+                assert!(
+                    !any(grants, &|a, _| a.starts_with("glue:")),
+                    "{case}: {name} has Glue"
+                );
+                assert!(
+                    !any(grants, &warehouse),
+                    "{case}: {name} has the warehouse bucket"
+                );
+            }
+            for a in ["s3tables:CreateNamespace", "s3tables:CreateTable"] {
+                assert!(ingest_can(a, bucket), "{case}: ingest lacks {a}");
+                assert!(!compact_can(a, bucket), "{case}: compact has {a}");
+            }
+            assert!(
+                compact_can("s3tables:ListTables", bucket),
+                "{case}: compact cannot list"
+            );
+            for a in S3TABLES_TABLE_ACTIONS {
+                assert!(ingest_can(a, TABLES), "{case}: ingest lacks {a}");
+                assert!(compact_can(a, TABLES), "{case}: compact lacks {a}");
+            }
+            assert!(
+                ingest_can("s3:GetObject", DMS_OBJECTS),
+                "{case}: ingest cannot read DMS files"
+            );
+        } else {
+            assert_eq!(render(&env["DMS2ICEBERG_TABLE_BUCKET_ARN"]), [""], "{case}");
+            assert!(!has_resource("TableBucket"), "{case}: TableBucket created");
+            assert!(
+                has_resource("WarehouseBucket") && has_resource("GlueDatabase"),
+                "{case}"
+            );
+            for (name, grants) in [("ingest", &ingest), ("compact", &compact)] {
+                assert!(
+                    !any(grants, &|a, _| a.starts_with("s3tables:")),
+                    "{case}: {name} has S3 Tables"
+                );
+                assert!(
+                    any(grants, &warehouse),
+                    "{case}: {name} lacks the warehouse"
+                );
+            }
+            assert!(
+                ingest_can("glue:CreateTable", GLUE[2]),
+                "{case}: ingest cannot create"
+            );
+            assert!(
+                compact_can("glue:UpdateTable", GLUE[2]),
+                "{case}: compact cannot commit"
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -713,15 +967,18 @@ fn declared_env(raw: &Value, function: &str) -> BTreeSet<String> {
     names
 }
 
-const COMMON_ENV: [&str; 6] = [
+const COMMON_ENV: [&str; 8] = [
+    "DMS2ICEBERG_CATALOG",
     "DMS2ICEBERG_WAREHOUSE",
+    "DMS2ICEBERG_TABLE_BUCKET_ARN",
     "DMS2ICEBERG_GLUE_DATABASE",
     "DMS2ICEBERG_CONFIG",
     "DMS2ICEBERG_MAX_FILES_PER_COMMIT",
     "DMS2ICEBERG_MAX_FILES_PER_INVOCATION",
     "RUST_LOG",
 ];
-const COMPACT_ENV: [&str; 3] = [
+const COMPACT_ENV: [&str; 4] = [
+    "DMS2ICEBERG_COMPACTION",
     "DMS2ICEBERG_COMPACT_MAX_BYTES",
     "DMS2ICEBERG_SNAPSHOT_RETENTION_HOURS",
     "DMS2ICEBERG_ORPHAN_MIN_AGE_HOURS",
@@ -752,6 +1009,9 @@ fn functions_are_wired_as_documented() {
         ("SnapshotRetentionHours", json!(168)),
         ("OrphanMinAgeHours", json!(72)),
         ("QueueMaxReceiveCount", json!(5)),
+        ("Catalog", json!("glue")),
+        ("TableBucketArn", json!("")),
+        ("Compaction", json!("auto")),
     ] {
         assert_eq!(param_default(raw, name), want, "default of {name}");
     }
