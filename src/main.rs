@@ -22,9 +22,13 @@ struct Cli {
     /// `sqlite`: the embedded catalog `<warehouse>/catalog.db`; `glue`: the AWS Glue Data
     /// Catalog, with `--warehouse s3://bucket/prefix`; `s3tables`: Amazon S3 Tables, with
     /// `--warehouse arn:aws:s3tables:<region>:<account>:bucket/<name>` (AWS settings from the
-    /// environment).
+    /// environment); `rest`: an Iceberg REST catalog at `--uri` (`--warehouse`, if given, is
+    /// the server's warehouse; credentials from DMS2ICEBERG_REST_TOKEN, _CREDENTIAL or _SIGV4).
     #[arg(long, global = true, value_enum, default_value = "sqlite")]
     catalog: cmd::CatalogKind,
+    /// The REST catalog's base URI (`--catalog rest`), e.g. `http://localhost:8181`.
+    #[arg(long, global = true)]
+    uri: Option<String>,
     /// The SQLite catalog's name: the `catalog_name` of its rows in catalog.db. Iceberg's
     /// JdbcCatalog (Spark, Flink, Trino) uses its own configured name there: use the same.
     #[arg(long, global = true, default_value = "default")]
@@ -66,6 +70,7 @@ fn main() {
     let catalog = cmd::CatalogArgs {
         kind: cli.catalog,
         name: cli.catalog_name,
+        uri: cli.uri,
     };
     match runtime.block_on(cmd::run(&catalog, cli.command)) {
         Ok(true) => {}

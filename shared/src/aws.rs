@@ -106,8 +106,95 @@ impl Aws {
         }
     }
 
-    /// `FileIO` for `s3://` table files.
-    pub fn file_io(&self) -> FileIO {
+    /// The REST catalog at `uri`, authenticated as the environment says
+    /// ([`Aws::rest_auth_from_env`]); its tables' files on S3 (these AWS settings under the
+    /// server's `s3.*` properties) or a local `file://` warehouse.
+    pub async fn rest_catalog(
+        &self,
+        uri: &str,
+        warehouse: Option<String>,
+        cache: Arc<TableCache>,
+    ) -> Result<crate::catalog::RestCatalog> {
+        let base: Vec<(String, String)> = self.storage_props();
+        let storage: crate::catalog::StorageFor = Box::new(move |props| {
+            let mut all = base.clone();
+            all.extend(
+                props
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("s3.") || k.starts_with("client."))
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            );
+            FileIOBuilder::new(Arc::new(
+                iceberg_storage_opendal::OpenDalResolvingStorageFactory::new(),
+            ))
+            .with_props(all)
+            .build()
+        });
+        let config = crate::catalog::RestConfig {
+            uri: uri.to_string(),
+            warehouse,
+            auth: self.rest_auth_from_env()?,
+            properties: HashMap::new(),
+        };
+        crate::catalog::RestCatalog::connect(config, storage, cache).await
+    }
+
+    /// How REST requests authenticate, from the environment (at most one of):
+    /// `DMS2ICEBERG_REST_TOKEN` (a bearer token); `DMS2ICEBERG_REST_CREDENTIAL`
+    /// (`client_id:client_secret`, OAuth2 client credentials, with `DMS2ICEBERG_REST_SCOPE`,
+    /// default `catalog`, and `DMS2ICEBERG_REST_OAUTH2_URI`, default `<uri>/v1/oauth/tokens`);
+    /// `DMS2ICEBERG_REST_SIGV4` (`glue` or `s3tables`: AWS SigV4 with the standard credential
+    /// chain and region). None: unauthenticated.
+    pub fn rest_auth_from_env(&self) -> Result<crate::catalog::RestAuth> {
+        use crate::catalog::RestAuth;
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let token = var("DMS2ICEBERG_REST_TOKEN");
+        let credential = var("DMS2ICEBERG_REST_CREDENTIAL");
+        let sigv4 = var("DMS2ICEBERG_REST_SIGV4");
+        let set = [token.is_some(), credential.is_some(), sigv4.is_some()];
+        if set.iter().filter(|s| **s).count() > 1 {
+            return Err(Error::Config(
+                "set one of DMS2ICEBERG_REST_TOKEN, DMS2ICEBERG_REST_CREDENTIAL and DMS2ICEBERG_REST_SIGV4".into(),
+            ));
+        }
+        if let Some(t) = token {
+            return Ok(RestAuth::Bearer(t));
+        }
+        if let Some(c) = credential {
+            let (client_id, client_secret) = c.split_once(':').ok_or_else(|| {
+                Error::Config("DMS2ICEBERG_REST_CREDENTIAL must be client_id:client_secret".into())
+            })?;
+            return Ok(RestAuth::OAuth2 {
+                client_id: client_id.to_string(),
+                client_secret: client_secret.to_string(),
+                scope: var("DMS2ICEBERG_REST_SCOPE").unwrap_or_else(|| "catalog".into()),
+                token_uri: var("DMS2ICEBERG_REST_OAUTH2_URI"),
+            });
+        }
+        if let Some(service) = sigv4 {
+            if !matches!(service.as_str(), "glue" | "s3tables") {
+                return Err(Error::Config(format!(
+                    "DMS2ICEBERG_REST_SIGV4=`{service}`: use `glue` (Glue's Iceberg endpoint) or `s3tables`"
+                )));
+            }
+            let credentials = self.sdk.credentials_provider().ok_or_else(|| {
+                Error::Config("SigV4: no AWS credentials provider in this environment".into())
+            })?;
+            let region = self
+                .sdk
+                .region()
+                .ok_or_else(|| Error::Config("SigV4: no AWS region (set AWS_REGION)".into()))?;
+            return Ok(RestAuth::SigV4(crate::catalog::SigV4Signer::new(
+                credentials,
+                region.as_ref(),
+                &service,
+            )));
+        }
+        Ok(RestAuth::None)
+    }
+
+    /// Storage properties for `s3://` table files from these settings.
+    fn storage_props(&self) -> Vec<(String, String)> {
         let mut props: Vec<(String, String)> = vec![(
             iceberg::io::S3_PATH_STYLE_ACCESS.into(),
             self.settings.path_style.to_string(),
@@ -118,6 +205,12 @@ impl Aws {
         if let Some(e) = &self.settings.s3_endpoint {
             props.push((iceberg::io::S3_ENDPOINT.into(), e.clone()));
         }
+        props
+    }
+
+    /// `FileIO` for `s3://` table files.
+    pub fn file_io(&self) -> FileIO {
+        let props = self.storage_props();
         FileIOBuilder::new(Arc::new(OpenDalStorageFactory::S3 {
             customized_credential_load: None,
         }))

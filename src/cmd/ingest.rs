@@ -19,7 +19,7 @@ use crate::output;
 pub(crate) struct IngestArgs {
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
-    #[arg(long, default_value = "warehouse")]
+    #[arg(long, default_value = super::DEFAULT_WAREHOUSE)]
     pub warehouse: String,
     #[arg(long)]
     pub config: Option<PathBuf>,

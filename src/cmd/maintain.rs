@@ -14,7 +14,7 @@ use crate::output;
 #[derive(clap::Args)]
 pub(crate) struct CompactArgs {
     pub table: String,
-    #[arg(long, default_value = "warehouse")]
+    #[arg(long, default_value = super::DEFAULT_WAREHOUSE)]
     pub warehouse: String,
     /// Output file size in bytes (default: the table's write.target-file-size-bytes).
     #[arg(long)]
@@ -63,7 +63,7 @@ pub(crate) async fn compact(catalog: &CatalogArgs, a: CompactArgs) -> Result<boo
 #[derive(clap::Args)]
 pub(crate) struct ExpireArgs {
     pub table: String,
-    #[arg(long, default_value = "warehouse")]
+    #[arg(long, default_value = super::DEFAULT_WAREHOUSE)]
     pub warehouse: String,
     /// Expire snapshots older than this many hours.
     #[arg(long, default_value_t = 168.0)]
@@ -109,7 +109,7 @@ pub(crate) async fn expire(catalog: &CatalogArgs, a: ExpireArgs) -> Result<bool>
 #[derive(clap::Args)]
 pub(crate) struct OrphansArgs {
     pub table: String,
-    #[arg(long, default_value = "warehouse")]
+    #[arg(long, default_value = super::DEFAULT_WAREHOUSE)]
     pub warehouse: String,
     #[arg(long, default_value_t = 72.0)]
     pub min_age_hours: f64,
@@ -162,7 +162,7 @@ pub(crate) struct MarkAppliedArgs {
     /// The last DMS file the table holds (file name, path or S3 key).
     #[arg(long)]
     pub through: String,
-    #[arg(long, default_value = "warehouse")]
+    #[arg(long, default_value = super::DEFAULT_WAREHOUSE)]
     pub warehouse: String,
     /// Replace the record the table already has.
     #[arg(long)]

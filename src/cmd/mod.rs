@@ -52,13 +52,20 @@ pub(crate) enum CatalogKind {
     Glue,
     /// Amazon S3 Tables (`--warehouse arn:aws:s3tables:<region>:<account>:bucket/<name>`).
     S3tables,
+    /// An Iceberg REST catalog (`--uri`).
+    Rest,
 }
 
 /// Which catalog, from the global flags.
 pub(crate) struct CatalogArgs {
     pub kind: CatalogKind,
     pub name: String,
+    /// `--uri` (REST).
+    pub uri: Option<String>,
 }
+
+/// `--warehouse` when not given: the SQLite catalog's folder.
+pub(crate) const DEFAULT_WAREHOUSE: &str = "warehouse";
 
 /// The catalog a command works on.
 pub(crate) async fn open_catalog(
@@ -96,6 +103,25 @@ pub(crate) async fn open_catalog(
             }
             let aws = dms2iceberg::aws::Aws::from_env().await;
             Ok(Box::new(aws.s3tables_catalog(warehouse)?))
+        }
+        CatalogKind::Rest => {
+            let Some(uri) = &args.uri else {
+                bail!("--catalog rest needs --uri (the catalog's base URI, before /v1)");
+            };
+            if args.name != dms2iceberg::catalog::SQLITE_CATALOG_NAME {
+                bail!(
+                    "--catalog-name is for the SQLite catalog; a REST catalog is chosen by --uri and --warehouse"
+                );
+            }
+            // `--warehouse` defaults to the SQLite folder `warehouse`: left at that, the
+            // server's default warehouse is used.
+            let warehouse = (warehouse != DEFAULT_WAREHOUSE).then(|| warehouse.to_string());
+            let aws = dms2iceberg::aws::Aws::from_env().await;
+            let catalog = aws
+                .rest_catalog(uri, warehouse, Default::default())
+                .await
+                .with_context(|| format!("connecting to the REST catalog at {uri}"))?;
+            Ok(Box::new(catalog))
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::output;
 #[derive(clap::Args)]
 pub(crate) struct ScanArgs {
     pub table: String,
-    #[arg(long, default_value = "warehouse")]
+    #[arg(long, default_value = super::DEFAULT_WAREHOUSE)]
     pub warehouse: String,
     /// The table as it was at this time: RFC 3339, "YYYY-MM-DD HH:MM:SS[.fff]" (UTC) or epoch milliseconds.
     #[arg(long, conflicts_with = "snapshot")]
@@ -50,7 +50,7 @@ pub(crate) async fn scan(catalog: &CatalogArgs, a: ScanArgs) -> Result<bool> {
 #[derive(clap::Args)]
 pub(crate) struct HistoryArgs {
     pub table: String,
-    #[arg(long, default_value = "warehouse")]
+    #[arg(long, default_value = super::DEFAULT_WAREHOUSE)]
     pub warehouse: String,
     #[arg(long, value_enum, default_value = "table")]
     pub format: output::TableOrJson,
@@ -87,7 +87,7 @@ pub(crate) async fn history(catalog: &CatalogArgs, a: HistoryArgs) -> Result<boo
 /// List the tables in the warehouse.
 #[derive(clap::Args)]
 pub(crate) struct TablesArgs {
-    #[arg(long, default_value = "warehouse")]
+    #[arg(long, default_value = super::DEFAULT_WAREHOUSE)]
     pub warehouse: String,
     /// `text` (a summary) or `json` (machine-readable).
     #[arg(long, value_enum, default_value = "text")]

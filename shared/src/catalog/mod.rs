@@ -8,26 +8,58 @@
 //!   `UpdateTable`'s `VersionId`.
 //! - [`S3TablesCatalog`] (feature `aws`): Amazon S3 Tables, compare-and-swap through
 //!   `UpdateTableMetadataLocation`'s version token; the service assigns each table's storage.
+//! - [`RestCatalog`]: an Iceberg REST catalog, which takes a commit as its requirements and
+//!   updates and writes the metadata file itself.
+//!
+//! Every catalog receives a commit as a [`TableCommit`]: Iceberg's requirements and updates
+//! (built by `commit::request`), and the metadata they make. A pointer catalog swaps to that
+//! metadata, written by the commit loop; a REST catalog sends the requirements and updates.
 
 #[cfg(feature = "aws")]
 mod glue;
+mod rest;
 #[cfg(feature = "aws")]
 mod s3tables;
+#[cfg(feature = "aws")]
+mod sigv4;
 mod sqlite;
 
 use async_trait::async_trait;
-use iceberg::TableIdent;
 use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
+use iceberg::{TableIdent, TableRequirement, TableUpdate};
 
 #[cfg(feature = "aws")]
 pub use glue::{GlueCatalog, hive_type};
+pub use rest::{RestAuth, RestCatalog, RestConfig, StorageFor};
 #[cfg(feature = "aws")]
 pub use s3tables::{S3TablesCatalog, SERVICE_MAINTENANCE};
+#[cfg(feature = "aws")]
+pub use sigv4::Signer as SigV4Signer;
 pub use sqlite::{CATALOG_NAME as SQLITE_CATALOG_NAME, SqliteCatalog};
 
 use crate::error::Result;
 use crate::files::Files;
+use crate::files::metadata::Refs;
+
+/// A commit as the catalog receives it: what must still hold of the table, what changes, and
+/// the metadata that makes (at `location`, where the commit loop wrote it unless the catalog
+/// [writes its metadata itself](Catalog::writes_metadata)).
+#[derive(Debug, Clone, Copy)]
+pub struct TableCommit<'a> {
+    pub requirements: &'a [TableRequirement],
+    pub updates: &'a [TableUpdate],
+    pub metadata: &'a TableMetadata,
+    pub location: &'a str,
+}
+
+/// A commit that landed: the table's metadata location now, and the metadata there when the
+/// catalog wrote it (REST) rather than us.
+#[derive(Debug)]
+pub struct Landed {
+    pub metadata_location: String,
+    pub metadata: Option<(TableMetadata, Refs)>,
+}
 
 /// What the catalog says a table's current metadata is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +112,28 @@ pub trait Catalog: Send + Sync {
         new_location: &str,
         metadata: &TableMetadata,
     ) -> std::result::Result<(), SwapError>;
+
+    /// Commits `commit` on the table as `base` (`None`: the commit creates it). A pointer
+    /// catalog swaps to the written metadata; a REST catalog sends requirements and updates.
+    async fn commit(
+        &self,
+        ident: &TableIdent,
+        base: Option<&Pointer>,
+        commit: &TableCommit<'_>,
+    ) -> std::result::Result<Landed, SwapError> {
+        self.swap(ident, base, commit.location, commit.metadata)
+            .await?;
+        Ok(Landed {
+            metadata_location: commit.location.to_string(),
+            metadata: None,
+        })
+    }
+
+    /// True where the catalog writes each metadata file from the updates (REST): the commit
+    /// loop writes none, and checks an unknown outcome by the snapshot, not the file.
+    fn writes_metadata(&self) -> bool {
+        false
+    }
 
     async fn list_tables(&self) -> Result<Vec<TableIdent>>;
 

@@ -39,6 +39,7 @@ pub(crate) mod carry;
 mod failpoint;
 pub(crate) mod producer;
 pub(crate) mod record;
+pub(crate) mod request;
 pub(crate) mod retry;
 mod summary;
 pub(crate) mod validate;
@@ -480,6 +481,7 @@ async fn attempt_until_decided(
             catalog.files(),
             attempt,
             validated,
+            catalog.writes_metadata(),
         )
         .await?;
         if let Err(e) = failpoint("after-metadata").await {
@@ -488,30 +490,33 @@ async fn attempt_until_decided(
         }
         let base_pointer = current.as_ref().map(|t| &t.pointer);
         match catalog
-            .swap(
-                &staged.ident,
-                base_pointer,
-                &built.location,
-                &built.metadata,
-            )
+            .commit(&staged.ident, base_pointer, &built.commit())
             .await
         {
-            Ok(()) => {
+            Ok(landed) => {
                 failpoint("after-swap")
                     .await
                     .map_err(|e| CommitError::Unknown(e.to_string()))?;
                 info!(table = %staged.ident, snapshot_id = staged.snapshot_id, attempts = attempt, "committed");
-                cleanup_expired(file_io, current.as_ref(), &built.metadata).await;
-                let sequence_number = built.metadata.last_sequence_number();
-                // Moved, not copied: a copy costs a pass over every snapshot of the table.
+                // Metadata files the log dropped are ours to delete where we write them.
+                if !catalog.writes_metadata() {
+                    cleanup_expired(file_io, current.as_ref(), &built.metadata).await;
+                }
+                // The metadata as the catalog wrote it, else ours, moved, not copied: a copy
+                // costs a pass over every snapshot of the table.
+                let (metadata, refs) = match landed.metadata {
+                    Some((m, r)) => (m, Some(r)),
+                    None => (built.metadata, built.refs),
+                };
+                let sequence_number = metadata.last_sequence_number();
                 catalog
                     .files()
-                    .remember_metadata(&built.location, built.metadata, built.refs);
+                    .remember_metadata(&landed.metadata_location, metadata, refs);
                 return Ok(Outcome::Committed {
                     snapshot_id: staged.snapshot_id,
                     sequence_number,
                     attempts: attempt,
-                    metadata_location: built.location,
+                    metadata_location: landed.metadata_location,
                 });
             }
             Err(SwapError::Conflict) => {
@@ -739,17 +744,39 @@ where
             .with_next_version()
             .with_new_metadata(&new)
             .to_string();
-        crate::files::metadata::write(file_io, &location, &new, None).await?;
-        match catalog
-            .swap(ident, Some(&current.pointer), &location, &new)
-            .await
-        {
-            Ok(()) => {
+        let writes_metadata = catalog.writes_metadata();
+        let requirements =
+            request::requirements(Some(&current.metadata), &MetadataChanges::default());
+        let updates = if writes_metadata {
+            request::metadata_updates(&current.metadata, &current.refs, &new)?
+        } else {
+            crate::files::metadata::write(file_io, &location, &new, None).await?;
+            Vec::new()
+        };
+        let commit = crate::catalog::TableCommit {
+            requirements: &requirements,
+            updates: &updates,
+            metadata: &new,
+            location: &location,
+        };
+        match catalog.commit(ident, Some(&current.pointer), &commit).await {
+            Ok(landed) => {
+                if writes_metadata {
+                    return Ok(Some(landed.metadata.map_or(new, |(m, _)| m)));
+                }
                 cleanup_expired(file_io, Some(&current), &new).await;
                 return Ok(Some(new));
             }
             Err(SwapError::Conflict) => {
-                let _ = file_io.delete(&location).await;
+                if !writes_metadata {
+                    let _ = file_io.delete(&location).await;
+                }
+            }
+            // Where the catalog writes the file, ours never existed to be looked for: the
+            // change is re-run on the table as it is, and finds nothing left to do if it
+            // landed (expiry and the applied-file record are both that way).
+            Err(SwapError::Unknown(reason)) if writes_metadata => {
+                warn!(table = %ident, %reason, "metadata commit outcome unknown; re-running it");
             }
             Err(SwapError::Unknown(reason)) => {
                 // As for a snapshot commit, the question is whether ours is in the table's

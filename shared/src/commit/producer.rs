@@ -5,13 +5,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::str::FromStr;
 
-use iceberg::MetadataLocation;
 use iceberg::io::FileIO;
 use iceberg::spec::{
     DataContentType, DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile,
     ManifestListWriter, ManifestWriterBuilder, Snapshot, Summary, TableMetadata,
     UNASSIGNED_SEQUENCE_NUMBER,
 };
+use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
 
 use super::record::{AppliedRecord, PROPERTY};
 use super::{Base, Change, Staged, failpoint, summary};
@@ -26,16 +26,28 @@ pub(super) struct Built {
     pub metadata: TableMetadata,
     /// The metadata's refs, when they could be derived from the base's (see `files::metadata`).
     pub refs: Option<Refs>,
+    /// Where the metadata is written (unless the catalog writes it itself).
     pub location: String,
-    /// Manifest list, and manifests written for this attempt only (a reload's removals).
+    /// The commit as requirements and updates (`commit::request`).
+    pub requirements: Vec<TableRequirement>,
+    pub updates: Vec<TableUpdate>,
+    /// Manifest list, manifests written for this attempt only (a reload's removals), and the
+    /// metadata file if we wrote it.
     written: Prepared,
 }
 
 impl Built {
     pub(super) async fn delete(&self, file_io: &FileIO) {
-        let mut all = self.written.clone();
-        all.push(self.location.clone());
-        all.abandon(file_io).await;
+        self.written.abandon(file_io).await;
+    }
+
+    pub(super) fn commit(&self) -> crate::catalog::TableCommit<'_> {
+        crate::catalog::TableCommit {
+            requirements: &self.requirements,
+            updates: &self.updates,
+            metadata: &self.metadata,
+            location: &self.location,
+        }
     }
 }
 
@@ -90,6 +102,7 @@ pub(super) async fn build_attempt(
     files: &Files,
     attempt: u32,
     validated: super::validate::Validated,
+    writes_metadata: bool,
 ) -> Result<Built> {
     let super::validate::Validated {
         carry,
@@ -149,7 +162,7 @@ pub(super) async fn build_attempt(
     let list_written = write_list(file_io, &list_path, &entries, &snapshot).await;
     let base = (base_md, base_location.as_deref(), base_refs);
     let built = build_metadata(staged, base, snapshot, validated_record);
-    let (metadata, refs, location) = match built {
+    let (metadata, refs, location, requirements, updates) = match built {
         Ok(b) => b,
         Err(e) => {
             // The list is deleted once its write is over, not while it may still be written.
@@ -159,16 +172,24 @@ pub(super) async fn build_attempt(
         }
     };
     // The manifest list and metadata.json in flight together: the metadata names the list by
-    // its path, and nothing can read either before the swap makes the metadata current.
-    let write_metadata =
-        crate::files::metadata::write(file_io, &location, &metadata, refs.as_ref());
+    // its path, and nothing can read either before the swap makes the metadata current. A
+    // catalog that writes its metadata itself gets the list alone.
+    let write_metadata = async {
+        if writes_metadata {
+            Ok(())
+        } else {
+            crate::files::metadata::write(file_io, &location, &metadata, refs.as_ref()).await
+        }
+    };
     let (list, meta) = tokio::join!(list_written, write_metadata);
+    if !writes_metadata {
+        written.push(location.clone());
+    }
     let result = match list.and(meta) {
         Ok(()) => failpoint("after-manifest-list").await,
         Err(e) => Err(e),
     };
     if let Err(e) = result {
-        written.push(location);
         written.abandon(file_io).await;
         return Err(e);
     }
@@ -177,6 +198,8 @@ pub(super) async fn build_attempt(
         metadata,
         refs,
         location,
+        requirements,
+        updates,
         written,
     })
 }
@@ -271,13 +294,22 @@ async fn write_list(
 }
 
 /// The table's next metadata: the staged changes, the format upgrade a v1 table gets, the new
-/// snapshot as `main`, the applied-file record; with its refs and location.
+/// snapshot as `main`, the applied-file record; with its refs, location, and the commit as
+/// requirements and updates (a create's updates make the table from nothing).
+type Next = (
+    TableMetadata,
+    Option<Refs>,
+    String,
+    Vec<TableRequirement>,
+    Vec<TableUpdate>,
+);
+
 fn build_metadata(
     staged: &Staged,
     (base_md, base_location, base_refs): (&TableMetadata, Option<&str>, &Refs),
     snapshot: Snapshot,
     validated_record: Option<std::sync::Arc<AppliedRecord>>,
-) -> Result<(TableMetadata, Option<Refs>, String)> {
+) -> Result<Next> {
     let mut builder = staged.changes.apply_to(
         base_md
             .clone()
@@ -307,6 +339,17 @@ fn build_metadata(
     let build = builder.build()?;
     let metadata = build.metadata;
     let refs = crate::files::metadata::refs_after(base_refs, &build.changes, &metadata);
+    // Only a table not yet created has no metadata location.
+    let existing = base_location.is_some().then_some(base_md);
+    let requirements = super::request::requirements(existing, &staged.changes);
+    let updates = match existing {
+        Some(_) => build.changes,
+        None => {
+            let mut u = super::request::creation_updates(base_md);
+            u.extend(build.changes);
+            u
+        }
+    };
     let location = match base_location {
         Some(l) => MetadataLocation::from_str(l)?
             .with_next_version()
@@ -314,7 +357,7 @@ fn build_metadata(
         None => MetadataLocation::new_with_metadata(metadata.location(), &metadata),
     }
     .to_string();
-    Ok((metadata, refs, location))
+    Ok((metadata, refs, location, requirements, updates))
 }
 
 /// Manifests that replace the current snapshot's manifests holding removed files.
