@@ -13,6 +13,8 @@
 
 mod cli;
 pub use cli::*;
+/// An Iceberg REST catalog server for the tests (rustberg).
+pub mod rest;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

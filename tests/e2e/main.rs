@@ -19,5 +19,6 @@ mod hostile;
 mod messages;
 mod ordering;
 mod reload;
+mod rest;
 mod stress;
 mod types;

@@ -3,6 +3,7 @@
 
   check_readers.py --warehouse W --table ns.table --expected FILE.jsonl [--snapshot-id ID]
                    [--key col,col] [--readers pyiceberg,duckdb] [--catalog-name NAME]
+  check_readers.py --rest-uri URI --table ns.table --expected FILE.jsonl ...
 
 Readers:
   pyiceberg  SqlCatalog(NAME, uri="sqlite:///W/catalog.db", warehouse="file://W")
@@ -10,6 +11,12 @@ Readers:
   duckdb     iceberg_scan('<metadata_location read from W/catalog.db>' [, snapshot_from_id=ID]),
              with the avro and iceberg extensions loaded from the installed PyPI packages
              duckdb-extension-avro / duckdb-extension-iceberg (offline, unsigned allowed).
+
+With --rest-uri the table is found through an Iceberg REST catalog instead (token from
+DMS2ICEBERG_REST_TOKEN), by each reader's own REST client:
+  pyiceberg  RestCatalog("rest", uri=URI, token=TOKEN).load_table(table)
+  duckdb     ATTACH '' AS rest (TYPE iceberg, ENDPOINT URI, SECRET <iceberg secret with TOKEN>),
+             SELECT * FROM rest.<namespace>.<table>   (httpfs loaded from duckdb-extension-httpfs)
 
 Both results are normalized to the JSON contract (see jsoncmp.py) and compared with the expected
 rows (primary key and column types from FILE's sibling .meta.json when present, or --key).
@@ -108,9 +115,17 @@ def metadata_location(warehouse: Path, table: str) -> str:
     return rows[0][0]
 
 
+# (uri, token) of the REST catalog the readers go through (--rest-uri), or None.
+REST = None
+
+
 def read_pyiceberg(warehouse: Path, table: str, snapshot_id: int | None):
-    from pyiceberg.catalog.sql import SqlCatalog
-    cat = SqlCatalog(CATALOG_NAME, uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}")
+    if REST:
+        from pyiceberg.catalog.rest import RestCatalog
+        cat = RestCatalog("rest", uri=REST[0], token=REST[1])
+    else:
+        from pyiceberg.catalog.sql import SqlCatalog
+        cat = SqlCatalog(CATALOG_NAME, uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}")
     t = cat.load_table(table)
     scan = t.scan(snapshot_id=snapshot_id) if snapshot_id is not None else t.scan()
     return scan.to_arrow()
@@ -139,7 +154,24 @@ def duckdb_connect():
     return con
 
 
+def read_duckdb_rest(table: str, snapshot_id: int | None):
+    ns, t = split_table(table)
+    con = duckdb_connect()
+    try:
+        con.execute(f"LOAD '{extension_file('duckdb_extension_httpfs')}'")
+        con.execute("CREATE SECRET rest_token (TYPE iceberg, TOKEN ?)", [REST[1]])
+        con.execute("ATTACH '' AS rest (TYPE iceberg, ENDPOINT ?, SECRET rest_token)", [REST[0]])
+        at = f" AT (VERSION => {int(snapshot_id)})" if snapshot_id is not None else ""
+        cur = con.execute(f'SELECT * FROM rest."{ns}"."{t}"{at}')
+        to_arrow = getattr(cur, "to_arrow_table", None) or cur.fetch_arrow_table
+        return to_arrow()
+    finally:
+        con.close()
+
+
 def read_duckdb(warehouse: Path, table: str, snapshot_id: int | None):
+    if REST:
+        return read_duckdb_rest(table, snapshot_id)
     loc = metadata_location(warehouse, table)
     con = duckdb_connect()
     try:
@@ -160,7 +192,8 @@ READERS = {"pyiceberg": read_pyiceberg, "duckdb": read_duckdb}
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--warehouse", required=True)
+    ap.add_argument("--warehouse")
+    ap.add_argument("--rest-uri", help="find the table through this Iceberg REST catalog")
     ap.add_argument("--table", required=True, help="namespace.table")
     ap.add_argument("--expected", required=True, help="expected rows, JSON lines (JSON contract)")
     ap.add_argument("--snapshot-id", type=int)
@@ -174,9 +207,14 @@ def main(argv=None) -> int:
                     help="read N times and report the median read time (read_s=...)")
     a = ap.parse_args(argv)
 
-    global CATALOG_NAME
+    global CATALOG_NAME, REST
     CATALOG_NAME = a.catalog_name
-    warehouse = Path(a.warehouse).resolve()
+    if a.rest_uri:
+        REST = (a.rest_uri, os.environ.get("DMS2ICEBERG_REST_TOKEN", ""))
+    elif not a.warehouse:
+        print("--warehouse or --rest-uri is required", file=sys.stderr)
+        return 2
+    warehouse = Path(a.warehouse or ".").resolve()
     meta = json.loads(Path(a.meta).read_text()) if a.meta else jsoncmp.load_meta(a.expected)
     key = a.key.split(",") if a.key else (meta or {}).get("primary_key")
     types = (meta or {}).get("columns")

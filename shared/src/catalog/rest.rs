@@ -404,14 +404,15 @@ impl RestCatalog {
         }
     }
 
-    /// Stages the table (nothing is created: the commit that asserts its creation does).
+    /// Stages the table (nothing is created: the commit that asserts its creation does);
+    /// `None` if a table of that name exists already.
     async fn stage(
         &self,
         ident: &TableIdent,
         schema: &Schema,
         location: Option<&str>,
         metadata: Option<&TableMetadata>,
-    ) -> Result<TableMetadata> {
+    ) -> Result<Option<TableMetadata>> {
         self.ensure_namespace(ident.namespace()).await?;
         // The format version travels as a property (the spec's create request has no field).
         let mut properties = metadata.map(|m| m.properties().clone()).unwrap_or_default();
@@ -430,14 +431,20 @@ impl RestCatalog {
             properties: &properties,
         };
         let route = format!("namespaces/{}/tables", namespace_path(ident.namespace()));
-        let staged: LoadTableResponse = self
+        let staged: LoadTableResponse = match self
             .send(reqwest::Method::POST, &route, Some(to_json(&request)?))
             .await
-            .map_err(|f| catalog_error(f, &format!("stage {ident}")))?
-            .ok_or_else(|| Error::Catalog(format!("stage {ident}: empty answer")))?;
-        serde_json::from_value(staged.metadata).map_err(|e| {
-            Error::Catalog(format!("stage {ident}: metadata not as the spec says: {e}"))
-        })
+        {
+            Ok(Some(t)) => t,
+            Ok(None) => return Err(Error::Catalog(format!("stage {ident}: empty answer"))),
+            Err(Failure::Status(s, _)) if s == reqwest::StatusCode::CONFLICT => return Ok(None),
+            Err(f) => return Err(catalog_error(f, &format!("stage {ident}"))),
+        };
+        serde_json::from_value(staged.metadata)
+            .map(Some)
+            .map_err(|e| {
+                Error::Catalog(format!("stage {ident}: metadata not as the spec says: {e}"))
+            })
     }
 }
 
@@ -456,8 +463,19 @@ impl Catalog for RestCatalog {
         let placeholder = Schema::builder()
             .build()
             .map_err(|e| Error::Internal(format!("empty schema: {e}")))?;
-        let staged = self.stage(ident, &placeholder, None, None).await?;
-        Ok(staged.location().trim_end_matches('/').to_string())
+        // A table created meanwhile by another writer has its own location: the commit
+        // will find the table there and plan again on it.
+        let location = match self.stage(ident, &placeholder, None, None).await? {
+            Some(staged) => staged.location().to_string(),
+            None => {
+                let pointer = self.load(ident).await?.ok_or_else(|| {
+                    Error::Catalog(format!("{ident} exists and does not (dropped meanwhile?)"))
+                })?;
+                let (metadata, _) = self.files.metadata(&pointer.metadata_location).await?;
+                metadata.location().to_string()
+            }
+        };
+        Ok(location.trim_end_matches('/').to_string())
     }
 
     async fn load(&self, ident: &TableIdent) -> Result<Option<Pointer>> {
@@ -507,8 +525,14 @@ impl Catalog for RestCatalog {
     ) -> std::result::Result<Landed, SwapError> {
         if commit.requirements.contains(&TableRequirement::NotExist) {
             let md = commit.metadata;
-            self.stage(ident, md.current_schema(), Some(md.location()), Some(md))
-                .await?;
+            // Created by another writer first: a lost swap, planned again on its table.
+            if self
+                .stage(ident, md.current_schema(), Some(md.location()), Some(md))
+                .await?
+                .is_none()
+            {
+                return Err(SwapError::Conflict);
+            }
         }
         let request = CommitRequest {
             identifier: json!({ "namespace": ident.namespace().clone().inner(), "name": ident.name() }),

@@ -1,0 +1,233 @@
+//! An Iceberg REST catalog server that others wrote (rustberg, from crates.io; `scripts/test`
+//! builds it and sets `DMS2ICEBERG_RUSTBERG`), one per test on a free loopback port, its
+//! catalog and `file://` warehouse in the test's work dir, API-key authentication on (the key
+//! is sent as a bearer token, as PyIceberg's `token=` sends it).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{Run, Work, bin, python, support};
+
+pub struct Rustberg {
+    child: Child,
+    pub uri: String,
+    /// The API key the server accepts (as `Authorization: Bearer`).
+    pub token: String,
+    pub warehouse: PathBuf,
+    log: PathBuf,
+}
+
+pub fn rustberg_bin() -> PathBuf {
+    match std::env::var_os("DMS2ICEBERG_RUSTBERG") {
+        Some(p) if Path::new(&p).is_file() => PathBuf::from(p),
+        _ => panic!(
+            "DMS2ICEBERG_RUSTBERG is not set to the rustberg binary: run the tests through \
+             scripts/test, which builds it (cargo install rustberg, cached under ~/.cache/dms2iceberg)"
+        ),
+    }
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    l.local_addr().expect("its address").port()
+}
+
+impl Rustberg {
+    pub fn start(w: &Work) -> Rustberg {
+        let bin = rustberg_bin();
+        let dir = w.dir.join("rustberg");
+        let data = dir.join("data");
+        let warehouse = dir.join("warehouse");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::create_dir_all(&warehouse).unwrap();
+        let port = free_port();
+        let token = format!("rb_test_{}", uuid_like());
+        let config = dir.join("config.toml");
+        // Rate limiting off: concurrent writers send more than its default 100 requests/s.
+        let text = format!(
+            r#"[server]
+host = "127.0.0.1"
+port = {port}
+[server.auth]
+api_key_enabled = true
+jwt_enabled = false
+[[server.auth.api_keys]]
+name = "dms2iceberg-tests"
+tenant = "default"
+roles = ["admin"]
+key_env = "RUSTBERG_TEST_KEY"
+[tls]
+enabled = false
+insecure_http = true
+[storage]
+catalog_url = "file://{data}"
+warehouse_location = "file://{warehouse}"
+[rate_limit]
+enabled = false
+[logging]
+level = "warn"
+"#,
+            data = data.display(),
+            warehouse = warehouse.display()
+        );
+        std::fs::File::create(&config)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .unwrap();
+        let log = dir.join("rustberg.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(&bin)
+            .args(["--config", &config.display().to_string(), "--insecure-http"])
+            .env("RUSTBERG_TEST_KEY", &token)
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        let server = Rustberg {
+            child,
+            uri: format!("http://127.0.0.1:{port}"),
+            token,
+            warehouse,
+            log,
+        };
+        server.wait_ready(&bin);
+        server
+    }
+
+    fn wait_ready(&self, bin: &Path) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let url = format!("{}/ready", self.uri);
+        while Instant::now() < deadline {
+            let ok = Command::new(bin)
+                .args(["healthcheck", "--url", &url])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "rustberg did not become ready at {}; its log:\n{}",
+            self.uri,
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
+    }
+
+    /// The environment a client of this server runs with (`extra` added).
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("DMS2ICEBERG_REST_TOKEN".into(), self.token.clone()),
+            // No AWS here: the SDK's region lookup would try the instance metadata service.
+            ("AWS_REGION".into(), "us-east-1".into()),
+            ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
+        ]
+    }
+
+    /// `dms2iceberg --catalog rest --uri URI <args…>` with the token in the environment
+    /// (`env` replaces or adds variables, `remove` takes them away).
+    pub fn cli_with(&self, args: &[&str], env: &[(&str, &str)], remove: &[&str]) -> Run {
+        let mut all: Vec<String> = vec!["--catalog".into(), "rest".into(), "--uri".into()];
+        all.push(self.uri.clone());
+        all.extend(args.iter().map(|s| s.to_string()));
+        let mut c = Command::new(bin());
+        c.args(&all);
+        for (k, v) in self.env() {
+            c.env(k, v);
+        }
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        for k in remove {
+            c.env_remove(k);
+        }
+        let out = c
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run dms2iceberg: {e}"));
+        Run {
+            cmd: format!("dms2iceberg {}", all.join(" ")),
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    pub fn cli(&self, args: &[&str]) -> Run {
+        self.cli_with(args, &[], &[])
+    }
+
+    /// Ingests `paths` with the work dir's config, JSON reports.
+    pub fn ingest(&self, w: &Work, paths: &[PathBuf]) -> Run {
+        let config = w.config().display().to_string();
+        let paths: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        let mut args: Vec<&str> = vec!["ingest"];
+        args.extend(paths.iter().map(String::as_str));
+        args.extend(["--config", &config]);
+        self.cli(&args)
+    }
+
+    pub fn scan(&self, table: &str) -> Vec<serde_json::Value> {
+        let r = self
+            .cli(&["scan", table, "--format", "json"])
+            .assert_success();
+        super::parse_json_lines(&r.stdout, &format!("scan {table}"))
+    }
+
+    /// Our scan, PyIceberg's RestCatalog and DuckDB's REST client all read `expected`.
+    pub fn assert_table(&self, w: &Work, table: &str, expected: &[serde_json::Value]) {
+        let meta = w.meta(table);
+        super::assert_rows(
+            &format!("scan {table} (REST)"),
+            &meta,
+            expected,
+            &self.scan(table),
+        );
+        let p = w.write_jsonl(&format!("{table}.rest.expected.jsonl"), expected);
+        let mut c = Command::new(python());
+        c.args([
+            support("check_readers.py").display().to_string(),
+            "--rest-uri".into(),
+            self.uri.clone(),
+            "--table".into(),
+            table.into(),
+            "--expected".into(),
+            p.display().to_string(),
+            "--meta".into(),
+            w.meta_path(table).display().to_string(),
+        ])
+        .env("DMS2ICEBERG_REST_TOKEN", &self.token)
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+        let out = c.output().expect("check_readers.py runs");
+        assert!(
+            out.status.success(),
+            "independent REST readers disagree with the expected state of {table}:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// What the server logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Rustberg {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A unique-enough suffix for keys (no uuid crate in the tests).
+fn uuid_like() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{:x}{:x}", nanos, std::process::id())
+}
