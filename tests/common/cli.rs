@@ -8,10 +8,12 @@
 #![allow(dead_code)]
 
 use std::ffi::OsStr;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
@@ -82,18 +84,92 @@ where
         .map(|a| shell_quote(&a.to_string_lossy()))
         .collect::<Vec<_>>()
         .join(" ");
-    let out = Command::new(program)
+    let mut child = Command::new(program)
         .args(&args)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env("PYTHONIOENCODING", "utf-8")
-        .output()
+        // A Python process the watchdog aborts prints every thread's traceback first.
+        .env("PYTHONFAULTHANDLER", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
+    let status = wait_or_dump(&mut child, &cmd, &stderr);
     Run {
         cmd,
-        status: out.status,
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        status,
+        stdout: stdout.recv().unwrap_or_default(),
+        stderr: stderr.recv().unwrap_or_default(),
     }
+}
+
+/// Reads a child's pipe to its end on a thread of its own (so neither pipe can fill and stall
+/// the child); the text arrives on the channel.
+fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut r) = pipe {
+            let _ = r.read_to_end(&mut buf);
+        }
+        let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
+    });
+    rx
+}
+
+/// How long one command of a test may run: a hung process fails its test with its stacks,
+/// instead of holding CI until its limit (`DMS2ICEBERG_TEST_CHILD_TIMEOUT`, seconds).
+fn child_timeout() -> Duration {
+    let secs = std::env::var("DMS2ICEBERG_TEST_CHILD_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600);
+    Duration::from_secs(secs)
+}
+
+/// Waits for `child`. Past [`child_timeout`]: prints its native stacks (gdb, when installed),
+/// aborts it (a Python process then prints its tracebacks on `stderr`), and panics with both.
+pub fn wait_or_dump(child: &mut Child, cmd: &str, stderr: &mpsc::Receiver<String>) -> ExitStatus {
+    let deadline = Instant::now() + child_timeout();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => break,
+            Err(e) => panic!("waiting for {cmd}: {e}"),
+        }
+    }
+    let pid = child.id().to_string();
+    let stacks = match Command::new("gdb")
+        .args(["-p", &pid, "-batch", "-nx", "-ex", "thread apply all bt"])
+        .output()
+    {
+        Ok(o) => format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => format!("(no native stacks: gdb: {e})"),
+    };
+    let _ = Command::new("kill").args(["-ABRT", &pid]).status();
+    let aborted = Instant::now() + Duration::from_secs(5);
+    while matches!(child.try_wait(), Ok(None)) && Instant::now() < aborted {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let printed = stderr
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap_or_default();
+    panic!(
+        "{cmd} still ran after {:?}: aborted.\n--- its stderr ---\n{}\n--- its threads ---\n{}",
+        child_timeout(),
+        truncate(&printed, 100_000),
+        truncate(&stacks, 200_000)
+    );
 }
 
 fn shell_quote(s: &str) -> String {
