@@ -746,3 +746,147 @@ fn files_spark_imports_from_elsewhere_are_never_deleted() {
     let src = json!({"table": t, "snapshot_id": first});
     assert_spark(&mut sp, &w, table, src, &w.asof(table)[0].rows, "tagged");
 }
+
+/// The product table as Spark creates it, in format version `v` (JdbcCatalog `catalog` on our
+/// catalog.db, which Spark creates).
+fn spark_made_product(sp: &mut Spark, w: &Work, catalog: &str, v: u8) {
+    std::fs::create_dir_all(w.wh()).unwrap();
+    sp.ok(
+        json!({"op": "catalog", "name": catalog, "warehouse": w.wh(),
+                 "options": {"jdbc.init-catalog-tables": "true"}}),
+    );
+    sp.sql(&[
+        &format!("CREATE NAMESPACE IF NOT EXISTS {catalog}.sales"),
+        &format!(
+            "CREATE TABLE {catalog}.sales.product (product_id BIGINT, category STRING, \
+             product_name STRING, quantity_available BIGINT, last_update_time TIMESTAMP_NTZ) \
+             USING iceberg TBLPROPERTIES ('format-version'='{v}')"
+        ),
+    ]);
+}
+
+fn format_version(sp: &mut Spark, catalog: &str) -> String {
+    let q = format!("SHOW TBLPROPERTIES {catalog}.sales.product ('format-version')");
+    let rows = sp.sql(&[&q]);
+    rows[0][0]["value"].as_str().unwrap_or_default().to_string()
+}
+
+/// Tables other engines made in other format versions (issue 25): a v1 table Spark created is
+/// upgraded to v2 by our first commit and reads as the DMS files say in Spark, our scan,
+/// PyIceberg and DuckDB; a v3 table is refused with its version named, and left as Spark made it.
+#[test]
+fn spark_made_v1_tables_are_upgraded_and_v3_tables_refused() {
+    let mut sp = spark();
+    let table = "sales.product";
+
+    let (w, catalog) = (Work::new("spark_v1"), "made_v1");
+    w.generate("product", &[]);
+    spark_made_product(&mut sp, &w, catalog, 1);
+    assert_eq!(format_version(&mut sp, catalog), "1");
+    ingest(&w, catalog).assert_success();
+    assert_eq!(
+        format_version(&mut sp, catalog),
+        "2",
+        "our first commit upgrades the table"
+    );
+    let expected = w.expected(table);
+    // Spark's columns are optional, so they cannot be the table's identifier fields: the key
+    // lives in our config, and `scan` (which sorts by identifier fields) leaves rows unsorted.
+    let mut actual = scan(&w, catalog, table, &[]);
+    actual.sort_by_key(|r| r["product_id"].as_i64());
+    assert_rows("scan (v1 upgraded)", &w.meta(table), &expected, &actual);
+    assert_readers(&w, catalog, table, &expected, "v1-upgraded");
+    let src = json!({"table": format!("{catalog}.{table}")});
+    assert_spark(&mut sp, &w, table, src, &expected, "v1-upgraded");
+
+    // Spark wrote the table's location as `file:/…` (one slash): maintenance must still see
+    // its files. Expire deletes what only expired snapshots held, really (not just listed) ...
+    let location = sp.sql(&[&format!("DESCRIBE TABLE EXTENDED {catalog}.{table}")])[0]
+        .iter()
+        .find(|r| r["col_name"] == "Location")
+        .and_then(|r| r["data_type"].as_str())
+        .unwrap()
+        .to_string();
+    assert!(
+        location.starts_with("file:/") && !location.starts_with("file://"),
+        "{location}"
+    );
+    // Compaction rewrites the table's files, so the snapshots expire leaves them to.
+    maintain(&w, catalog, "compact", table, &[])
+        .0
+        .assert_success();
+    let (r, e) = maintain(
+        &w,
+        catalog,
+        "expire",
+        table,
+        &["--older-than-hours", "0", "--retain-last", "1"],
+    );
+    r.assert_success();
+    let deleted: Vec<&str> = e["files_deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect();
+    assert!(deleted.iter().any(|f| f.ends_with(".parquet")), "{e}");
+    for f in &deleted {
+        let path = f.trim_start_matches("file:");
+        assert!(
+            !std::path::Path::new(path).exists(),
+            "{f} is still there: {e}"
+        );
+    }
+    assert_readers(&w, catalog, table, &expected, "v1-expired");
+    // ... and orphans finds a stray file in its data folder and deletes it.
+    let stray =
+        std::path::Path::new(location.trim_start_matches("file:")).join("data/stray.parquet");
+    std::fs::write(&stray, b"not referenced").unwrap();
+    let (r, o) = maintain(
+        &w,
+        catalog,
+        "orphans",
+        table,
+        &["--min-age-hours", "0", "--delete"],
+    );
+    r.assert_success();
+    let listed: Vec<&str> = o["orphans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["path"].as_str())
+        .collect();
+    assert!(
+        listed.iter().any(|p| p.ends_with("data/stray.parquet")),
+        "{o}"
+    );
+    assert!(!stray.exists(), "{o}");
+    assert_readers(&w, catalog, table, &expected, "v1-orphans");
+
+    let (w, catalog) = (Work::new("spark_v3"), "made_v3");
+    w.generate("product", &[]);
+    spark_made_product(&mut sp, &w, catalog, 3);
+    sp.sql(&[&format!(
+        "INSERT INTO {catalog}.{table} VALUES (1, 'spark', 'row', 1, TIMESTAMP_NTZ '2022-03-02 11:00:00')"
+    )]);
+    let snapshots = format!("SELECT snapshot_id FROM {catalog}.{table}.snapshots");
+    let before = sp.sql(&[&snapshots]);
+    let r = ingest(&w, catalog);
+    assert!(
+        !r.status.success(),
+        "a v3 table must be refused:\n{}",
+        r.describe()
+    );
+    let out = r.output();
+    assert!(
+        out.contains(table) && out.contains("format version 3"),
+        "the refusal names the table and its version:\n{}",
+        r.describe()
+    );
+    assert_eq!(
+        before,
+        sp.sql(&[&snapshots]),
+        "nothing committed to the v3 table"
+    );
+    assert_eq!(format_version(&mut sp, catalog), "3");
+}
