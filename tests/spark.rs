@@ -890,3 +890,81 @@ fn spark_made_v1_tables_are_upgraded_and_v3_tables_refused() {
     );
     assert_eq!(format_version(&mut sp, catalog), "3");
 }
+
+/// Iceberg Java's RESTCatalog on a table we commit through an Iceberg REST catalog written by
+/// others (rustberg, `tests/common/rest.rs`): Spark reads the final table and the first
+/// snapshot as the DMS files say; Spark's own rewrite commits through the same server, and
+/// our scan, PyIceberg's RestCatalog and DuckDB's REST client still read the same rows.
+#[test]
+fn spark_reads_and_rewrites_a_table_we_commit_through_a_rest_catalog() {
+    let table = "shop.orders";
+    let w = Work::new("spark_rest");
+    w.generate(
+        "synthetic",
+        &[
+            "--rows",
+            "200",
+            "--cdc-files",
+            "4",
+            "--cdc-rows",
+            "60",
+            "--seed",
+            "912",
+        ],
+    );
+    let server = common::rest::Rustberg::start(&w);
+    server.ingest(&w, &[w.dms()]).assert_success();
+    let expected = w.expected(table);
+    server.assert_table(&w, table, &expected);
+
+    let mut sp = spark();
+    let catalog = "rest_rb";
+    sp.ok(json!({"op": "rest_catalog", "name": catalog, "uri": server.uri, "token": server.token}));
+    let t = format!("{catalog}.{table}");
+    assert_spark(
+        &mut sp,
+        &w,
+        table,
+        json!({"table": t}),
+        &expected,
+        "rest-final",
+    );
+    let history = parse_json_lines(
+        &server
+            .cli(&["history", table, "--format", "json"])
+            .assert_success()
+            .stdout,
+        "history",
+    );
+    let first = history[0]["snapshot_id"].as_i64().unwrap();
+    let src = json!({"table": t, "snapshot_id": first});
+    assert_spark(
+        &mut sp,
+        &w,
+        table,
+        src,
+        &w.asof(table)[0].rows,
+        "rest-first",
+    );
+
+    sp.sql(&[&format!(
+        "CALL {catalog}.system.rewrite_data_files(table => '{table}', options => map('rewrite-all', 'true'))"
+    )]);
+    let after = server
+        .cli(&["history", table, "--format", "json"])
+        .assert_success();
+    assert_eq!(
+        parse_json_lines(&after.stdout, "history").len(),
+        history.len() + 1,
+        "Spark's rewrite is one more snapshot, committed through the server"
+    );
+    server.assert_table(&w, table, &expected);
+    assert_spark(
+        &mut sp,
+        &w,
+        table,
+        json!({"table": t}),
+        &expected,
+        "rest-rewritten",
+    );
+}

@@ -6,14 +6,16 @@ reader and writer of dms2iceberg tables: one JVM, kept for a whole test file.
   spark_session.py selftest   # start Spark, write and read a small table, exit 0 if fine
 
 Run with the Spark venv's Python (scripts/test sets DMS2ICEBERG_SPARK_PYTHON and
-DMS2ICEBERG_SPARK_JARS: the Iceberg runtime jar, the relocated Jackson jar built by
-relocate_jackson.py, and Debian's SQLite JDBC driver).
+DMS2ICEBERG_SPARK_JARS: the Iceberg runtime jar, the relocated Jackson and HttpClient 5 jars
+built by relocate_jars.py, and Debian's SQLite JDBC driver).
 
 Requests (`id` is echoed back; every answer has `ok` and, when not ok, `error`):
   {"op": "catalog", "name": N, "warehouse": W, "options": {...}}
         register Spark catalog N: Iceberg's JdbcCatalog on W/catalog.db (catalog name N, as
         JdbcCatalog uses the Spark catalog's name in its queries), warehouse file:W;
         `options` adds or overrides catalog properties
+  {"op": "rest_catalog", "name": N, "uri": U, "token": T}
+        register Spark catalog N: Iceberg's RESTCatalog at U, the bearer token T
   {"op": "sql", "statements": [S, ...]}
         run each statement; `results`: the rows of each, in the JSON contract
   {"op": "check", "source": SRC, "expected": FILE, "meta": META}
@@ -140,6 +142,19 @@ class Server:
             ".cache-enabled": "false",
         }
         props.update({"." + k: str(v) for k, v in (req.get("options") or {}).items()})
+        for k, v in props.items():
+            self.spark.conf.set(f"spark.sql.catalog.{name}{k}", v)
+        return {}
+
+    def op_rest_catalog(self, req):
+        name = req["name"]
+        props = {
+            "": "org.apache.iceberg.spark.SparkCatalog",
+            ".type": "rest",
+            ".uri": req["uri"],
+            ".token": req["token"],
+            ".cache-enabled": "false",
+        }
         for k, v in props.items():
             self.spark.conf.set(f"spark.sql.catalog.{name}{k}", v)
         return {}
