@@ -135,6 +135,7 @@ impl Aws {
             warehouse,
             auth: self.rest_auth_from_env()?,
             properties: HashMap::new(),
+            vended_credentials: env_flag("DMS2ICEBERG_REST_VENDED_CREDENTIALS")?,
         };
         crate::catalog::RestCatalog::connect(config, storage, cache).await
     }
@@ -502,5 +503,18 @@ impl crate::ops::ingest::ObjectSource for S3Objects {
         {
             let _ = tokio::fs::remove_file(p).await;
         }
+    }
+}
+
+/// A boolean environment variable: unset or empty is false; `1`/`true`/`yes` and
+/// `0`/`false`/`no` (any case); anything else is refused, naming the variable.
+fn env_flag(name: &str) -> Result<bool> {
+    let Ok(v) = std::env::var(name) else {
+        return Ok(false);
+    };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" | "0" | "false" | "no" => Ok(false),
+        "1" | "true" | "yes" => Ok(true),
+        _ => Err(Error::Config(format!("{name}=`{v}`: use true or false"))),
     }
 }

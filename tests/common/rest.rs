@@ -34,18 +34,72 @@ fn free_port() -> u16 {
     l.local_addr().expect("its address").port()
 }
 
+/// A warehouse on S3 (an emulator) for [`Rustberg::start_on_s3`], with the credential vending
+/// the server does from it.
+pub struct S3Warehouse<'a> {
+    /// The S3 (and STS) endpoint.
+    pub endpoint: &'a str,
+    pub bucket: &'a str,
+    /// The server's own keys (metadata files, and STS AssumeRole for vending).
+    pub key: (&'a str, &'a str),
+    /// The role whose credentials the server vends, scoped to each table's prefix.
+    pub role_arn: &'a str,
+}
+
 impl Rustberg {
+    /// A `file://` warehouse in the work dir.
     pub fn start(w: &Work) -> Rustberg {
+        let warehouse = w.dir.join("rustberg").join("warehouse");
+        std::fs::create_dir_all(&warehouse).unwrap();
+        let storage = format!("warehouse_location = \"file://{}\"\n", warehouse.display());
+        Rustberg::launch(w, &storage, &[], warehouse)
+    }
+
+    /// A warehouse on S3 that vends per-table credentials (STS AssumeRole of `s3.role_arn`)
+    /// to clients that ask for them.
+    pub fn start_on_s3(w: &Work, s3: &S3Warehouse) -> Rustberg {
+        let storage = format!(
+            r#"warehouse_location = "s3://{bucket}/warehouse"
+[storage.properties]
+"s3.endpoint" = "{endpoint}"
+"s3.path-style-access" = "true"
+"s3.region" = "us-east-1"
+"s3.access-key-id" = "env:RUSTBERG_S3_KEY"
+"s3.secret-access-key" = "env:RUSTBERG_S3_SECRET"
+[credentials]
+provider = "aws"
+[credentials.aws]
+region = "us-east-1"
+role_arn = "{role}"
+duration_seconds = 900
+"#,
+            bucket = s3.bucket,
+            endpoint = s3.endpoint,
+            role = s3.role_arn
+        );
+        let env = [
+            ("RUSTBERG_S3_KEY", s3.key.0),
+            ("RUSTBERG_S3_SECRET", s3.key.1),
+            // Its STS client: the SDK's standard chain and endpoint variables.
+            ("AWS_ACCESS_KEY_ID", s3.key.0),
+            ("AWS_SECRET_ACCESS_KEY", s3.key.1),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ENDPOINT_URL", s3.endpoint),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ];
+        Rustberg::launch(w, &storage, &env, PathBuf::new())
+    }
+
+    fn launch(w: &Work, storage: &str, env: &[(&str, &str)], warehouse: PathBuf) -> Rustberg {
         let bin = rustberg_bin();
         let dir = w.dir.join("rustberg");
         let data = dir.join("data");
-        let warehouse = dir.join("warehouse");
         std::fs::create_dir_all(&data).unwrap();
-        std::fs::create_dir_all(&warehouse).unwrap();
         let port = free_port();
         let token = format!("rb_test_{}", uuid_like());
         let config = dir.join("config.toml");
         // Rate limiting off: concurrent writers send more than its default 100 requests/s.
+        // `[storage]` comes last: its properties table may follow it.
         let text = format!(
             r#"[server]
 host = "127.0.0.1"
@@ -61,16 +115,14 @@ key_env = "RUSTBERG_TEST_KEY"
 [tls]
 enabled = false
 insecure_http = true
-[storage]
-catalog_url = "file://{data}"
-warehouse_location = "file://{warehouse}"
 [rate_limit]
 enabled = false
 [logging]
 level = "warn"
-"#,
+[storage]
+catalog_url = "file://{data}"
+{storage}"#,
             data = data.display(),
-            warehouse = warehouse.display()
         );
         std::fs::File::create(&config)
             .and_then(|mut f| f.write_all(text.as_bytes()))
@@ -80,6 +132,7 @@ level = "warn"
         let child = Command::new(&bin)
             .args(["--config", &config.display().to_string(), "--insecure-http"])
             .env("RUSTBERG_TEST_KEY", &token)
+            .envs(env.iter().copied())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .stdin(Stdio::null())

@@ -18,6 +18,12 @@ DMS2ICEBERG_REST_TOKEN), by each reader's own REST client:
   duckdb     ATTACH '' AS rest (TYPE iceberg, ENDPOINT URI, SECRET <iceberg secret with TOKEN>),
              SELECT * FROM rest.<namespace>.<table>   (httpfs loaded from duckdb-extension-httpfs)
 
+A table on S3 behind a REST catalog (--s3-endpoint URL, an emulator): PyIceberg reads its files
+with the storage credentials the catalog vends (X-Iceberg-Access-Delegation: vended-credentials,
+when DMS2ICEBERG_REST_VENDED_CREDENTIALS=1), and DuckDB reads the metadata location the catalog
+names with iceberg_scan over httpfs, with the S3 credentials of the environment
+(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY).
+
 Both results are normalized to the JSON contract (see jsoncmp.py) and compared with the expected
 rows (primary key and column types from FILE's sibling .meta.json when present, or --key).
 Exit 0 if every reader matches, 1 with a diff per failing reader otherwise, 2 on usage errors.
@@ -117,12 +123,25 @@ def metadata_location(warehouse: Path, table: str) -> str:
 
 # (uri, token) of the REST catalog the readers go through (--rest-uri), or None.
 REST = None
+# The S3 endpoint (an emulator) of a REST catalog's tables (--s3-endpoint), or None.
+S3_ENDPOINT = None
+
+
+def rest_catalog():
+    from pyiceberg.catalog.rest import RestCatalog
+    props = {"uri": REST[0], "token": REST[1]}
+    if os.environ.get("DMS2ICEBERG_REST_VENDED_CREDENTIALS") == "1":
+        props["header.X-Iceberg-Access-Delegation"] = "vended-credentials"
+    if S3_ENDPOINT:
+        props.update({"s3.endpoint": S3_ENDPOINT, "s3.path-style-access": "true",
+                      "s3.region": os.environ.get("AWS_REGION", "us-east-1"),
+                      "py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"})
+    return RestCatalog("rest", **props)
 
 
 def read_pyiceberg(warehouse: Path, table: str, snapshot_id: int | None):
     if REST:
-        from pyiceberg.catalog.rest import RestCatalog
-        cat = RestCatalog("rest", uri=REST[0], token=REST[1])
+        cat = rest_catalog()
     else:
         from pyiceberg.catalog.sql import SqlCatalog
         cat = SqlCatalog(CATALOG_NAME, uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}")
@@ -170,10 +189,20 @@ def read_duckdb_rest(table: str, snapshot_id: int | None):
 
 
 def read_duckdb(warehouse: Path, table: str, snapshot_id: int | None):
-    if REST:
+    if REST and not S3_ENDPOINT:
         return read_duckdb_rest(table, snapshot_id)
-    loc = metadata_location(warehouse, table)
     con = duckdb_connect()
+    if REST:
+        # Only the metadata location from the catalog: the files with the environment's keys.
+        loc = rest_catalog().load_table(table).metadata_location
+        con.execute(f"LOAD '{extension_file('duckdb_extension_httpfs')}'")
+        host = S3_ENDPOINT.split("://", 1)[1]
+        con.execute("CREATE SECRET s3env (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, "
+                    "URL_STYLE 'path', USE_SSL false)",
+                    [os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"],
+                     os.environ.get("AWS_REGION", "us-east-1"), host])
+    else:
+        loc = metadata_location(warehouse, table)
     try:
         args = "?"
         params = [loc]
@@ -194,6 +223,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--warehouse")
     ap.add_argument("--rest-uri", help="find the table through this Iceberg REST catalog")
+    ap.add_argument("--s3-endpoint", help="the S3 endpoint of the REST catalog's tables")
     ap.add_argument("--table", required=True, help="namespace.table")
     ap.add_argument("--expected", required=True, help="expected rows, JSON lines (JSON contract)")
     ap.add_argument("--snapshot-id", type=int)
@@ -207,8 +237,9 @@ def main(argv=None) -> int:
                     help="read N times and report the median read time (read_s=...)")
     a = ap.parse_args(argv)
 
-    global CATALOG_NAME, REST
+    global CATALOG_NAME, REST, S3_ENDPOINT
     CATALOG_NAME = a.catalog_name
+    S3_ENDPOINT = a.s3_endpoint
     if a.rest_uri:
         REST = (a.rest_uri, os.environ.get("DMS2ICEBERG_REST_TOKEN", ""))
     elif not a.warehouse:

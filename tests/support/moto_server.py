@@ -5,6 +5,7 @@
   moto_server.py selftest
   moto_server.py check-table --endpoint URL --table DB.TABLE --expected ROWS.jsonl [--meta META.json]
   moto_server.py check-s3tables --endpoint URL --bucket-arn ARN --table NS.TABLE --expected ROWS.jsonl [--meta META.json]
+  moto_server.py vending-setup --endpoint URL --bucket B
 
 serve      Every moto backend on one loopback port (S3 path-style and Glue among them). Prints
            `moto_server listening on 127.0.0.1:PORT` and, with --port-file, writes the port to FILE
@@ -16,6 +17,12 @@ check-table
            Reads DB.TABLE with PyIceberg's GlueCatalog pointed at the emulator (S3 through pyarrow,
            path-style) and compares it with ROWS.jsonl in the JSON contract (check_readers.py /
            jsoncmp.py). Exit 0 if equal, 1 with a diff otherwise.
+
+vending-setup
+           For an Iceberg REST catalog that vends storage credentials (tests/e2e/rest.rs): IAM
+           user `admin` (every action allowed), user `nobody` (no policy), role `vending` (S3
+           allowed; any principal may assume it), bucket B; then turns IAM authorization on.
+           Prints {"admin": [key, secret], "nobody": [key, secret], "role_arn": ARN}.
 
 check-s3tables
            Reads NS.TABLE of an S3 Tables table bucket as readers without an S3 Tables catalog
@@ -40,6 +47,9 @@ Control endpoint (paths no bucket can have; not part of any AWS API):
                              window in which two writers race from the same base
                              (tests/aws/lambda.rs uses it to make the VersionId refusal
                              happen, not just possible).
+  POST /_dms2iceberg/config  {"enforce_auth": true}: from then on every request must be signed
+                             by an access key moto's IAM knows and be allowed by its policies
+                             (moto's IAM authorization, otherwise off); false turns it off again.
 """
 from __future__ import annotations
 
@@ -163,6 +173,10 @@ def control_app(inner):
             with _lock:
                 if "update_table_delay_ms" in req:
                     STATE["update_table_delay_ms"] = int(req["update_table_delay_ms"])
+                if "enforce_auth" in req:
+                    from moto import settings
+                    # moto authorizes once this many requests have been served (0: all).
+                    settings.INITIAL_NO_AUTH_ACTION_COUNT = 0 if req["enforce_auth"] else float("inf")
                 status, body = "200 OK", {"update_table_delay_ms": STATE["update_table_delay_ms"]}
         data = json.dumps(body).encode()
         start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
@@ -292,6 +306,39 @@ def cmd_check_s3tables(a) -> int:
         else:
             print(f"[{reader}] {a.table} ({location}): {len(rows)} row(s) as expected")
     return 1 if failed else 0
+
+
+def cmd_vending_setup(a) -> int:
+    import boto3
+    import urllib.request
+
+    def client(svc, key="setup", secret="setup"):
+        return boto3.client(svc, endpoint_url=a.endpoint, region_name=REGION,
+                            aws_access_key_id=key, aws_secret_access_key=secret)
+
+    def doc(statement):
+        return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+
+    iam = client("iam")
+    out = {}
+    for user, allowed in (("admin", True), ("nobody", False)):
+        iam.create_user(UserName=user)
+        if allowed:
+            iam.put_user_policy(UserName=user, PolicyName="all", PolicyDocument=doc(
+                {"Effect": "Allow", "Action": "*", "Resource": "*"}))
+        k = iam.create_access_key(UserName=user)["AccessKey"]
+        out[user] = [k["AccessKeyId"], k["SecretAccessKey"]]
+    role = iam.create_role(RoleName="vending", AssumeRolePolicyDocument=doc(
+        {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}))["Role"]
+    iam.put_role_policy(RoleName="vending", PolicyName="s3", PolicyDocument=doc(
+        {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}))
+    out["role_arn"] = role["Arn"]
+    client("s3", *out["admin"]).create_bucket(Bucket=a.bucket)
+    req = urllib.request.Request(f"{a.endpoint}{CONTROL_PREFIX}config",
+                                 data=b'{"enforce_auth": true}', method="POST")
+    urllib.request.urlopen(req).read()
+    print(json.dumps(out))
+    return 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -467,9 +514,13 @@ def main(argv=None) -> int:
     p.add_argument("--expected", required=True)
     p.add_argument("--meta")
     p.add_argument("--key")
+    p = sub.add_parser("vending-setup",
+                       help="users, a role and a bucket for credential vending; IAM auth on")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--bucket", required=True)
     a = ap.parse_args(argv)
     return {"serve": cmd_serve, "selftest": cmd_selftest, "check-table": cmd_check_table,
-            "check-s3tables": cmd_check_s3tables}[a.cmd](a)
+            "check-s3tables": cmd_check_s3tables, "vending-setup": cmd_vending_setup}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ mod s3tables;
 #[cfg(feature = "aws")]
 mod sigv4;
 mod sqlite;
+mod vended;
 
 use async_trait::async_trait;
 use iceberg::io::FileIO;

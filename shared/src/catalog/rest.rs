@@ -12,6 +12,9 @@
 //!
 //! `/v1/config` is honoured: the server's `defaults` under the client's properties under its
 //! `overrides`; `prefix` goes into every route; `s3.*` properties configure storage.
+//! Storage credentials the server vends with a table (asked for with
+//! `X-Iceberg-Access-Delegation: vended-credentials` when configured, used whenever sent)
+//! serve that table's files (`vended`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -72,6 +75,10 @@ pub struct RestConfig {
     pub auth: RestAuth,
     /// Client properties, between the server's defaults and its overrides.
     pub properties: HashMap<String, String>,
+    /// Ask the server for storage credentials scoped to each table it loads (the spec's
+    /// `X-Iceberg-Access-Delegation: vended-credentials`). Credentials the server sends
+    /// unasked are used too.
+    pub vended_credentials: bool,
 }
 
 pub struct RestCatalog {
@@ -82,6 +89,12 @@ pub struct RestCatalog {
     files: Files,
     /// The merged properties (defaults < client < overrides).
     properties: HashMap<String, String>,
+    /// Builds storage from properties (the catalog's, or the catalog's with a vended
+    /// credential's over them).
+    storage: StorageFor,
+    /// The vended credentials of the tables loaded so far, which `files` routes by.
+    vended: Arc<super::vended::Vended>,
+    vended_credentials: bool,
 }
 
 /// An OAuth2 token and when to stop using it.
@@ -113,6 +126,19 @@ struct LoadTableResponse {
     metadata_location: Option<String>,
     /// Kept as JSON: parsed with its refs, as a metadata file is (`files::metadata`).
     metadata: Value,
+    /// The table's own configuration: storage properties, a vended credential among them.
+    #[serde(default)]
+    config: HashMap<String, String>,
+    /// Vended credentials, each for the files under its prefix (spec 1.7 and later).
+    #[serde(default, rename = "storage-credentials")]
+    storage_credentials: Vec<StorageCredential>,
+}
+
+#[derive(Deserialize)]
+struct StorageCredential {
+    prefix: String,
+    #[serde(default)]
+    config: HashMap<String, String>,
 }
 
 impl LoadTableResponse {
@@ -204,6 +230,7 @@ impl RestCatalog {
             } => t.clone(),
             _ => format!("{uri}/v1/oauth/tokens"),
         };
+        let vended = super::vended::Vended::new(iceberg::io::FileIO::new_with_fs());
         let mut catalog = RestCatalog {
             http,
             routes: format!("{uri}/v1/"),
@@ -212,8 +239,11 @@ impl RestCatalog {
                 token_uri,
                 token: Mutex::new(None),
             },
-            files: Files::new(iceberg::io::FileIO::new_with_fs(), cache.clone()),
+            files: Files::new(vended.file_io(), cache.clone()),
             properties: HashMap::new(),
+            storage,
+            vended,
+            vended_credentials: config.vended_credentials,
         };
         let query = match &config.warehouse {
             Some(w) => format!("config?warehouse={}", encode(w)),
@@ -230,7 +260,8 @@ impl RestCatalog {
         if let Some(prefix) = properties.get("prefix").filter(|p| !p.is_empty()) {
             catalog.routes = format!("{uri}/v1/{}/", prefix.trim_matches('/'));
         }
-        catalog.files = Files::new(storage(&properties), cache);
+        catalog.vended = super::vended::Vended::new((catalog.storage)(&properties));
+        catalog.files = Files::new(catalog.vended.file_io(), cache);
         catalog.properties = properties;
         Ok(catalog)
     }
@@ -344,6 +375,9 @@ impl RestCatalog {
             if let Some(h) = self.bearer(renew).await.map_err(Failure::Other)? {
                 req = req.header("Authorization", h);
             }
+            if self.vended_credentials {
+                req = req.header("X-Iceberg-Access-Delegation", "vended-credentials");
+            }
             let req = self.sign(req).await.map_err(Failure::Other)?;
             let r = match self.http.execute(req).await {
                 Ok(r) => r,
@@ -440,11 +474,41 @@ impl RestCatalog {
             Err(Failure::Status(s, _)) if s == reqwest::StatusCode::CONFLICT => return Ok(None),
             Err(f) => return Err(catalog_error(f, &format!("stage {ident}"))),
         };
-        serde_json::from_value(staged.metadata)
-            .map(Some)
-            .map_err(|e| {
-                Error::Catalog(format!("stage {ident}: metadata not as the spec says: {e}"))
-            })
+        let metadata: TableMetadata = serde_json::from_value(staged.metadata).map_err(|e| {
+            Error::Catalog(format!("stage {ident}: metadata not as the spec says: {e}"))
+        })?;
+        // The new table's first files are written before the commit that creates it.
+        self.use_credentials(
+            metadata.location(),
+            &staged.config,
+            &staged.storage_credentials,
+        );
+        Ok(Some(metadata))
+    }
+
+    /// Routes the table's files (under `location`) to the credentials the server vended with
+    /// it: each `storage-credentials` entry for its prefix, or credentials in the table's
+    /// `config` for the whole table. Without either, its files use the catalog's storage.
+    fn use_credentials(
+        &self,
+        location: &str,
+        config: &HashMap<String, String>,
+        credentials: &[StorageCredential],
+    ) {
+        let with = |c: &HashMap<String, String>| {
+            let mut props = self.properties.clone();
+            props.extend(c.iter().map(|(k, v)| (k.clone(), v.clone())));
+            (self.storage)(&props)
+        };
+        if credentials.is_empty() && super::vended::has_credentials(config) {
+            self.vended.register(location, config, || with(config));
+        }
+        for c in credentials {
+            // The table's config under the credential's own properties.
+            let mut merged = config.clone();
+            merged.extend(c.config.iter().map(|(k, v)| (k.clone(), v.clone())));
+            self.vended.register(&c.prefix, &merged, || with(&merged));
+        }
     }
 }
 
@@ -484,8 +548,11 @@ impl Catalog for RestCatalog {
             .send::<LoadTableResponse>(reqwest::Method::GET, &route, None)
             .await
         {
-            Ok(Some(t)) => {
+            Ok(Some(mut t)) => {
+                let config = std::mem::take(&mut t.config);
+                let credentials = std::mem::take(&mut t.storage_credentials);
                 let (location, metadata, refs) = t.into_parts(&format!("load {ident}"))?;
+                self.use_credentials(metadata.location(), &config, &credentials);
                 // The answer carries the metadata: no need to read the file again.
                 self.files
                     .remember_metadata(&location, metadata, Some(refs));
