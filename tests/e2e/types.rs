@@ -182,3 +182,72 @@ fn time_columns_follow_time_type() {
     // meta still says `time`: the existing column keeps its type.
     w.assert_table(TABLE);
 }
+
+/// DMS writes a REAL8 as `%.16e`: 0.99 arrives as `+9.8999999999999999e-01`. Pinned to
+/// `decimal(10,2)`, each value is the decimal at that scale whose nearest double it is (the
+/// cents the source held); a value no such decimal is (0.125) fails its file naming file, line
+/// and column, and nothing of that file is committed.
+#[test]
+fn dms_doubles_pinned_to_decimal_keep_their_cents() {
+    let w = Work::new("prices");
+    w.generate(
+        "synthetic",
+        &[
+            "--rows",
+            "80",
+            "--cdc-files",
+            "3",
+            "--cdc-rows",
+            "40",
+            "--nasty-ratio",
+            "0",
+            "--dms-prices",
+            "--pin",
+            "price=decimal(10,2)",
+        ],
+    );
+    assert_eq!(w.meta(TABLE).columns["price"], "decimal(10,2)");
+    let dir = w.dms().join("shop/orders");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("2022"))
+        .collect();
+    files.sort();
+    let last = std::fs::read_to_string(dir.join(files.last().unwrap())).unwrap();
+    assert!(
+        last.contains("+9.8999999999999999e-01") || last.contains("e-0"),
+        "prices are written as DMS doubles:\n{last}"
+    );
+    w.ingest().assert_success();
+    w.assert_table(TABLE);
+
+    // 0.125 is exact in binary, and neither 0.12 nor 0.13 is that double.
+    let mut lines = last.lines();
+    let header = lines.next().unwrap();
+    let price = header.split(',').position(|h| h == "price").unwrap();
+    let record = lines.next().unwrap();
+    let mut fields: Vec<&str> = record.split(',').collect();
+    fields[price] = "+1.2500000000000000e-01";
+    let bad = "20991231-0000000000.csv";
+    w.write_file(
+        &format!("dms/shop/orders/{bad}"),
+        &format!("{header}\n{}\n", fields.join(",")),
+    );
+    let before = w.scan(TABLE, &[]);
+    let r = w.ingest();
+    assert!(!r.status.success(), "ingest must fail:\n{}", r.describe());
+    let want = format!(
+        "{bad}, line 2, column `price`: `+1.2500000000000000e-01` has more than 2 decimal places"
+    );
+    assert!(
+        r.stderr.contains(&want),
+        "stderr lacks {want:?}:\n{}",
+        r.describe()
+    );
+    assert_eq!(
+        w.scan(TABLE, &[]),
+        before,
+        "nothing of the bad file is committed"
+    );
+}

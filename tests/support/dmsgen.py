@@ -301,10 +301,17 @@ def scenario_synthetic(a, rng: random.Random) -> Table:
                  Col("payload", "binary")]
     if a.dms_types:
         cols += [Col("zip", "zip"), Col("weight", "dmsdouble"), Col("units", "dmsdouble")]
+    if a.dms_prices:
+        cols += [Col("price", "dmsdouble")]
     t0 = dt.datetime(2022, 3, 2, 23, 30, 0)
     interval = dt.timedelta(seconds=a.file_interval)
 
     def dms_values(r: dict, in_load: bool):
+        if a.dms_prices:
+            # Cents as a DMS double (REAL8): most are not exact in binary (0.99 is written
+            # `+9.8999999999999999e-01`).
+            r["price"] = None if rng.random() < 0.05 else rng.choice(
+                [0.99, 19.99, 0.07, 0.1, 0.3, rng.randint(0, 10**7) / 100])
         if not a.dms_types:
             return
         # The full load has no zip code with a leading zero: inference alone would make the
@@ -1078,6 +1085,8 @@ def add_common(p: argparse.ArgumentParser):
                    help="the first change file's commit timestamps lie before the full load's")
     p.add_argument("--dms-types", action="store_true",
                    help="CSV: add zip (leading zeros in changes) and DMS doubles in exponent form")
+    p.add_argument("--dms-prices", action="store_true",
+                   help="CSV: add `price`, cents as DMS doubles (`+9.8999999999999999e-01` for 0.99)")
     p.add_argument("--pin", action="append", metavar="COL=TYPE",
                    help="config columns entry pinning one column's type (repeatable; header files)")
     p.add_argument("--time-type", choices=["string", "long", "time"],

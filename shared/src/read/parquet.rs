@@ -410,6 +410,51 @@ fn convert(
         }
         return Ok(b.finish());
     }
+    if let (PrimitiveType::Decimal { precision, scale }, DataType::Float32 | DataType::Float64) =
+        (t, a.data_type())
+    {
+        // Arrow's cast would round 0.125 to 0.13: the decimal whose nearest float the value is,
+        // or the row is refused (as for CSV text).
+        let (p, s) = (*precision, *scale);
+        let mut b = arrow_array::builder::Decimal128Builder::with_capacity(a.len());
+        for r in 0..a.len() {
+            if a.is_null(r) {
+                b.append_null();
+                continue;
+            }
+            let v = match a.data_type() {
+                DataType::Float32 => {
+                    let v = a.as_primitive::<arrow_array::types::Float32Type>().value(r);
+                    super::text::decimal_of_float(v, p, s).map_err(|e| (e, v.to_string()))
+                }
+                _ => {
+                    let v = a.as_primitive::<arrow_array::types::Float64Type>().value(r);
+                    super::text::decimal_of_float(v, p, s).map_err(|e| (e, v.to_string()))
+                }
+            };
+            match v {
+                Ok(v) => b.append_value(v),
+                Err((reason, value)) => {
+                    let e = InputError::new(label, reason)
+                        .value(value)
+                        .at(Position::Row(first_row + r as u64))
+                        .column(column);
+                    match bad.as_deref_mut() {
+                        Some(bad) => {
+                            bad.entry(r).or_insert(e);
+                            b.append_null();
+                        }
+                        None => return Err(e.into()),
+                    }
+                }
+            }
+        }
+        let d = b
+            .finish()
+            .with_precision_and_scale(p as u8, s as i8)
+            .map_err(|e| InputError::new(label, format!("decimal({p},{s}): {e}")))?;
+        return Ok(Arc::new(d));
+    }
     cast_with_options(
         a,
         &target,
@@ -622,6 +667,72 @@ mod tests {
         );
         assert_eq!(d.column(5).as_primitive::<Decimal128Type>().value(1), -5);
         assert_eq!(d.column(6).as_primitive::<Int64Type>().value(0), -1);
+    }
+
+    /// DMS doubles read into a pinned decimal: the decimal whose nearest double each is
+    /// (0.99, stored as 0.98999…), a value no decimal at that scale is (0.125) refused naming
+    /// its row and column; floats by their own width.
+    #[test]
+    fn doubles_into_decimals_take_the_decimal_of_their_double() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("Op", DataType::Utf8, true),
+            Field::new("id", DataType::Int64, false),
+            Field::new("price", DataType::Float64, true),
+            Field::new("rate", DataType::Float32, true),
+        ]));
+        let batch = |prices: Vec<Option<f64>>| {
+            let n = prices.len();
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(StringArray::from(vec!["I"; n])),
+                    Arc::new(Int64Array::from((1..=n as i64).collect::<Vec<_>>())),
+                    Arc::new(Float64Array::from(prices)),
+                    Arc::new(Float32Array::from(vec![Some(0.99f32); n])),
+                ],
+            )
+            .unwrap()
+        };
+        let mut cfg = Config::default().table("s", "t").unwrap();
+        cfg.primary_key = Some(vec!["id".into()]);
+        let obj = DmsObject {
+            key: "s/t/20220302-1134010000.parquet".into(),
+            schema: "s".into(),
+            table: "t".into(),
+            kind: FileKind::Cdc,
+            format: FileFormat::Parquet,
+            order: OrderKey::parse("1/x").unwrap(),
+        };
+        let dec = PrimitiveType::Decimal {
+            precision: 10,
+            scale: 2,
+        };
+        let read = |prices| {
+            let src = SourceFile::open(
+                &obj,
+                SourceData::Bytes(parquet_bytes(&batch(prices))),
+                &cfg,
+                None,
+            )
+            .unwrap();
+            let types = vec![PrimitiveType::Long, dec.clone(), dec.clone()];
+            src.read(types, vec![PrimitiveType::Long])
+                .unwrap()
+                .collect::<Result<Vec<_>>>()
+        };
+        let b = read(vec![Some(0.99), Some(19.99), None, Some(-0.07)]).unwrap();
+        let price = b[0].data.column(1).as_primitive::<Decimal128Type>();
+        assert_eq!(
+            price.iter().collect::<Vec<_>>(),
+            vec![Some(99), Some(1999), None, Some(-7)]
+        );
+        let rate = b[0].data.column(2).as_primitive::<Decimal128Type>();
+        assert_eq!(rate.value(0), 99);
+        let e = read(vec![Some(0.5), Some(0.125)]).unwrap_err().to_string();
+        assert!(
+            e.contains("price") && e.contains("row 2") && e.contains("more than 2 decimal places"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -12,4 +12,4 @@ mod parse;
 
 pub(crate) use self::column::{BadValue, ColumnBuilder};
 pub(crate) use self::guess::TypeGuess;
-pub(crate) use self::parse::format_time;
+pub(crate) use self::parse::{decimal_of_float, format_time};

@@ -203,15 +203,29 @@ fn general_decimal(s: &str, precision: u32, scale: u32) -> Result<i128, String> 
     if n.leading_zeros {
         return Err(leading_zeros_reason("a decimal column"));
     }
-    let frac_kept = if n.frac.len() > scale as usize {
-        let (kept, extra) = n.frac.split_at(scale as usize);
-        if extra.bytes().any(|b| b != b'0') {
-            return Err(format!("{VALUE} has more than {scale} decimal places"));
-        }
-        kept
-    } else {
-        n.frac.as_str()
-    };
+    if n.frac.len() > scale as usize && n.frac[scale as usize..].bytes().any(|b| b != b'0') {
+        // DMS writes a double as `%.16e` (0.99 as `+9.8999999999999999e-01`): the value is
+        // that double, and the decimal at this scale whose nearest double it is, is the one
+        // the source held.
+        return match s.parse::<f64>() {
+            Ok(d) if d.is_finite() => decimal_of_float(d, precision, scale),
+            _ => Err(too_many_places(scale)),
+        };
+    }
+    unscaled(&n, precision, scale)
+}
+
+fn too_many_places(scale: u32) -> String {
+    format!(
+        "{VALUE} has more than {scale} decimal places (and is not a double whose nearest \
+         decimal at that scale has the same double)"
+    )
+}
+
+/// `n` at `scale` (its fraction no longer than that, or only zeros beyond), fitting
+/// `precision`.
+fn unscaled(n: &Number, precision: u32, scale: u32) -> Result<i128, String> {
+    let frac_kept = &n.frac[..n.frac.len().min(scale as usize)];
     if n.int.len() + scale as usize > precision as usize {
         return Err(format!("{VALUE} does not fit decimal({precision},{scale})"));
     }
@@ -223,6 +237,102 @@ fn general_decimal(s: &str, precision: u32, scale: u32) -> Result<i128, String> 
         v *= 10;
     }
     Ok(if n.neg { -v } else { v })
+}
+
+/// A binary float as `decimal(precision, scale)`: the decimal at `scale` whose nearest float
+/// (of the same width) is `v`, if there is one. `0.99` (stored as 0.98999999999999999112)
+/// is 0.99; `0.125` is exact in binary, and neither 0.12 nor 0.13 is that float: refused.
+pub(crate) fn decimal_of_float<F: Float>(v: F, precision: u32, scale: u32) -> Result<i128, String> {
+    // The shortest digits that read back as `v`, rounded half-even at `scale`.
+    let n = parse_number(&v.shortest()).ok_or_else(|| too_many_places(scale))?;
+    let rounded = round_half_even(&n, scale);
+    let m = unscaled(&rounded, precision, scale)?;
+    let text = format!(
+        "{}{}.{}",
+        if rounded.neg { "-" } else { "" },
+        if rounded.int.is_empty() {
+            "0"
+        } else {
+            &rounded.int
+        },
+        &rounded.frac
+    );
+    match F::parse(&text) {
+        Some(back) if back == v => Ok(m),
+        _ => Err(too_many_places(scale)),
+    }
+}
+
+/// `n` rounded half to even at `scale` fraction digits (its fraction then exactly that long).
+fn round_half_even(n: &Number, scale: u32) -> Number {
+    let scale = scale as usize;
+    let mut frac = n.frac.clone();
+    if frac.len() <= scale {
+        frac.extend(std::iter::repeat_n('0', scale - frac.len()));
+        return Number {
+            frac,
+            int: n.int.clone(),
+            ..*n
+        };
+    }
+    let rest = frac.split_off(scale);
+    let mut digits: Vec<u8> = n.int.bytes().chain(frac.bytes()).collect();
+    let first = rest.as_bytes()[0];
+    let beyond = rest.bytes().skip(1).any(|b| b != b'0');
+    let odd = digits.last().is_some_and(|d| (d - b'0') % 2 == 1);
+    if first > b'5' || (first == b'5' && (beyond || odd)) {
+        // Add one unit in the last kept place.
+        let mut i = digits.len();
+        loop {
+            if i == 0 {
+                digits.insert(0, b'1');
+                break;
+            }
+            i -= 1;
+            if digits[i] == b'9' {
+                digits[i] = b'0';
+            } else {
+                digits[i] += 1;
+                break;
+            }
+        }
+    }
+    let split = digits.len() - scale;
+    let int = String::from_utf8_lossy(&digits[..split])
+        .trim_start_matches('0')
+        .to_string();
+    let frac = String::from_utf8_lossy(&digits[split..]).into_owned();
+    Number {
+        neg: n.neg && (int.bytes().chain(frac.bytes()).any(|b| b != b'0')),
+        int,
+        frac,
+        leading_zeros: false,
+    }
+}
+
+/// `f32` and `f64`, for [`decimal_of_float`].
+pub(crate) trait Float: Copy + PartialEq {
+    /// The shortest text that reads back as this value (Rust's `{:e}`).
+    fn shortest(self) -> String;
+    fn parse(s: &str) -> Option<Self>;
+}
+
+impl Float for f64 {
+    fn shortest(self) -> String {
+        format!("{self:e}")
+    }
+    fn parse(s: &str) -> Option<f64> {
+        s.parse().ok()
+    }
+}
+
+impl Float for f32 {
+    fn shortest(self) -> String {
+        format!("{self:e}")
+    }
+    fn parse(s: &str) -> Option<f32> {
+        s.parse().ok()
+    }
 }
 
 /// Microseconds since midnight → `HH:MM:SS.ffffff`.
@@ -389,6 +499,41 @@ mod tests {
             "0.00125 has 5 places"
         );
         assert!(parse_decimal("007.5", 12, 2).is_err(), "leading zeros");
+        // DMS's doubles: the decimal whose nearest double is the value's.
+        assert_eq!(parse_decimal("+9.8999999999999999e-01", 10, 2), Ok(99));
+        assert_eq!(parse_decimal("-9.8999999999999999e-01", 10, 2), Ok(-99));
+        // (Python's '%+.16e' % v of 19.99, 0.1, 0.3, 1234567.89, 0.07.)
+        assert_eq!(parse_decimal("+1.9989999999999998e+01", 10, 2), Ok(1999));
+        assert_eq!(parse_decimal("+1.0000000000000001e-01", 10, 1), Ok(1));
+        assert_eq!(parse_decimal("+2.9999999999999999e-01", 10, 2), Ok(30));
+        assert_eq!(
+            parse_decimal("+1.2345678899999999e+06", 12, 2),
+            Ok(123_456_789)
+        );
+        assert_eq!(parse_decimal("+7.0000000000000007e-02", 10, 2), Ok(7));
+        for no in [
+            "0.125",
+            "+1.2500000000000000e-01",
+            "1.234",
+            "0.005",
+            "1.2345678901234567",
+        ] {
+            let e = parse_decimal(no, 10, 2).unwrap_err();
+            assert!(e.contains("more than 2 decimal places"), "{no}: {e}");
+        }
+        // 99.99999999999999 is its own double, not 100.0's: refused at scale 1.
+        assert!(parse_decimal("+9.9999999999999986e+01", 4, 1).is_err());
+        // A carry through every digit still fits the precision it needs (0.995 is not
+        // exactly 0.995: its double is below it, and 1.00 is not its nearest decimal).
+        assert!(parse_decimal("+9.9499999999999999e-01", 3, 2).is_err());
+        assert_eq!(decimal_of_float(0.99f32, 10, 2), Ok(99));
+        assert!(
+            decimal_of_float(0.99f32 as f64, 10, 2).is_err(),
+            "a float widened is not 0.99's double"
+        );
+        assert_eq!(decimal_of_float(-0.0f64, 10, 2), Ok(0));
+        assert_eq!(decimal_of_float(1e20f64, 38, 2), Ok(10i128.pow(22)));
+        assert!(decimal_of_float(1e20f64, 10, 2).is_err());
         assert_eq!(parse_decimal("0.5", 12, 2), Ok(50));
         assert!(parse_decimal("1e", 12, 2).is_err());
         assert!(parse_decimal("1e99999", 12, 2).is_err());
