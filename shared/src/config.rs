@@ -93,9 +93,43 @@ pub struct TableSettings {
     /// Change files the table's applied-file record keeps (by DMS order): a change file older
     /// than all of them can no longer be merged in order. Default 2000.
     pub applied_record_files: Option<usize>,
+    /// How rows apply: `upsert` (default: per primary key, the latest change wins), `append`
+    /// (every row appended, for tables without a key and `CdcInsertsOnly`), `changelog` (every
+    /// change row appended with its Op, DMS file and row: the history).
+    pub mode: Option<TableMode>,
 }
 
 pub use crate::types::TimeType;
+
+/// How a table's rows apply ([`TableSettings::mode`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TableMode {
+    /// Per primary key, the latest change wins: the table is a replica of the source table.
+    #[default]
+    Upsert,
+    /// Every row is appended (no key, no lookup, no deletes); an update or delete row is
+    /// refused. For keyless source tables (logs, audit tables) and `CdcInsertsOnly`.
+    Append,
+    /// Every change row is appended with its Op (`dms_op`), DMS file (`dms_file`) and row in
+    /// that file (`dms_row`): the change history, for audit and slowly changing dimensions.
+    Changelog,
+}
+
+impl TableMode {
+    /// Rows are appended, never merged by key.
+    pub fn appends(self) -> bool {
+        self != TableMode::Upsert
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TableMode::Upsert => "upsert",
+            TableMode::Append => "append",
+            TableMode::Changelog => "changelog",
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -140,7 +174,8 @@ impl TableSettings {
             skip_files,
             bad_rows,
             properties,
-            applied_record_files
+            applied_record_files,
+            mode
         )
     }
 }
@@ -173,6 +208,7 @@ pub struct TableConfig {
     pub bad_rows: BadRows,
     pub properties: BTreeMap<String, String>,
     pub applied_record_files: usize,
+    pub mode: TableMode,
 }
 
 impl TableConfig {
@@ -367,6 +403,7 @@ impl Config {
             bad_rows: s.bad_rows.unwrap_or_default(),
             properties: s.properties.clone().unwrap_or_default(),
             applied_record_files: s.applied_record_files.unwrap_or(DEFAULT_WINDOW).max(1),
+            mode: s.mode.unwrap_or_default(),
         })
     }
 }

@@ -249,6 +249,10 @@ pub(crate) fn same_partitioning(
 /// Sort order of our data files: the key, ascending.
 pub(crate) fn key_sort_order(schema: &Schema) -> Result<iceberg::spec::SortOrder> {
     use iceberg::spec::{NullOrder, SortDirection, SortField, SortOrder, Transform};
+    if key_field_ids(schema).is_empty() {
+        // A table without a key (`mode = "append"`) keeps rows in the order they came.
+        return Ok(SortOrder::unsorted_order());
+    }
     let mut b = SortOrder::builder();
     b.with_order_id(1);
     for id in key_field_ids(schema) {

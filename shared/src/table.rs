@@ -35,6 +35,9 @@ pub(crate) mod keys {
     /// The snapshot is a reload: it replaced the table's contents with a new full load.
     pub(crate) const RELOAD: &str = "dms2iceberg.reload";
     pub(crate) const VERSION: &str = "dms2iceberg.version";
+    /// Table property: how rows apply (`append`, `changelog`; absent: upsert), fixed when the
+    /// table is created.
+    pub(crate) const MODE: &str = "dms2iceberg.mode";
 }
 
 #[derive(Debug, Clone)]

@@ -48,6 +48,9 @@ pub struct Meta {
     /// DMS files in apply order, relative to `dms/`
     pub files: Vec<String>,
     pub pending_files: Vec<String>,
+    /// The config's `mode`: with `append` or `changelog` the table has no key, `primary_key`
+    /// only says what rows are compared by, and a scan returns them in no particular order.
+    pub mode: String,
 }
 
 impl Meta {
@@ -70,6 +73,7 @@ impl Meta {
                 .map(|(k, t)| (k.clone(), t.as_str().unwrap().to_string()))
                 .collect(),
             files: strs("files"),
+            mode: v["mode"].as_str().unwrap_or("upsert").to_string(),
             pending_files: strs("pending_files"),
         }
     }
@@ -482,7 +486,7 @@ pub fn diff_rows(meta: &Meta, expected: &[Value], actual: &[Value]) -> Vec<Strin
     if differing > 0 {
         diffs.push(format!("{differing} row(s) differ"));
     }
-    if diffs.is_empty() && !meta.primary_key.is_empty() {
+    if diffs.is_empty() && !meta.primary_key.is_empty() && meta.mode == "upsert" {
         let keys: Vec<_> = actual
             .iter()
             .enumerate()
@@ -557,6 +561,7 @@ mod tests {
                 .collect(),
             files: vec![],
             pending_files: vec![],
+            mode: "upsert".into(),
         }
     }
 

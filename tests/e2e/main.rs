@@ -17,6 +17,7 @@ mod examples;
 mod fullload;
 mod hostile;
 mod messages;
+mod modes;
 mod ordering;
 mod reload;
 mod rest;

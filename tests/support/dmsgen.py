@@ -477,7 +477,38 @@ def scenario_synthetic(a, rng: random.Random) -> Table:
     return tb
 
 
-SCENARIOS = {"product": scenario_product, "synthetic": scenario_synthetic}
+def scenario_events(a, rng: random.Random) -> Table:
+    """A keyless log table (`mode = "append"`): rows are only ever inserted; `order_id` repeats
+    (it is no key) and whole rows may repeat too, as in an audit table. `event_id` is unique,
+    for comparing tables only: the config names no key."""
+    cols = [Col("event_id", "int64"), Col("order_id", "int64"), Col("kind", "string"),
+            Col("note", "string"), Col("created_at", "timestamp")]
+    t0 = dt.datetime(2022, 3, 2, 23, 30, 0)
+    seq = iter(range(1, 10**9))
+    made: list = []
+
+    def row(ts):
+        if made and rng.random() < 0.1:
+            # The same event logged twice: a repeated row (but for its event id).
+            r = dict(rng.choice(made), event_id=next(seq))
+        else:
+            r = {"event_id": next(seq), "order_id": rng.randint(1, max(2, a.rows // 3)),
+                 "kind": rng.choice(STATUSES), "note": make_note(rng, a),
+                 "created_at": ts.replace(microsecond=rng.randint(0, 999) * 1000)}
+        made.append(r)
+        return r
+
+    tb = Table(a.schema or "audit", a.table or "events", cols, ["event_id"])
+    tb.files = [DFile("load", load_stem(1), t0, [Change("I", row(t0), t0) for _ in range(a.rows)],
+                      list(cols))]
+    for i in range(a.cdc_files):
+        t = t0 + dt.timedelta(seconds=a.file_interval * (i + 1))
+        tb.files.append(DFile("cdc", cdc_stem(t), t,
+                              [Change("I", row(t), t) for _ in range(a.cdc_rows)], list(cols)))
+    return tb
+
+
+SCENARIOS = {"product": scenario_product, "synthetic": scenario_synthetic, "events": scenario_events}
 
 # --------------------------------------------------------------------------------------------
 # Transforms
@@ -620,7 +651,9 @@ BAD_RECORD = 36  # 1-based data record index of the bad row in a corrupt CSV fil
 def layout(tb: Table, f: DFile, a):
     """[(header name, kind, Col)] in file order: [Op] [ts] columns [BI_*] [change seq]."""
     out = []
-    if f.kind == "cdc" or not a.no_op_in_load:
+    # CdcInsertsOnly with IncludeOpForFullLoad=false: no Op field in either kind of file.
+    no_op = a.no_op_in_load and (f.kind == "load" or a.cdc_inserts_only)
+    if not no_op:
         out.append(("Op", "op", Col("Op", "string")))
     if a.timestamp_column:
         out.append((a.timestamp_column, "ts", Col(a.timestamp_column, "string")))
@@ -713,6 +746,13 @@ def render_csv(tb, f, a, changes, lay, bad=None) -> tuple[bytes, dict]:
                 texts[idx] = "12x4"
             info = {"record": i, "line": i + (0 if a.no_header else 1)}
         lines.append(d.join(csv_field(t, d, null_token) for t in texts))
+    # The line each record starts on (a quoted field may hold line breaks: CRLF, LF or CR).
+    starts, line = [], 1
+    for k, text in enumerate(lines):
+        if k > 0 or a.no_header:
+            starts.append(line)
+        line += len(re.findall(r"\r\n|\r|\n", text)) + 1
+    info["record_lines"] = starts
     return ("\n".join(lines) + "\n").encode("utf-8"), info
 
 
@@ -824,6 +864,10 @@ def generate(a) -> dict:
         raise SystemExit(f"--corrupt {a.corrupt} is a CSV case")
     if a.dms_types and (a.format != "csv" or a.no_header or a.scenario != "synthetic"):
         raise SystemExit("--dms-types is a synthetic CSV case with a header")
+    if a.mode == "append" and a.scenario != "events":
+        raise SystemExit("--mode append is the events scenario (inserts only)")
+    if a.cdc_inserts_only and a.scenario != "events":
+        raise SystemExit("--cdc-inserts-only is the events scenario (inserts only)")
     if a.delay_changes and not a.ordering_column:
         raise SystemExit("--delay-changes needs --ordering-column (else DMS order decides)")
     if a.cached_changes and not (a.timestamp_column or a.change_seq_column):
@@ -927,8 +971,10 @@ def generate(a) -> dict:
             bad = (f.corrupt, corrupt_column(tb).name)
         if a.format == "parquet":
             data, info = render_parquet(tb, f, a, changes, lay, bad)
+            f.rendered = list(zip(changes, range(1, len(changes) + 1)))
         else:
             data, info = render_csv(tb, f, a, changes, lay, bad)
+            f.rendered = list(zip(changes, info.pop("record_lines")))
         name = f"{f.stem}.{ext}"
         if a.gzip and a.format == "csv":
             data = gzip.compress(data, mtime=0)
@@ -954,6 +1000,25 @@ def generate(a) -> dict:
     def write_jsonl(path: Path, rows: list):
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
 
+    if a.mode == "changelog":
+        # Every change row, as DMS wrote it, with its Op, file and line or row: the history.
+        for name, ty in (("dms_op", "string"), ("dms_file", "string"), ("dms_row", "long")):
+            types[name] = ty
+        log: list = []
+        steps = []
+        for f, _st in states:
+            key = os.path.abspath(out / "dms" / f.relpath)
+            for ch, pos in f.rendered:
+                r = dict(ch.row)
+                if ts_col:
+                    r[ts_col] = ch.ts
+                if seq_col:
+                    r[seq_col] = ch.seq
+                r.update({"dms_op": ch.op, "dms_file": key, "dms_row": pos})
+                log.append(((key, pos), r))
+            steps.append({k: v for k, v in log})
+        states = [(f, st) for (f, _), st in zip(states, steps)]
+        cols_after = [cols + ["dms_op", "dms_file", "dms_row"] for cols in cols_after]
     final = to_json_rows(states[-1][1])
     write_jsonl(exp_dir / f"{target}.jsonl", final)
     if any(f.pending for f in tb.files):
@@ -967,10 +1032,16 @@ def generate(a) -> dict:
         asof = [{"after_file": f.relpath, "pending": f.pending, "rows": to_json_rows(st, cols)}
                 for (f, st), cols in zip(states, cols_after)]
         (exp_dir / f"{target}.asof.json").write_text(json.dumps(asof, ensure_ascii=False, indent=0), encoding="utf-8")
+    compare_key = [k.lower() for k in tb.pk]
+    if a.mode == "changelog":
+        compare_key = ["dms_file", "dms_row"]
     meta = {
         "table": target,
         "dms_table": f"{tb.schema}.{tb.name}",
-        "primary_key": [k.lower() for k in tb.pk],
+        # What rows are compared by; with `mode` append or changelog the table has no key and
+        # its rows come in no particular order.
+        "primary_key": compare_key,
+        "mode": a.mode,
         "columns": types,
         "files": [f.relpath for f, _ in states],
         "pending_files": [f.relpath for f, _ in states if f.pending],
@@ -989,7 +1060,9 @@ def generate(a) -> dict:
 
     # config
     entry: dict = {}
-    if a.corrupt != "no-pk":
+    if a.mode != "upsert":
+        entry["mode"] = a.mode
+    elif a.corrupt != "no-pk":
         entry["primary_key"] = list(tb.pk)
     if a.target:
         entry["target"] = a.target
@@ -1085,6 +1158,11 @@ def add_common(p: argparse.ArgumentParser):
                    help="the first change file's commit timestamps lie before the full load's")
     p.add_argument("--dms-types", action="store_true",
                    help="CSV: add zip (leading zeros in changes) and DMS doubles in exponent form")
+    p.add_argument("--mode", choices=["upsert", "append", "changelog"], default="upsert",
+                   help="the table's config mode; append: inserts only (scenario events); "
+                        "changelog: expected = every change row with dms_op, dms_file, dms_row")
+    p.add_argument("--cdc-inserts-only", action="store_true",
+                   help="CdcInsertsOnly: with --no-op-in-load, change files have no Op either")
     p.add_argument("--dms-prices", action="store_true",
                    help="CSV: add `price`, cents as DMS doubles (`+9.8999999999999999e-01` for 0.99)")
     p.add_argument("--pin", action="append", metavar="COL=TYPE",
@@ -1107,6 +1185,13 @@ def add_synthetic(p: argparse.ArgumentParser):
     p.add_argument("--file-interval", type=int, default=600, help="seconds between change files")
 
 
+def add_events(p: argparse.ArgumentParser):
+    p.add_argument("--rows", type=int, default=200, help="rows in the full load")
+    p.add_argument("--cdc-files", type=int, default=4, help="number of change files")
+    p.add_argument("--cdc-rows", type=int, default=100, help="inserts per change file")
+    p.add_argument("--file-interval", type=int, default=600, help="seconds between change files")
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1116,6 +1201,9 @@ def main(argv=None) -> int:
     p = sub.add_parser("synthetic", help="random shop/orders table")
     add_common(p)
     add_synthetic(p)
+    p = sub.add_parser("events", help="a keyless log table audit/events, inserts only (mode append)")
+    add_common(p)
+    add_events(p)
     p = sub.add_parser("selfcheck", help="generate many trees, re-read them independently and compare")
     p.add_argument("--keep", help="keep generated trees under this directory")
     p.add_argument("-k", dest="only", help="run only cases whose name contains this")
@@ -1520,6 +1608,8 @@ def generate_args(argv: list) -> dict:
         add_common(p)
         if s == "synthetic":
             add_synthetic(p)
+        if s == "events":
+            add_events(p)
     a = ap.parse_args(argv)
     for n, d in (("load_files", 1), ("file_interval", 600), ("load_order", "sorted"),
                  ("load_duplicates", 0.0)):

@@ -310,6 +310,7 @@ fn input_not_applied(
         Err(conflict(Conflict::InputPartlyApplied))
     } else if *record != update.base_record
         && !(staged.change.joins_load() && still_joins_its_load(update, record))
+        && !(matches!(staged.change, Change::Append) && still_appends(update, record))
     {
         Err(conflict(Conflict::RecordMoved))
     } else {
@@ -330,6 +331,22 @@ fn still_joins_its_load(update: &super::RecordUpdate, now: &AppliedRecord) -> bo
             .inputs
             .iter()
             .all(|i| now.classify(&i.order, i.kind, &i.meta) == (Standing::Pending { late: false }))
+}
+
+/// Appended rows follow whatever was applied meanwhile: the record moved only within the same
+/// load (no reload since), and every input is still one to apply.
+fn still_appends(update: &super::RecordUpdate, now: &AppliedRecord) -> bool {
+    let base = &update.base_record;
+    let same_load =
+        now.load.number == base.load.number || (base.load.number == 0 && now.load.number == 1);
+    same_load
+        && !update.reload
+        && update.inputs.iter().all(|i| {
+            matches!(
+                now.classify(&i.order, i.kind, &i.meta),
+                Standing::Pending { .. }
+            )
+        })
 }
 
 /// Whether `now` (a table another writer created) is exactly the table `ours` would have

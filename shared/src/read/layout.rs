@@ -85,6 +85,10 @@ impl Layout {
 
     /// File column index of `BI_<key[i]>` for every key column, if all are present.
     pub fn before_image_columns(&self, key_len: usize) -> Option<Vec<usize>> {
+        if key_len == 0 {
+            // No key (`mode = "append"`): nothing has a before-image.
+            return None;
+        }
         let mut idx = vec![None; key_len];
         for (i, r) in self.roles.iter().enumerate() {
             if let Role::BeforeImage { key_index } = r

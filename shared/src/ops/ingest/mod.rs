@@ -514,6 +514,7 @@ pub fn check_source(cfg: &TableConfig, table: &LoadedTable) -> Result<()> {
             cfg.source
         )));
     }
+    check_mode(cfg, table)?;
     match table.metadata.properties().get(keys::SOURCE_TABLE) {
         Some(fed_by) if *fed_by != cfg.source => Err(Error::Config(format!(
             "table {} holds DMS table {fed_by}; {} resolves to it too (its name, or \
@@ -523,6 +524,40 @@ pub fn check_source(cfg: &TableConfig, table: &LoadedTable) -> Result<()> {
             cfg.source,
             cfg.source
         ))),
+        _ => Ok(()),
+    }
+}
+
+/// A table keeps the mode it was created with: appending to a keyed table would add rows that
+/// duplicate keys, and merging by key into an appended one would merge rows that were never
+/// one row.
+fn check_mode(cfg: &TableConfig, table: &LoadedTable) -> Result<()> {
+    let md = &table.metadata;
+    let keyed = !crate::evolve::key_columns(md.current_schema()).is_empty();
+    // Without the mark: upsert if we applied files to it (or it has a key); a keyless table
+    // another engine made can take either mode.
+    let applied = crate::commit::AppliedRecord::of_table(md)?.is_some();
+    let table_mode = match md.properties().get(keys::MODE) {
+        Some(m) => Some(m.as_str()),
+        None if keyed || applied => Some("upsert"),
+        None => None,
+    };
+    let refuse = |why: String| {
+        Err(Error::Config(format!(
+            "table {}: `mode = \"{}\"` under [tables.\"{}\"], but {why}; a table keeps the \
+             mode it was created with (reload it into a new table to change it)",
+            cfg.target(),
+            cfg.mode.as_str(),
+            cfg.source
+        )))
+    };
+    if cfg.mode.appends() && keyed {
+        return refuse("the table has a primary key (identifier fields)".into());
+    }
+    match table_mode {
+        Some(m) if m != cfg.mode.as_str() => {
+            refuse(format!("the table was created with `mode = \"{m}\"`"))
+        }
         _ => Ok(()),
     }
 }

@@ -446,7 +446,7 @@ fn primitive(schema: &Schema, name: &str) -> Result<PrimitiveType> {
 }
 
 /// The table schema as plain nullable Arrow fields: what batches are aligned to.
-fn processing_schema(schema: &Schema) -> Result<SchemaRef> {
+pub(super) fn processing_schema(schema: &Schema) -> Result<SchemaRef> {
     let fields = schema
         .as_struct()
         .fields()

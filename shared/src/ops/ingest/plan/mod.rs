@@ -25,6 +25,7 @@ use crate::table::LoadedTable;
 
 /// Records a new CSV column's type is guessed from before the file streams (the rest of the
 /// file is checked as it is read).
+mod append;
 mod in_memory;
 mod staged;
 mod streamed;
@@ -250,10 +251,15 @@ impl IngestPlanner<'_> {
     ) -> Result<(Staged, CommitReport, Vec<Rejected>)> {
         let started = Instant::now();
         let cfg = self.cfg;
-        let key = primary_key(cfg, table.as_ref())?;
+        // Appended rows have no key: nothing to merge, a late file appends as any other.
+        let key = match cfg.mode.appends() {
+            true => Vec::new(),
+            false => primary_key(cfg, table.as_ref())?,
+        };
         // A late file is read with every applied file after it; only its keys are rewritten.
         let mut inputs = self.planned.clone();
         if mode == (Mode::Changes { late: true })
+            && !cfg.mode.appends()
             && let Some(oldest) = self.planned.iter().map(|f| f.object.order.clone()).min()
         {
             for (_, key) in record.applied_after(&oldest)? {
@@ -303,6 +309,11 @@ impl IngestPlanner<'_> {
             }
         }
         let result = async {
+            if cfg.mode.appends() {
+                return self
+                    .stage_append(table, record, carried, mode, inputs, timings)
+                    .await;
+            }
             if self.streams(&inputs, mode)? {
                 // LOAD files are known by content too (a reload reuses their names): their
                 // digests are computed beside the stream, on another thread.

@@ -9,6 +9,7 @@ use iceberg::spec::{DataFile, TableMetadata, TableMetadataBuilder};
 use crate::commit::{
     self, Added, AppliedRecord, Base, Change, MetadataChanges, RecordUpdate, Staged,
 };
+use crate::config::TableMode;
 use crate::error::{Error, Result};
 use crate::evolve;
 use crate::files::prepared::Prepared;
@@ -122,9 +123,12 @@ impl IngestPlanner<'_> {
         let joins_load = mode == (Mode::Changes { late: false })
             && referenced.is_empty()
             && self.planned.iter().all(|f| f.object.kind == FileKind::Load);
-        let change = match mode {
-            Mode::Reload => Change::Reload,
-            Mode::Changes { .. } => Change::RowDelta {
+        let change = match (mode, self.cfg.mode) {
+            // A change history keeps what each load delivered, as it keeps every change.
+            (_, TableMode::Changelog) => Change::Append,
+            (Mode::Reload, _) => Change::Reload,
+            (Mode::Changes { .. }, TableMode::Append) => Change::Append,
+            (Mode::Changes { .. }, TableMode::Upsert) => Change::RowDelta {
                 joins_load,
                 referenced_data_files: referenced,
                 keys,
@@ -209,6 +213,9 @@ impl IngestPlanner<'_> {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
+                if cfg.mode.appends() {
+                    props.insert(keys::MODE.to_string(), cfg.mode.as_str().to_string());
+                }
                 props.extend(cfg.properties.iter().map(|(k, v)| (k.clone(), v.clone())));
                 let md = TableMetadataBuilder::new(
                     schema.clone(),
