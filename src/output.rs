@@ -246,7 +246,7 @@ pub(crate) fn history(
             "{:<20} {:<24} {:<10} {:>9} {:>9} {:>9} {:>10}  {}",
             s.snapshot_id,
             when,
-            s.operation,
+            if s.truncate { "truncate" } else { &s.operation },
             n(s.rows_inserted),
             n(s.rows_updated),
             n(s.rows_deleted),

@@ -97,6 +97,11 @@ pub struct TableSettings {
     /// (every row appended, for tables without a key and `CdcInsertsOnly`), `changelog` (every
     /// change row appended with its Op, DMS file and row: the history).
     pub mode: Option<TableMode>,
+    /// The ingest function: when DMS deletes every object of a table that its applied-file
+    /// record lists (S3 `Object Deleted` events, not lifecycle expirations: the source table
+    /// was truncated or dropped, with the task's DDL handling on), empty the table once. Default
+    /// true.
+    pub truncate_on_source_delete: Option<bool>,
 }
 
 pub use crate::types::TimeType;
@@ -175,7 +180,8 @@ impl TableSettings {
             bad_rows,
             properties,
             applied_record_files,
-            mode
+            mode,
+            truncate_on_source_delete
         )
     }
 }
@@ -209,6 +215,7 @@ pub struct TableConfig {
     pub properties: BTreeMap<String, String>,
     pub applied_record_files: usize,
     pub mode: TableMode,
+    pub truncate_on_source_delete: bool,
 }
 
 impl TableConfig {
@@ -404,6 +411,7 @@ impl Config {
             properties: s.properties.clone().unwrap_or_default(),
             applied_record_files: s.applied_record_files.unwrap_or(DEFAULT_WINDOW).max(1),
             mode: s.mode.unwrap_or_default(),
+            truncate_on_source_delete: s.truncate_on_source_delete.unwrap_or(true),
         })
     }
 }

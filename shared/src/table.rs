@@ -34,6 +34,8 @@ pub(crate) mod keys {
     pub(crate) const ROWS_DELETED: &str = "dms2iceberg.rows-deleted";
     /// The snapshot is a reload: it replaced the table's contents with a new full load.
     pub(crate) const RELOAD: &str = "dms2iceberg.reload";
+    /// The snapshot is a truncate: the source table was truncated, every row removed.
+    pub(crate) const TRUNCATE: &str = "dms2iceberg.truncate";
     pub(crate) const VERSION: &str = "dms2iceberg.version";
     /// Table property: how rows apply (`append`, `changelog`; absent: upsert), fixed when the
     /// table is created.

@@ -1,10 +1,11 @@
-//! Table maintenance: `compact`, `expire`, `orphans`, `mark-applied`.
+//! Table maintenance: `compact`, `expire`, `orphans`, `mark-applied`, `truncate`.
 
 use anyhow::Result;
 use dms2iceberg::ops::compact::{Compact, CompactOptions};
 use dms2iceberg::ops::maintain::{ExpireSnapshots, Orphans};
 use dms2iceberg::ops::mark_applied::MarkApplied;
 use dms2iceberg::ops::parse_ident;
+use dms2iceberg::ops::truncate::Truncate;
 
 use super::{CatalogArgs, open_catalog};
 use crate::output;
@@ -191,5 +192,46 @@ pub(crate) async fn mark_applied(catalog: &CatalogArgs, a: MarkAppliedArgs) -> R
             ""
         }
     );
+    Ok(true)
+}
+
+/// Empty a table whose source table was truncated (or dropped and created again): one
+/// snapshot removes every row (time travel to before it stays); files applied so far, and
+/// change files written before now, count as superseded; later files apply on top.
+#[derive(clap::Args)]
+pub(crate) struct TruncateArgs {
+    pub table: String,
+    #[arg(long, default_value = super::DEFAULT_WAREHOUSE)]
+    pub warehouse: String,
+    /// `text` (a summary) or `json` (machine-readable).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: output::TextOrJson,
+}
+
+pub(crate) async fn truncate(catalog: &CatalogArgs, a: TruncateArgs) -> Result<bool> {
+    let TruncateArgs {
+        table,
+        warehouse,
+        format,
+    } = a;
+    let catalog = open_catalog(catalog, &warehouse, true).await?;
+    let r = Truncate::new(catalog.as_ref(), parse_ident(&table)?)
+        .execute()
+        .await?;
+    output::report(&r, output::json_or(format, false), |out, r| {
+        match r.snapshot_id {
+            Some(id) => writeln!(
+                out,
+                "{}: truncated (snapshot {id}); every row removed",
+                r.table
+            ),
+            None => writeln!(
+                out,
+                "{}: not truncated: {}",
+                r.table,
+                r.note.as_deref().unwrap_or("nothing to do")
+            ),
+        }
+    })?;
     Ok(true)
 }

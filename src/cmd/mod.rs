@@ -28,6 +28,9 @@ pub(crate) enum Command {
     /// Declare which DMS files a table holds, for a table with data but no record of them
     /// (created or rewritten by another engine): every file up to `--through` counts as applied.
     MarkApplied(maintain::MarkAppliedArgs),
+    /// Empty a table whose source table was truncated (or dropped and created again): one
+    /// snapshot removes every row; files delivered so far count as superseded, later ones apply.
+    Truncate(maintain::TruncateArgs),
     /// List the tables in the warehouse.
     Tables(read::TablesArgs),
 }
@@ -42,6 +45,7 @@ pub(crate) async fn run(catalog: &CatalogArgs, command: Command) -> Result<bool>
         Command::Expire(a) => maintain::expire(catalog, a).await,
         Command::Orphans(a) => maintain::orphans(catalog, a).await,
         Command::MarkApplied(a) => maintain::mark_applied(catalog, a).await,
+        Command::Truncate(a) => maintain::truncate(catalog, a).await,
         Command::Tables(a) => read::tables(catalog, a).await,
     }
 }

@@ -1369,3 +1369,173 @@ fn a_reload_with_shuffled_events_equals_the_source() {
         "load, 2 changes, the reload, the change after it"
     );
 }
+
+/// An EventBridge "Object Deleted" event for `key`, deleted now for `reason`.
+fn deleted_event(key: &str, reason: &str) -> Value {
+    let mut e = eventbridge_event(LANDING, key, 0);
+    e["detail-type"] = json!("Object Deleted");
+    e["time"] = json!(chrono_now_rfc3339());
+    e["detail"]["reason"] = json!(reason);
+    e["detail"]["deletion-type"] = json!("Permanently Deleted");
+    e
+}
+
+fn chrono_now_rfc3339() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    // Civil time from epoch milliseconds (UTC), without a date crate in the tests.
+    let (days, rem) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3_600_000,
+        rem / 60_000 % 60,
+        rem / 1000 % 60,
+        rem % 1000
+    )
+}
+
+/// A source `TRUNCATE` with the task's DDL handling on: DMS deletes every object of the table
+/// and new changes follow. The function empties the table once (an `overwrite` snapshot; time
+/// travel before it stays), and later files apply on top: one written after the truncate but
+/// applied before its deletion events arrived is applied again on the emptied table. Deletion
+/// events that leave files behind, duplicates, and lifecycle expirations change nothing.
+#[test]
+fn a_source_truncate_empties_the_table_once_and_later_files_apply() {
+    require_python();
+    let lab = Lab::new("truncate");
+    lab.generate("product", &[]);
+    lab.upload_config(&[]);
+    let mut f = Function::start(&lab, "ingest", &[]);
+    let table = "sales.product";
+    let meta = lab.work.meta(table);
+    let name = lab.glue_name(&meta);
+    let keys = keys_of(&lab, table);
+    for key in &keys {
+        lab.upload(key);
+        f.invoke_ok(&lab.s3_event(key));
+    }
+    lab.assert_table(table);
+    let before = lab.history(&name);
+
+    // A deletion while the table's other files are still there is no truncate (an operator
+    // removing one file, or DMS half way through).
+    lab.moto.delete(LANDING, &keys[0]);
+    f.invoke_ok(&deleted_event(&keys[0], "DeleteObject"));
+    assert_eq!(lab.history(&name).len(), before.len(), "no truncate yet");
+    lab.assert_table(table);
+
+    // DMS deletes the rest; a file DMS writes after the truncate lands and is applied before
+    // the deletion events arrive.
+    for key in &keys[1..] {
+        lab.moto.delete(LANDING, key);
+    }
+    let truncated_at = deleted_event(&keys[1], "DeleteObject");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let folder = keys[0].rsplit_once('/').unwrap().0;
+    let header = "Op,product_id,category,product_name,quantity_available,last_update_time";
+    let after1 = format!("{folder}/20220303-1000000000000.csv");
+    lab.moto.put(
+        LANDING,
+        &after1,
+        format!("{header}\nI,900,Tablet,after one,5,2022-03-03 10:00:00\nI,901,Tablet,after two,6,2022-03-03 10:00:00\n").as_bytes(),
+    );
+    f.invoke_ok(&eventbridge_event(LANDING, &after1, 10));
+    // Then the deletion events: the table is emptied and the later file applied again.
+    f.invoke_ok(&truncated_at);
+    let rows = lab.scan(&name);
+    let ids: Vec<i64> = rows
+        .iter()
+        .map(|r| r["product_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![900, 901], "{rows:?}");
+    let history = lab.history(&name);
+    let truncate = history
+        .iter()
+        .find(|s| s["truncate"] == true)
+        .unwrap_or_else(|| panic!("no truncate snapshot: {history:?}"));
+    assert_eq!(truncate["live_rows"], 0, "{truncate}");
+    // Time travel to before the truncate still reads the old rows.
+    let old = lab.cli(&[
+        "scan",
+        &name,
+        "--catalog",
+        "glue",
+        "--warehouse",
+        WAREHOUSE,
+        "--format",
+        "json",
+        "--snapshot",
+        &before.last().unwrap()["snapshot_id"].to_string(),
+    ]);
+    let old = common::parse_json_lines(&old.assert_success().stdout, "scan --snapshot");
+    common::assert_rows(
+        "before the truncate",
+        &meta,
+        &lab.work.expected(table),
+        &old,
+    );
+
+    // Duplicates of the deletion events: nothing more.
+    let snapshots = lab.history(&name).len();
+    for key in &keys {
+        f.invoke_ok(&deleted_event(key, "DeleteObject"));
+    }
+    assert_eq!(
+        lab.history(&name).len(),
+        snapshots,
+        "a truncate happens once"
+    );
+
+    // A later change applies on top.
+    let after2 = format!("{folder}/20220303-1100000000000.csv");
+    lab.moto.put(
+        LANDING,
+        &after2,
+        format!("{header}\nU,900,Tablet,after one,4,2022-03-03 11:00:00\n").as_bytes(),
+    );
+    f.invoke_ok(&lab_event_for(&after2));
+    // A lifecycle rule expiring every file of the table never changes it (EventBridge and S3
+    // notification shapes).
+    lab.moto.delete(LANDING, &after1);
+    lab.moto.delete(LANDING, &after2);
+    f.invoke_ok(&deleted_event(&after1, "Lifecycle Expiration"));
+    let mut n = eventbridge_event(LANDING, &after2, 0);
+    n = json!({"Records": [{"eventVersion": "2.1", "eventSource": "aws:s3",
+        "eventTime": chrono_now_rfc3339(), "eventName": "LifecycleExpiration:Delete",
+        "userIdentity": {"principalId": "s3.amazonaws.com"}, "requestParameters": {"sourceIPAddress": "s3.amazonaws.com"},
+        "responseElements": {}, "s3": {"bucket": {"name": LANDING}, "object": {"key": after2}}}], "_": n});
+    f.invoke_ok(&n);
+    let rows = lab.scan(&name);
+    let got: Vec<(i64, i64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["product_id"].as_i64().unwrap(),
+                r["quantity_available"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, vec![(900, 4), (901, 6)], "{rows:?}");
+    assert_eq!(lab.history(&name).len(), snapshots + 1);
+    let expected = vec![
+        json!({"product_id": 900, "category": "Tablet", "product_name": "after one", "quantity_available": 4, "last_update_time": "2022-03-03 11:00:00.000000"}),
+        json!({"product_id": 901, "category": "Tablet", "product_name": "after two", "quantity_available": 6, "last_update_time": "2022-03-03 10:00:00.000000"}),
+    ];
+    lab.assert_table_rows(table, &expected, "after-truncate");
+}
+
+/// An S3 "Object Created" event for a key uploaded by hand.
+fn lab_event_for(key: &str) -> Value {
+    eventbridge_event(LANDING, key, 10)
+}

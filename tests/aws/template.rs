@@ -1141,12 +1141,13 @@ fn functions_are_wired_as_documented() {
         "the DLQ must retain longer than the queue (moved messages keep their enqueue time)"
     );
 
-    // S3 Object Created -> EventBridge rule -> queue, for DMS files under the prefix only.
+    // S3 Object Created and Object Deleted (a source truncate) -> EventBridge rule -> queue,
+    // for DMS files under the prefix only.
     let rule = &t["Resources"]["DmsObjectCreatedRule"]["Properties"];
     assert_eq!(strings(&rule["EventPattern"]["source"]), ["aws.s3"]);
     assert_eq!(
         strings(&rule["EventPattern"]["detail-type"]),
-        ["Object Created"]
+        ["Object Created", "Object Deleted"]
     );
     let keys: Vec<String> = rule["EventPattern"]["detail"]["object"]["key"]
         .as_array()

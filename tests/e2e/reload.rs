@@ -534,3 +534,57 @@ fn files_older_than_the_record_are_quiet_when_old_and_loud_when_new() {
     w.ingest_paths(&[inside]).assert_success();
     w.assert_table_rows("s.t", &rows(&state), "re_merged");
 }
+
+/// `dms2iceberg truncate`: the table is emptied by one snapshot (time travel before it stays),
+/// everything delivered before counts as superseded (copies delivered again included), and
+/// later change files apply on the empty table.
+#[test]
+fn an_operator_truncate_empties_the_table_and_later_files_apply() {
+    let w = Work::new("truncate_cli");
+    w.generate("product", &[]);
+    w.ingest().assert_success();
+    let table = "sales.product";
+    let wh = w.wh().display().to_string();
+    let r = w
+        .cli(&["truncate", table, "--warehouse", &wh, "--format", "json"])
+        .assert_success();
+    let report: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(report["truncated"], true, "{report}");
+    w.assert_table_rows(table, &[], "truncated");
+    let history = w.cli(&["history", table, "--warehouse", &wh, "--format", "json"]);
+    let history = common::parse_json_lines(&history.assert_success().stdout, "history");
+    assert_eq!(history.last().unwrap()["truncate"], true);
+    let before = history[history.len() - 2]["snapshot_id"].to_string();
+    let old = w.scan(table, &["--snapshot", &before]);
+    common::assert_rows(
+        "before the truncate",
+        &w.meta(table),
+        &w.expected(table),
+        &old,
+    );
+
+    // The same files delivered again (copies, newer modification times): superseded.
+    for e in std::fs::read_dir(w.dms().join("sales/product")).unwrap() {
+        let p = e.unwrap().path();
+        let text = std::fs::read(&p).unwrap();
+        std::fs::write(&p, text).unwrap();
+    }
+    let reports = w.ingest_json(&[w.dms()]);
+    assert!(
+        reports.iter().all(|r| r["status"] != "applied"),
+        "{reports:?}"
+    );
+    w.assert_table_rows(table, &[], "truncated");
+
+    w.write_file(
+        "dms/sales/product/20991231-0000000000.csv",
+        "Op,product_id,category,product_name,quantity_available,last_update_time\n\
+         I,900,Tablet,after,5,2022-03-03 10:00:00\nI,901,Tablet,after two,6,2022-03-03 10:00:00\n\
+         D,901,Tablet,after two,6,2022-03-03 10:00:00\n",
+    );
+    w.ingest().assert_success();
+    let expected = vec![serde_json::json!({"product_id": 900, "category": "Tablet",
+        "product_name": "after", "quantity_available": 5,
+        "last_update_time": "2022-03-03 10:00:00.000000"})];
+    w.assert_table_rows(table, &expected, "after");
+}

@@ -285,6 +285,9 @@ pub(crate) struct RecordUpdate {
     pub change_seq: Option<String>,
     /// Change files the record keeps.
     pub window: usize,
+    /// The commit is a truncate of the source table (no inputs): the record starts a new,
+    /// empty generation ([`AppliedRecord::truncated`]).
+    pub truncate: Option<record::Truncation>,
 }
 
 /// Everything one commit needs, prepared once and reused by every attempt.

@@ -326,14 +326,17 @@ fn build_metadata(
             Some(r) => r,
             None => AppliedRecord::of_table(base_md)?.unwrap_or_default(),
         };
-        let next = now.applied_with(
-            &update.inputs,
-            &update.carried,
-            update.reload,
-            update.change_seq.clone(),
-            update.window,
-            chrono::Utc::now().timestamp_millis(),
-        );
+        let next = match &update.truncate {
+            Some(t) => now.truncated(t),
+            None => now.applied_with(
+                &update.inputs,
+                &update.carried,
+                update.reload,
+                update.change_seq.clone(),
+                update.window,
+                chrono::Utc::now().timestamp_millis(),
+            ),
+        };
         builder = builder.set_properties([(PROPERTY.to_string(), next.encode()?)].into())?;
     }
     let build = builder.build()?;

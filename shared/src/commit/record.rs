@@ -147,6 +147,27 @@ pub(crate) struct Generation {
     /// part of it, already applied.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub before_ms: Option<i64>,
+    /// This generation began with a truncate of the source table (DMS deleted the table's
+    /// files), not with a full load.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub truncated: bool,
+}
+
+impl Generation {
+    fn began_with(&self) -> &'static str {
+        if self.truncated { "truncate" } else { "reload" }
+    }
+}
+
+/// A truncate of the source table, as a commit applies it to the record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Truncation {
+    /// When the source table was truncated (epoch ms): change files written before it are
+    /// superseded; files written after it apply on the empty table.
+    pub at_ms: i64,
+    /// Files the record holds that were written after the truncate (applied before the truncate
+    /// was seen): forgotten, so that they apply again, in order, on the empty table.
+    pub written_after: std::collections::BTreeSet<OrderKey>,
 }
 
 /// The whole record.
@@ -392,10 +413,13 @@ impl AppliedRecord {
         if self.files.contains_key(order) {
             return Standing::Applied;
         }
-        if self.load.number >= 2 {
+        // A generation after the first (a reload or a truncate) has what came before it in its
+        // effect: older change files are superseded.
+        if self.load.since.is_some() || self.load.started_ms.is_some() {
             if self.load.since.as_ref().is_some_and(|s| order <= s) {
                 return Standing::Superseded(format!(
-                    "a change file from before the table's reload (generation {})",
+                    "a change file from before the table's {} (generation {})",
+                    self.load.began_with(),
                     self.load.number
                 ));
             }
@@ -403,7 +427,8 @@ impl AppliedRecord {
                 && m < started
             {
                 return Standing::Superseded(format!(
-                    "a change file written before the table's reload (generation {}) began",
+                    "a change file written before the table's {} (generation {}) began",
+                    self.load.began_with(),
                     self.load.number
                 ));
             }
@@ -492,6 +517,7 @@ impl AppliedRecord {
                 since: self.last_change().cloned().or(previous.since),
                 started_ms: None,
                 before_ms: None,
+                truncated: false,
             };
             r.load.files = carried
                 .iter()
@@ -541,6 +567,58 @@ impl AppliedRecord {
                 r.horizon_ms = Some(now_ms);
             }
         }
+        r
+    }
+
+    /// The DMS objects the record says the table holds now: the current load's files and the
+    /// change files applied on top of it.
+    pub(crate) fn current_objects(&self) -> Vec<(&OrderKey, &str)> {
+        let mut out: Vec<(&OrderKey, &str)> = self
+            .load
+            .files
+            .iter()
+            .map(|f| (&f.order, f.key.as_str()))
+            .collect();
+        out.extend(
+            self.files
+                .iter()
+                .filter(|(o, _)| self.load.since.as_ref().is_none_or(|s| *o > s))
+                .map(|(o, k)| (o, k.as_str())),
+        );
+        out
+    }
+
+    /// The record after the source table was truncated: a new generation without any file,
+    /// everything applied before the truncate superseded (change files up to the last one
+    /// applied, and any written before it), the files written after it forgotten so they apply
+    /// again on the empty table.
+    pub(crate) fn truncated(&self, t: &Truncation) -> AppliedRecord {
+        let mut r = self.clone();
+        r.files.retain(|o, _| !t.written_after.contains(o));
+        let previous = std::mem::take(&mut r.load);
+        let (after, before): (Vec<LoadFile>, Vec<LoadFile>) = previous
+            .files
+            .into_iter()
+            .partition(|f| t.written_after.contains(&f.order));
+        drop(after);
+        let mut kept = before.clone();
+        kept.append(&mut r.superseded);
+        kept.truncate(before.len().max(1) * SUPERSEDED_GENERATIONS);
+        r.superseded = kept;
+        let last_change = r.files.last_key_value().map(|(o, _)| o.clone());
+        r.load = Generation {
+            number: previous.number + 1,
+            files: Vec::new(),
+            since: last_change.clone().or(previous.since),
+            started_ms: Some(t.at_ms),
+            before_ms: None,
+            truncated: true,
+        };
+        let last_load = before.iter().map(|f| &f.order).max().cloned();
+        r.watermark = match (last_change, last_load) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
         r
     }
 
@@ -746,6 +824,78 @@ mod tests {
             md5: Some(md5.into()),
             xxh3: None,
         }
+    }
+
+    /// A truncate supersedes what the table held (the load's files, change files up to the last
+    /// applied and any written before it), forgets files written after it so they apply again,
+    /// and happens once: the new generation lists nothing.
+    #[test]
+    fn a_truncate_starts_an_empty_generation() {
+        let m = |t: i64| meta(10, &format!("m{t}"), t);
+        let r = AppliedRecord::default().applied(
+            &[
+                input(load(1), m(100)),
+                input(cdc(1), m(200)),
+                input(cdc(2), m(300)),
+            ],
+            false,
+            None,
+            100,
+            1_000,
+        );
+        assert_eq!(r.current_objects().len(), 3);
+        // cdc(3) was written (at 600) after DMS deleted the folder (at 500), and applied
+        // before the deletion was seen.
+        let r = r.applied(&[input(cdc(3), m(600))], false, None, 100, 2_000);
+        let t = Truncation {
+            at_ms: 500,
+            written_after: [cdc(3)].into(),
+        };
+        let after = r.truncated(&t);
+        assert!(
+            after.current_objects().is_empty(),
+            "{:?}",
+            after.current_objects()
+        );
+        assert!(after.load.truncated && after.load.number == 2);
+        assert_eq!(after.load.since, Some(cdc(2)));
+        assert_eq!(after.watermark, Some(cdc(2)));
+        // What the truncate removed never applies again, whenever it arrives.
+        assert!(matches!(
+            after.classify(&cdc(1), FileKind::Cdc, &m(200)),
+            Standing::Applied
+        ));
+        assert!(matches!(
+            after.classify(&load(1), FileKind::Load, &m(100)),
+            Standing::Superseded(_)
+        ));
+        let e = after.classify(&cdc(2), FileKind::Cdc, &m(300));
+        assert!(matches!(e, Standing::Applied), "{e:?}");
+        // A change file written before the truncate that was never applied: superseded.
+        let early = OrderKey::parse("1/20220302-1134025000000000000").unwrap();
+        match after.classify(&early, FileKind::Cdc, &m(400)) {
+            Standing::Superseded(why) => assert!(why.contains("truncate"), "{why}"),
+            s => panic!("{s:?}"),
+        }
+        // The file written after the truncate, and later ones, apply on top.
+        assert_eq!(
+            after.classify(&cdc(3), FileKind::Cdc, &m(600)),
+            Standing::Pending { late: false }
+        );
+        assert_eq!(
+            after.classify(&cdc(4), FileKind::Cdc, &m(700)),
+            Standing::Pending { late: false }
+        );
+        // A new full load after a drop and create starts on the empty table.
+        assert_eq!(
+            after.classify(&load(1), FileKind::Load, &meta(10, "new", 800)),
+            Standing::Pending { late: false }
+        );
+        // Encoded and read back the same.
+        assert_eq!(
+            AppliedRecord::decode(&after.encode().unwrap()).unwrap(),
+            after
+        );
     }
 
     /// A LOAD file recorded with an XXH3 digest (as applied now), or with an MD5 alone (as

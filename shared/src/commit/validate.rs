@@ -295,6 +295,15 @@ fn input_not_applied(
     let Some(update) = &staged.record else {
         return Ok(None);
     };
+    if update.truncate.is_some() {
+        // A truncate removes every live row: files applied since it was planned must be
+        // planned into it (applied again after it, if written after the truncate).
+        let record = read.insert(AppliedRecord::of_table(now)?.unwrap_or_default());
+        return match *record == update.base_record {
+            true => Ok(None),
+            false => Err(conflict(Conflict::RecordMoved)),
+        };
+    }
     if update.inputs.is_empty() {
         return Ok(None);
     }

@@ -1,9 +1,13 @@
 //! The events the functions accept, typed with `aws_lambda_events`:
 //!
 //! - ingest: an S3 notification ([`S3Event`]), an SQS batch ([`SqsEvent`]) whose message bodies
-//!   are S3 notifications or EventBridge "Object Created" events, or such an EventBridge event
-//!   ([`EventBridgeEvent`]) invoked directly; `s3:TestEvent` (sent when a notification is
-//!   configured) names nothing.
+//!   are S3 notifications or EventBridge "Object Created" / "Object Deleted" events, or such an
+//!   EventBridge event ([`EventBridgeEvent`]) invoked directly; `s3:TestEvent` (sent when a
+//!   notification is configured) names nothing. Deletions (`ObjectRemoved:*`, "Object Deleted"
+//!   with reason `DeleteObject`) are named with their time: DMS deletes a table's objects when
+//!   the source table is truncated or dropped. Lifecycle expirations
+//!   (`LifecycleExpiration:*`, reason `Lifecycle Expiration`) name nothing: they never change a
+//!   table.
 //! - compact: an EventBridge "Scheduled Event"; any other payload also means "run now".
 //!
 //! [`IngestEvent`] deserializes from any JSON: which shape it is, is decided by its
@@ -25,6 +29,9 @@ use crate::locate::decode_event_key;
 pub struct S3EventDetail {
     pub bucket: S3DetailBucket,
     pub object: S3DetailObject,
+    /// "Object Deleted": `DeleteObject` (a client's delete, as DMS's) or `Lifecycle Expiration`.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,16 +149,20 @@ impl Body {
                 Err(e) => Body::Invalid(format!("not an S3 notification: {e}")),
             };
         }
-        if let Some(dt) = v.get("detail-type").and_then(Value::as_str) {
+        if let Some(dt) = v
+            .get("detail-type")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+        {
             // Other EventBridge events (another rule's) have no S3 object: nothing to do.
-            if dt != "Object Created" {
+            if dt != "Object Created" && dt != "Object Deleted" {
                 let mut e = EventBridgeEvent::<S3EventDetail>::default();
                 e.detail_type = dt.to_string();
                 return Body::EventBridge(Box::new(e));
             }
             return match serde_json::from_value::<EventBridgeEvent<S3EventDetail>>(v) {
                 Ok(e) => Body::EventBridge(Box::new(e)),
-                Err(e) => Body::Invalid(format!("not an S3 \"Object Created\" event: {e}")),
+                Err(e) => Body::Invalid(format!("not an S3 \"{dt}\" event: {e}")),
             };
         }
         Body::Invalid(format!(
@@ -193,25 +204,30 @@ pub struct S3Ref {
     pub bucket: String,
     /// Decoded key.
     pub key: String,
+    /// A deletion by a client (DMS on a truncate or drop, or an operator), at this time (epoch
+    /// ms); `None`: the object was created.
+    pub deleted_ms: Option<i64>,
 }
 
-/// The objects an S3 notification names (created ones only).
+/// The objects an S3 notification names: created ones, and deleted ones (not by lifecycle).
 fn objects_of_s3(e: &S3Event) -> Result<Vec<S3Ref>> {
     let mut out = Vec::new();
     for r in &e.records {
-        if !r
-            .event_name
-            .as_deref()
-            .unwrap_or("ObjectCreated:")
-            .starts_with("ObjectCreated:")
-        {
+        let name = r.event_name.as_deref().unwrap_or("ObjectCreated:");
+        let deleted_ms = if name.starts_with("ObjectCreated:") {
+            None
+        } else if name.starts_with("ObjectRemoved:") {
+            Some(r.event_time.timestamp_millis())
+        } else {
+            // LifecycleExpiration:*, and anything else: not DMS's doing.
             continue;
-        }
+        };
         match (&r.s3.bucket.name, &r.s3.object.key) {
             // Notification keys are URL-encoded (`+` for space).
             (Some(b), Some(k)) => out.push(S3Ref {
                 bucket: b.clone(),
                 key: decode_event_key(k)?,
+                deleted_ms,
             }),
             _ => {
                 return Err(Error::Input(Box::new(crate::error::InputError::new(
@@ -225,9 +241,17 @@ fn objects_of_s3(e: &S3Event) -> Result<Vec<S3Ref>> {
 }
 
 fn objects_of_eventbridge(e: &EventBridgeEvent<S3EventDetail>) -> Result<Vec<S3Ref>> {
-    if e.detail_type != "Object Created" {
-        return Ok(vec![]);
-    }
+    let deleted_ms = match e.detail_type.as_str() {
+        "Object Created" => None,
+        // A client's delete (DMS on a truncate); never a lifecycle expiration.
+        "Object Deleted" if e.detail.reason.as_deref() != Some("Lifecycle Expiration") => {
+            Some(e.time.map_or_else(
+                || chrono::Utc::now().timestamp_millis(),
+                |t| t.timestamp_millis(),
+            ))
+        }
+        _ => return Ok(vec![]),
+    };
     let d = &e.detail;
     if d.bucket.name.is_empty() || d.object.key.is_empty() {
         return Err(Error::Input(Box::new(crate::error::InputError::new(
@@ -241,6 +265,7 @@ fn objects_of_eventbridge(e: &EventBridgeEvent<S3EventDetail>) -> Result<Vec<S3R
     Ok(vec![S3Ref {
         bucket: d.bucket.name.clone(),
         key,
+        deleted_ms,
     }])
 }
 
@@ -345,9 +370,49 @@ mod tests {
         let e = parse(json!({"hello": 1})).records().unwrap_err();
         assert_eq!(e.kind(), "InputError");
         assert!(e.to_string().contains("unrecognised event"), "{e}");
-        let other =
-            parse(json!({"detail-type": "Object Deleted", "source": "aws.s3", "detail": {}}));
+        let other = parse(
+            json!({"detail-type": "Object Restore Completed", "source": "aws.s3", "detail": {}}),
+        );
         assert!(other.records().unwrap()[0].objects.is_empty());
+    }
+
+    /// Deletions are named with their time (DMS deletes a table's objects on a truncate);
+    /// lifecycle expirations name nothing, in both event shapes.
+    #[test]
+    fn deletions_by_clients_are_named_and_lifecycle_expirations_are_not() {
+        let deleted = |reason: &str| {
+            json!({"detail-type": "Object Deleted", "source": "aws.s3",
+                "time": "2022-03-02T11:34:03Z",
+                "detail": {"bucket": {"name": "b"}, "object": {"key": "dms/s/t/LOAD00000001.csv"},
+                           "reason": reason, "deletion-type": "Permanently Deleted"}})
+        };
+        let r = parse(deleted("DeleteObject")).records().unwrap();
+        assert_eq!(r[0].objects[0].key, "dms/s/t/LOAD00000001.csv");
+        assert_eq!(r[0].objects[0].deleted_ms, Some(1_646_220_843_000));
+        let r = parse(deleted("Lifecycle Expiration")).records().unwrap();
+        assert!(r[0].objects.is_empty() && r[0].invalid.is_none(), "{r:?}");
+        for (name, named) in [
+            ("ObjectRemoved:Delete", true),
+            ("ObjectRemoved:DeleteMarkerCreated", true),
+            ("LifecycleExpiration:Delete", false),
+            ("LifecycleExpiration:DeleteMarkerCreated", false),
+        ] {
+            let mut v = s3_event("dms/s/t/20220302-1134010000.csv");
+            v["Records"][0]["eventName"] = json!(name);
+            let r = parse(v).records().unwrap();
+            assert_eq!(r[0].objects.len(), named as usize, "{name}");
+            if named {
+                assert_eq!(
+                    r[0].objects[0].deleted_ms,
+                    Some(1_646_220_843_127),
+                    "{name}"
+                );
+            }
+        }
+        let created = parse(s3_event("dms/s/t/LOAD00000001.csv"))
+            .records()
+            .unwrap();
+        assert_eq!(created[0].objects[0].deleted_ms, None);
     }
 
     #[test]

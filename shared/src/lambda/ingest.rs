@@ -46,12 +46,16 @@ type TableFolder = (String, String);
 /// A table folder's listing and the table, read before the table is processed.
 type TableReads = Result<(Vec<ObjectInfo>, Option<LoadedTable>)>;
 
+/// An object URI an event names, its table folder (if it has one) and, for a deletion, when
+/// it was deleted.
+type NamedKey = (String, Option<TableFolder>, Option<i64>);
+
 /// What an event names, grouped by table under one config.
 struct Named {
     /// Table folder → (schema, table).
     tables: BTreeMap<TableFolder, (String, String)>,
-    /// Per record: each object URI and its table folder, if it has one.
-    record_keys: Vec<Vec<(String, Option<TableFolder>)>>,
+    /// Per record: each object it names.
+    record_keys: Vec<Vec<NamedKey>>,
     bad_keys: BTreeMap<String, Failure>,
     /// Objects that are not DMS data files.
     ignored: Vec<String>,
@@ -68,14 +72,28 @@ impl Named {
         }
     }
 
-    /// The objects the event names in one table folder.
+    /// The objects the event names as created in one table folder.
     fn in_folder(&self, folder: &TableFolder) -> Vec<&str> {
         self.record_keys
             .iter()
             .flatten()
-            .filter(|(_, t)| t.as_ref() == Some(folder))
-            .map(|(uri, _)| uri.as_str())
+            .filter(|(_, t, deleted)| t.as_ref() == Some(folder) && deleted.is_none())
+            .map(|(uri, _, _)| uri.as_str())
             .collect()
+    }
+
+    /// The objects the event names as deleted in one table folder, and when the latest
+    /// deletion happened (`None`: it names none there).
+    fn deleted_in(&self, folder: &TableFolder) -> Option<(BTreeSet<String>, i64)> {
+        let deleted: Vec<(&String, i64)> = self
+            .record_keys
+            .iter()
+            .flatten()
+            .filter(|(_, t, _)| t.as_ref() == Some(folder))
+            .filter_map(|(uri, _, deleted)| deleted.map(|d| (uri, d)))
+            .collect();
+        let at = deleted.iter().map(|(_, d)| *d).max()?;
+        Some((deleted.into_iter().map(|(u, _)| u.clone()).collect(), at))
     }
 }
 
@@ -223,6 +241,7 @@ impl IngestHandler {
                     (schema.as_str(), table.as_str()),
                     reads.remove(&folder),
                     &named.in_folder(&folder),
+                    named.deleted_in(&folder),
                 )
                 .await;
             self.objects.drop_prefetched().await;
@@ -233,9 +252,11 @@ impl IngestHandler {
         let mut reasons = Vec::new();
         for (r, keys) in records.iter().zip(record_keys) {
             let mut reason: Option<Failure> = r.invalid.clone().map(|i| ("InputError", i));
-            for (uri, table) in keys {
+            for (uri, table, deleted) in keys {
                 let why = match table.as_ref().and_then(|t| outcomes.get(t)) {
                     None => bad_keys.get(uri).cloned(),
+                    // A deletion is done when its table was processed (truncated or not).
+                    Some(o) if deleted.is_some() => o.error.clone(),
                     Some(o) if o.applied.contains(uri) => None,
                     // Gone from the folder (DMS empties it to reload the table): nothing to
                     // apply, and nothing a retry could change.
@@ -319,6 +340,7 @@ impl IngestHandler {
         (schema, table): (&str, &str),
         reads: Option<TableReads>,
         named: &[&str],
+        deleted: Option<(BTreeSet<String>, i64)>,
     ) -> TableOutcome {
         let started = Instant::now();
         let mut outcome = TableOutcome {
@@ -329,13 +351,21 @@ impl IngestHandler {
         type Listed = Vec<(DmsObject, ObjectInfo)>;
         let result: Result<(TableReport, Listed, Arc<AppliedRecord>)> = async {
             let cfg = config.table(schema, table)?;
-            let (listing, loaded) = match reads {
+            let (listing, mut loaded) = match reads {
                 Some(r) => r?,
                 None => {
                     let folder = (bucket.to_string(), prefix.to_string());
                     self.read_table(config, &folder, (schema, table), named).await?
                 }
             };
+            if let (Some((gone, at_ms)), Some(t)) = (deleted, &loaded)
+                && cfg.truncate_on_source_delete
+            {
+                crate::ops::ingest::check_source(&cfg, t)?;
+                if self.truncate_if_emptied(t, bucket, &listing, gone, at_ms).await? {
+                    loaded = LoadedTable::load(self.catalog.as_ref(), &t.ident).await?;
+                }
+            }
             let mut files: Listed = Vec::new();
             for o in listing {
                 let uri = format!("s3://{bucket}/{}", o.key);
@@ -438,6 +468,38 @@ impl IngestHandler {
         }
         self.log_table(&report, &files, started);
         outcome
+    }
+
+    /// On a deletion in the table's folder: empties the table if DMS deleted every object its
+    /// record lists (a truncate or drop of the source table); files written after the deletion
+    /// are applied again on top by the ingest that follows. Whether it truncated.
+    async fn truncate_if_emptied(
+        &self,
+        table: &LoadedTable,
+        bucket: &str,
+        listing: &[ObjectInfo],
+        deleted: BTreeSet<String>,
+        at_ms: i64,
+    ) -> Result<bool> {
+        let present = listing
+            .iter()
+            .map(|o| (format!("s3://{bucket}/{}", o.key), o.last_modified_ms))
+            .collect();
+        let r = crate::ops::truncate::Truncate::new(self.catalog.as_ref(), table.ident.clone())
+            .if_emptied(present, at_ms, deleted)
+            .execute()
+            .await?;
+        if let Some(note) = &r.note {
+            info!(table = %r.table, %note, "a deletion in the table's folder; not truncating");
+        }
+        if r.truncated {
+            warn!(table = %r.table, snapshot_id = ?r.snapshot_id, reapply = r.reapply.len(), "the source table was truncated (DMS deleted its files): every row removed");
+            println!(
+                "{}",
+                emf_line("ingest", &r.table, &[("Truncates", "Count", 1.0)])
+            );
+        }
+        Ok(r.truncated)
     }
 
     fn log_table(&self, report: &TableReport, files: &[(DmsObject, ObjectInfo)], started: Instant) {
@@ -560,6 +622,7 @@ fn named(config: &Config, records: &[super::events::Record]) -> Named {
         let mut keys = Vec::new();
         for o in &r.objects {
             let uri = format!("s3://{}/{}", o.bucket, o.key);
+            let deleted = o.deleted_ms;
             match locate(&uri, &config.source) {
                 Ok(Some(obj)) => match table_prefix(&obj) {
                     Some(prefix) => {
@@ -567,7 +630,7 @@ fn named(config: &Config, records: &[super::events::Record]) -> Named {
                             (o.bucket.clone(), prefix.clone()),
                             (obj.schema.clone(), obj.table.clone()),
                         );
-                        keys.push((uri, Some((o.bucket.clone(), prefix))));
+                        keys.push((uri, Some((o.bucket.clone(), prefix)), deleted));
                     }
                     None => {
                         n.bad_keys.insert(
@@ -577,13 +640,17 @@ fn named(config: &Config, records: &[super::events::Record]) -> Named {
                                 "cannot find the table folder in the key".into(),
                             ),
                         );
-                        keys.push((uri, None));
+                        keys.push((uri, None, deleted));
                     }
                 },
+                // A deleted object that is no DMS data file changes nothing.
                 Ok(None) => n.ignored.push(uri),
+                Err(e) if deleted.is_some() => {
+                    info!(object = %uri, error = %e, "deleted object is not a DMS file; ignored");
+                }
                 Err(e) => {
                     n.bad_keys.insert(uri.clone(), (e.kind(), e.to_string()));
-                    keys.push((uri, None));
+                    keys.push((uri, None, deleted));
                 }
             }
         }

@@ -24,6 +24,8 @@ pub struct SnapshotInfo {
     pub timestamp_ms: i64,
     pub operation: String,
     pub source_files: Vec<String>,
+    /// The snapshot emptied the table: its source table was truncated.
+    pub truncate: bool,
     pub watermark: Option<String>,
     pub rows_inserted: Option<u64>,
     pub rows_updated: Option<u64>,
@@ -122,6 +124,7 @@ pub async fn history(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Vec<Sn
             timestamp_ms: s.timestamp_ms(),
             operation: s.summary().operation.as_str().to_string(),
             source_files: source_files(p),
+            truncate: p.get(keys::TRUNCATE).is_some_and(|v| v == "true"),
             watermark: p.get(keys::WATERMARK).cloned(),
             rows_inserted: num(keys::ROWS_INSERTED),
             rows_updated: num(keys::ROWS_UPDATED),

@@ -1,6 +1,7 @@
 //! Table operations, one file (or folder) each. Those with options are builders ending in
 //! `execute` ([`ingest::Ingest`], [`scan::Scan`], [`compact::Compact`],
-//! [`maintain::ExpireSnapshots`], [`maintain::Orphans`], [`mark_applied::MarkApplied`]); the
+//! [`maintain::ExpireSnapshots`], [`maintain::Orphans`], [`mark_applied::MarkApplied`],
+//! [`truncate::Truncate`]); the
 //! others are plain functions ([`history::history`], [`discover::discover_all`],
 //! [`rejected`]'s side table of rows set aside).
 
@@ -12,6 +13,7 @@ pub mod maintain;
 pub mod mark_applied;
 pub mod rejected;
 pub mod scan;
+pub mod truncate;
 
 use iceberg::TableIdent;
 

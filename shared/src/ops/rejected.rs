@@ -205,6 +205,7 @@ impl Planner for RejectedPlanner<'_> {
                 carried: vec![],
                 change_seq: None,
                 window: crate::config::DEFAULT_WINDOW,
+                truncate: None,
             }),
         };
         Ok(Plan::Commit(Box::new(staged), ()))

@@ -155,6 +155,7 @@ impl IngestPlanner<'_> {
                 carried,
                 change_seq: max_seq,
                 window: self.cfg.applied_record_files,
+                truncate: None,
             }),
         })
     }
