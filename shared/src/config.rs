@@ -64,6 +64,10 @@ pub struct TableSettings {
     pub columns: Option<Vec<ColumnSetting>>,
     /// The endpoint's `CsvNullValue`. Default: an empty field is NULL.
     pub null_value: Option<String>,
+    /// The endpoint's `CsvNoSupValue` (with `UseCsvNoSupValue=true`): the marker DMS writes in
+    /// an update's columns the source did not log. Such a column keeps the row's current
+    /// value; an insert carrying the marker is refused.
+    pub no_sup_value: Option<String>,
     /// The endpoint's `AddColumnName`: files have a header (`true`) or not (`false`, names from
     /// `columns`). Default: a header unless `columns` is set and the first line does not name
     /// them.
@@ -169,6 +173,7 @@ impl TableSettings {
             drop_columns,
             columns,
             null_value,
+            no_sup_value,
             header,
             delimiter,
             before_image_prefix,
@@ -202,6 +207,8 @@ pub struct TableConfig {
     pub drop_columns: Vec<String>,
     pub columns: Option<Vec<(String, Option<PrimitiveType>)>>,
     pub null_value: String,
+    /// [`TableSettings::no_sup_value`]; never empty.
+    pub no_sup_value: Option<String>,
     pub header: Option<bool>,
     /// The endpoint's `CsvDelimiter`: one or more bytes.
     pub delimiter: Vec<u8>,
@@ -396,6 +403,21 @@ impl Config {
                 .collect(),
             columns,
             null_value: s.null_value.clone().unwrap_or_default(),
+            no_sup_value: match s.no_sup_value.as_deref() {
+                Some("") => {
+                    return Err(Error::Config(format!(
+                        "[tables.\"{matched}\"] no_sup_value is empty: it must be the marker \
+                         DMS writes (CsvNoSupValue), which an empty field cannot be told from"
+                    )));
+                }
+                Some(v) if v == s.null_value.as_deref().unwrap_or_default() => {
+                    return Err(Error::Config(format!(
+                        "[tables.\"{matched}\"] no_sup_value `{v}` is also the null_value: a \
+                         column the source did not supply could not be told from a NULL"
+                    )));
+                }
+                v => v.map(str::to_string),
+            },
             header: s.header,
             delimiter,
             before_image_prefix: s

@@ -11,6 +11,10 @@
 //!
 //! A `U` whose before-image key (`BI_<key>`) differs from its key moved the row: it becomes a
 //! delete of the old key and an upsert of the new one, at the same place in the order.
+//!
+//! A column an update did not supply (`no_sup_value`) keeps the key's current value: the
+//! value of the latest earlier change of the key in the same commit that supplied it, else the
+//! table's (read by the lookup, [`Deduped::from_table`]).
 
 use std::sync::Arc;
 
@@ -49,8 +53,32 @@ pub(crate) struct Deduped {
     pub order_values: Vec<ArrayRef>,
     /// Per row of `keys`: the winning change comes from a full-load file.
     pub from_load: Vec<bool>,
+    /// Cells of `upserts` an update did not supply and no earlier change of its key in this
+    /// commit did: (row of `upserts`, column), in row order. NULL until filled with the value
+    /// of the key's live row in the table.
+    pub from_table: Vec<(usize, usize)>,
+    /// Per row of `upserts`: its row in `keys`.
+    pub upsert_keys: Vec<usize>,
     /// Rows read from the files.
     pub rows_read: usize,
+}
+
+/// Where an unsupplied cell of a winning update takes its value from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FillFrom {
+    /// An earlier change of the key in this commit (its row).
+    Row(u32),
+    /// The key's live row in the table.
+    Table,
+    /// Nothing: the key was deleted before the update in this commit.
+    Null,
+}
+
+/// An unsupplied cell of a winner (by index into the winners).
+struct Fill {
+    winner: usize,
+    column: usize,
+    from: FillFrom,
 }
 
 /// Where an event's key is: a row's own key, or a before-image (batch, row).
@@ -89,8 +117,8 @@ pub(crate) fn dedupe(
     let keys = input.keys(&schema, key)?;
     let order = input.order(&schema, order_columns)?;
     let events = input.events(&keys)?;
-    let winners = input.winners(&events, &keys, order.rows.as_ref(), only_keys_of);
-    input.assemble(&schema, &keys, &order.columns, &winners)
+    let (winners, fills) = input.winners(&events, &keys, order.rows.as_ref(), only_keys_of)?;
+    input.assemble(&schema, &keys, &order.columns, &winners, &fills)
 }
 
 /// Every row of a commit's input, in file order, with what orders it.
@@ -103,6 +131,8 @@ struct Input {
     labels: Vec<(String, crate::locate::FileFormat)>,
     /// Index of each batch's first row.
     starts: Vec<usize>,
+    /// Per row (global index) with unsupplied cells: their columns.
+    unsupplied: std::collections::BTreeMap<u32, Vec<usize>>,
 }
 
 /// The key columns of every row, and their row encoding (what events sort by).
@@ -157,6 +187,7 @@ impl Input {
             befores: Vec::new(),
             labels: files.iter().map(|f| (f.label.clone(), f.format)).collect(),
             starts: Vec::new(),
+            unsupplied: Default::default(),
         };
         for (fi, f) in files.into_iter().enumerate() {
             for b in f.batches {
@@ -172,6 +203,13 @@ impl Input {
                 }
                 if let Some(before) = b.before {
                     input.befores.push((start, before));
+                }
+                for (r, c) in b.unsupplied {
+                    input
+                        .unsupplied
+                        .entry((start + r) as u32)
+                        .or_default()
+                        .push(c);
                 }
                 input.batches.push(b.data);
             }
@@ -332,14 +370,15 @@ impl Input {
         (ma.file, ma.pos) > (mb.file, mb.pos)
     }
 
-    /// The last event of each key (restricted to keys `only_keys_of` touch), in key order.
+    /// The last event of each key (restricted to keys `only_keys_of` touch), in key order, and
+    /// where the unsupplied cells of those that have some take their values from.
     fn winners<'e>(
         &self,
         events: &'e [Event],
         keys: &Keys,
         order: Option<&Rows>,
         only_keys_of: Option<&[usize]>,
-    ) -> Vec<&'e Event> {
+    ) -> Result<(Vec<&'e Event>, Vec<Fill>)> {
         // Sort by key; the last change in source order wins each key. Sorting (rather than
         // hashing) keeps memory to one small entry per change.
         let sorted: Vec<&Event> = match &keys.ints {
@@ -361,6 +400,7 @@ impl Input {
             }
         };
         let mut winners = Vec::new();
+        let mut fills = Vec::new();
         let mut group_start = 0;
         for (i, e) in sorted.iter().enumerate() {
             if sorted
@@ -387,9 +427,85 @@ impl Input {
                     w
                 }
             });
+            if let Some(w) = last
+                && !w.delete
+                && let Some(columns) = self.unsupplied.get(&w.row)
+            {
+                for (column, from) in self.fill_from(group, w, columns, order, events)? {
+                    fills.push(Fill {
+                        winner: winners.len(),
+                        column,
+                        from,
+                    });
+                }
+            }
             winners.extend(last);
         }
-        winners
+        Ok((winners, fills))
+    }
+
+    /// For each of `columns` the winning update `w` did not supply: the latest earlier change
+    /// of its key (`group`) that did, the table when none did, nothing after a delete.
+    fn fill_from(
+        &self,
+        group: &[&Event],
+        w: &Event,
+        columns: &[usize],
+        order: Option<&Rows>,
+        events: &[Event],
+    ) -> Result<Vec<(usize, FillFrom)>> {
+        // An update that moved the row to this key replaced the old key's row, which this
+        // key's lookup does not find.
+        if events
+            .iter()
+            .any(|e| e.row == w.row && matches!(e.key, KeyRef::Before(..)))
+        {
+            return Err(self.error_at(
+                w.row as usize,
+                "Op",
+                "an update that changes the key leaves columns unsupplied (the `no_sup_value` \
+                 marker): the row it replaces is under the old key; log every column of the \
+                 table at the source (full supplemental logging) for such updates",
+            ));
+        }
+        let mut earlier: Vec<&Event> = group
+            .iter()
+            .copied()
+            .filter(|e| e.row != w.row && self.later(order, w.row as usize, e.row as usize))
+            .collect();
+        // Latest first.
+        earlier.sort_by(|a, b| {
+            if self.later(order, a.row as usize, b.row as usize) {
+                std::cmp::Ordering::Less
+            } else {
+                std::cmp::Ordering::Greater
+            }
+        });
+        Ok(columns
+            .iter()
+            .map(|&c| {
+                for e in &earlier {
+                    if e.delete {
+                        return (c, FillFrom::Null);
+                    }
+                    let unsupplied = self
+                        .unsupplied
+                        .get(&e.row)
+                        .is_some_and(|cols| cols.contains(&c));
+                    if !unsupplied {
+                        return (c, FillFrom::Row(e.row));
+                    }
+                }
+                (c, FillFrom::Table)
+            })
+            .collect())
+    }
+
+    /// (batch, row in it) of a row.
+    fn at(&self, r: u32) -> (usize, usize) {
+        let r = r as usize;
+        let b = self.starts.partition_point(|s| *s <= r) - 1;
+        (b, r - self.starts[b])
     }
 
     fn assemble(
@@ -398,23 +514,55 @@ impl Input {
         keys: &Keys,
         order_columns: &[ArrayRef],
         winners: &[&Event],
+        fills: &[Fill],
     ) -> Result<Deduped> {
         // (batch, row) of each winning upsert, in key order.
         let upsert_at: Vec<(usize, usize)> = winners
             .iter()
             .filter(|e| !e.delete)
-            .map(|e| {
-                let r = e.row as usize;
-                let b = self.starts.partition_point(|s| *s <= r) - 1;
-                (b, r - self.starts[b])
-            })
+            .map(|e| self.at(e.row))
             .collect();
-        let upserts = if self.batches.is_empty() {
+        // Per winner: its row in `upserts` (deletes have none).
+        let mut upsert_of = Vec::with_capacity(winners.len());
+        let mut upsert_keys = Vec::with_capacity(upsert_at.len());
+        for (k, e) in winners.iter().enumerate() {
+            upsert_of.push(upsert_keys.len());
+            if !e.delete {
+                upsert_keys.push(k);
+            }
+        }
+        let mut upserts = if self.batches.is_empty() {
             RecordBatch::new_empty(schema.clone())
         } else {
             let refs: Vec<&RecordBatch> = self.batches.iter().collect();
             arrow_select::interleave::interleave_record_batch(&refs, &upsert_at)?
         };
+        let mut from_table = Vec::new();
+        if !fills.is_empty() {
+            // Unsupplied cells take the value of the earlier change that supplied it.
+            let mut columns = upserts.columns().to_vec();
+            let mut by_column: std::collections::BTreeMap<usize, Vec<(usize, usize)>> =
+                Default::default();
+            for f in fills {
+                let row = upsert_of[f.winner];
+                match f.from {
+                    FillFrom::Row(r) => {
+                        by_column
+                            .entry(f.column)
+                            .or_insert_with(|| upsert_at.clone())[row] = self.at(r);
+                    }
+                    FillFrom::Table => from_table.push((row, f.column)),
+                    FillFrom::Null => {}
+                }
+            }
+            for (c, at) in by_column {
+                let parts: Vec<&dyn Array> =
+                    self.batches.iter().map(|b| b.column(c).as_ref()).collect();
+                columns[c] = arrow_select::interleave::interleave(&parts, &at)?;
+            }
+            upserts = RecordBatch::try_new(upserts.schema(), columns)?;
+            from_table.sort_unstable();
+        }
         let upsert_sources: Vec<(u32, u64)> = winners
             .iter()
             .filter(|e| !e.delete)
@@ -448,6 +596,8 @@ impl Input {
                 .iter()
                 .map(|e| self.metas[e.row as usize].kind == FileKind::Load)
                 .collect(),
+            from_table,
+            upsert_keys,
             rows_read: self.metas.len(),
         })
     }
@@ -519,6 +669,7 @@ mod tests {
             ops: rows.iter().map(|r| r.3).collect(),
             positions: (2..2 + rows.len() as u64).collect(),
             rejected: vec![],
+            unsupplied: vec![],
             before: before.map(|b| {
                 RecordBatch::try_new(
                     Arc::new(Schema::new(vec![Field::new("key0", DataType::Int64, true)])),
@@ -536,6 +687,63 @@ mod tests {
             format: crate::locate::FileFormat::Csv,
             batches: vec![b],
         }
+    }
+
+    /// Unsupplied cells (column `v` = 1, `seq` = 2) take the latest earlier change's value in
+    /// source order, the table's when no change in the commit supplied it, and nothing after a
+    /// delete of the key.
+    #[test]
+    fn unsupplied_cells_take_the_latest_supplied_value() {
+        use arrow_array::cast::AsArray;
+        let mut b = batch(
+            &[
+                (1, "a", Some("s1"), Op::Update),
+                (1, "x", Some("s2"), Op::Update), // v unsupplied
+                (1, "b", Some("x"), Op::Update),  // seq unsupplied
+                (2, "x", Some("x"), Op::Update),  // both unsupplied: the table's
+                (3, "c", Some("s3"), Op::Insert),
+                (3, "x", Some("x"), Op::Delete),
+                (3, "x", Some("t3"), Op::Update), // v unsupplied after a delete
+            ],
+            None,
+        );
+        b.unsupplied = vec![(1, 1), (2, 2), (3, 1), (3, 2), (6, 1)];
+        let d = dedupe(
+            schema(),
+            vec![file(FileKind::Cdc, b)],
+            &["id".into()],
+            &[],
+            None,
+        )
+        .unwrap();
+        let rows: Vec<(i64, Option<String>, Option<String>)> = (0..d.upserts.num_rows())
+            .map(|r| {
+                let s = |c: usize| {
+                    let a = d.upserts.column(c).as_string::<i32>();
+                    (!a.is_null(r)).then(|| a.value(r).to_string())
+                };
+                (
+                    d.upserts
+                        .column(0)
+                        .as_primitive::<arrow_array::types::Int64Type>()
+                        .value(r),
+                    s(1),
+                    s(2),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                (1, Some("b".into()), Some("s2".into())),
+                (2, Some("x".into()), Some("x".into())),
+                (3, Some("x".into()), Some("t3".into())),
+            ]
+        );
+        // Key 2's cells wait for the table's row (its data is still the unsupplied text,
+        // filled by the lookup); key 3's `v` is unknown after the delete: not from the table.
+        assert_eq!(d.from_table, vec![(1, 1), (1, 2)]);
+        assert_eq!(d.upsert_keys, vec![0, 1, 2]);
     }
 
     type Upserts = Vec<(i64, String)>;
@@ -727,6 +935,7 @@ mod tests {
             positions: vec![2, 3],
             before: None,
             rejected: vec![],
+            unsupplied: vec![],
         };
         let e = dedupe(s, vec![file(FileKind::Load, b)], &["id".into()], &[], None)
             .unwrap_err()
@@ -803,6 +1012,7 @@ mod tests {
                             .collect(),
                         positions: (2..2 + rows.len() as u64).collect(),
                         rejected: vec![],
+                        unsupplied: vec![],
                         before: None,
                     }],
                 });

@@ -21,5 +21,6 @@ mod modes;
 mod ordering;
 mod reload;
 mod rest;
+mod settings;
 mod stress;
 mod types;

@@ -154,6 +154,7 @@ class Change:
     ts: dt.datetime  # commit timestamp (load time for full load)
     old_key: tuple | None = None  # U that changed the primary key: the key before
     seq: str | None = None  # AR_H_CHANGE_SEQ-like (None in full load)
+    prev: dict | None = None  # U: the row before it (what the source did not change)
 
 
 @dataclass
@@ -441,6 +442,7 @@ def scenario_synthetic(a, rng: random.Random) -> Table:
                 dead.append(k)
                 changes.append(Change("D", dict(row), ts))
             else:
+                prev = dict(live[k])
                 row = dict(live[k])
                 if a.partition_move and rng.random() < 0.6:
                     row["status"] = rng.choice([s for s in STATUSES if s != row["status"]])
@@ -467,7 +469,7 @@ def scenario_synthetic(a, rng: random.Random) -> Table:
                     k = nk
                     keys.add(k)
                 live[k] = row
-                changes.append(Change("U", dict(row), ts, old_key=old))
+                changes.append(Change("U", dict(row), ts, old_key=old, prev=prev))
             touched.append(k)
         ftime = start + interval
         ftime = ftime.replace(microsecond=rng.randint(0, 999) * 1000)
@@ -731,10 +733,18 @@ def render_csv(tb, f, a, changes, lay, bad=None) -> tuple[bytes, dict]:
     if not a.no_header:
         lines.append(d.join(csv_field(n, d, null_token) for n, _k, _c in lay))
     info = {}
+    # UseCsvNoSupValue: a column an update did not change, as a source that logs only changed
+    # columns has DMS write it (its own random stream: the rest of the tree does not change).
+    nosup = random.Random(f"{a.seed}/{f.stem}") if a.no_sup_value is not None else None
     for i, ch in enumerate(changes, 1):
         vals = row_values(tb, f, ch, lay)
         texts = [None if v is None else (v if k in ("op", "ts", "seq") else csv_text(v, c.ty))
                  for v, (_n, k, c) in zip(vals, lay)]
+        if nosup and ch.op == "U" and ch.prev is not None and ch.old_key is None:
+            for j, (name, kind, c) in enumerate(lay):
+                if (kind == "col" and name not in tb.pk and name != a.ordering_column
+                        and ch.prev.get(name) == ch.row.get(name) and nosup.random() < 0.7):
+                    texts[j] = a.no_sup_value
         if bad and i == BAD_RECORD:
             kind, col = bad
             if kind == "column-count":
@@ -866,6 +876,8 @@ def generate(a) -> dict:
         raise SystemExit("--dms-types is a synthetic CSV case with a header")
     if a.mode == "append" and a.scenario != "events":
         raise SystemExit("--mode append is the events scenario (inserts only)")
+    if a.no_sup_value is not None and (a.format != "csv" or a.scenario != "synthetic"):
+        raise SystemExit("--no-sup-value is a synthetic CSV case (DMS writes the marker in CSV)")
     if a.cdc_inserts_only and a.scenario != "events":
         raise SystemExit("--cdc-inserts-only is the events scenario (inserts only)")
     if a.delay_changes and not a.ordering_column:
@@ -1093,6 +1105,8 @@ def generate(a) -> dict:
         entry["time_type"] = a.time_type
     if a.null_value is not None:
         entry["null_value"] = a.null_value
+    if a.no_sup_value is not None:
+        entry["no_sup_value"] = a.no_sup_value
     if a.delimiter != ",":
         entry["delimiter"] = a.delimiter
     if a.before_image:
@@ -1163,6 +1177,9 @@ def add_common(p: argparse.ArgumentParser):
                         "changelog: expected = every change row with dms_op, dms_file, dms_row")
     p.add_argument("--cdc-inserts-only", action="store_true",
                    help="CdcInsertsOnly: with --no-op-in-load, change files have no Op either")
+    p.add_argument("--no-sup-value", metavar="MARKER",
+                   help="UseCsvNoSupValue: updates carry MARKER in most columns they did not "
+                        "change (config no_sup_value); the expected state is unchanged")
     p.add_argument("--dms-prices", action="store_true",
                    help="CSV: add `price`, cents as DMS doubles (`+9.8999999999999999e-01` for 0.99)")
     p.add_argument("--pin", action="append", metavar="COL=TYPE",

@@ -22,6 +22,8 @@ mod key_index;
 mod scan;
 mod stale;
 
+pub(crate) use stale::{ValuesAt, read_values_at};
+
 pub use key_index::write_key_index;
 
 use std::collections::{BTreeMap, HashMap};
@@ -74,6 +76,10 @@ pub struct Located {
     /// Data files holding a row this lookup left in place because it is newer than its change
     /// (`stale`): the plan depends on those rows as well as on the ones it deletes.
     pub(crate) kept_in: std::collections::BTreeSet<String>,
+    /// Per key: where its live row is (index into `live_files`, position), if found.
+    pub(crate) live: Vec<Option<(u32, i64)>>,
+    /// The data files of `live`: path and size.
+    pub(crate) live_files: Vec<(String, u64)>,
 }
 
 /// A live data file that may hold some of the keys.
@@ -127,6 +133,7 @@ pub(crate) async fn locate_rows(
     let mut out = Located {
         found: vec![false; keys.num_rows()],
         stale: vec![false; keys.num_rows()],
+        live: vec![None; keys.num_rows()],
         ..Default::default()
     };
     if keys.num_rows() == 0 {
@@ -170,6 +177,13 @@ pub(crate) async fn locate_rows(
             .filter_map(|content| content.get(&c.path).map(Vec::as_slice))
             .collect();
         let hits = drop_deleted(scan.hits, &deleted);
+        if !hits.is_empty() {
+            let f = out.live_files.len() as u32;
+            out.live_files.push((c.path.clone(), c.size));
+            for (pos, key) in &hits {
+                out.live[*key] = Some((f, *pos));
+            }
+        }
         for (_, key) in &hits {
             out.found[*key] = true;
         }

@@ -84,17 +84,21 @@ pub(super) async fn mark_stale(
 }
 
 /// One column of one data file, compared as `data_type`.
-struct ValuesAt<'a> {
-    path: &'a str,
-    size: u64,
-    field_id: i32,
-    data_type: &'a DataType,
+pub(crate) struct ValuesAt<'a> {
+    pub(crate) path: &'a str,
+    pub(crate) size: u64,
+    pub(crate) field_id: i32,
+    pub(crate) data_type: &'a DataType,
 }
 
 /// Values of column `field_id` at `positions` of a data file, cast to `data_type` (NULL where
 /// the file predates the column). Reads only the row groups that hold those positions, or the
 /// whole column (kept in `cache`) when most of them are needed.
-async fn read_values_at(files: &Files, at: ValuesAt<'_>, positions: &[i64]) -> Result<ArrayRef> {
+pub(crate) async fn read_values_at(
+    files: &Files,
+    at: ValuesAt<'_>,
+    positions: &[i64],
+) -> Result<ArrayRef> {
     let cache = files.cache();
     let ValuesAt {
         path,

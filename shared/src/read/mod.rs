@@ -73,6 +73,9 @@ pub struct ChangeBatch {
     pub before: Option<RecordBatch>,
     /// Rows set aside (bad-row policy `quarantine`); they are not in `data`.
     pub rejected: Vec<crate::error::Rejected>,
+    /// Cells of updates the source did not supply (the `no_sup_value` marker), as (row, column
+    /// index in `data`), in row order: NULL in `data`, they keep the row's current value.
+    pub unsupplied: Vec<(usize, usize)>,
 }
 
 impl ChangeBatch {
@@ -91,12 +94,26 @@ impl ChangeBatch {
                 .map(|(x, _)| x)
                 .collect()
         }
+        // Rows kept before each row: its new number.
+        let mut renumber = Vec::with_capacity(mask.len());
+        let mut kept = 0;
+        for k in &mask {
+            renumber.push(kept);
+            kept += *k as usize;
+        }
+        let unsupplied = self
+            .unsupplied
+            .iter()
+            .filter(|(r, _)| mask[*r])
+            .map(|(r, c)| (renumber[*r], *c))
+            .collect();
         Ok(ChangeBatch {
             data,
             ops: pick(self.ops, &mask),
             positions: pick(self.positions, &mask),
             before,
             rejected: self.rejected,
+            unsupplied,
         })
     }
 }

@@ -335,6 +335,7 @@ impl ParquetBatches {
                     record: None,
                 })
                 .collect(),
+            unsupplied: Vec::new(),
         };
         match keep {
             Some(k) => batch.filter(&k),

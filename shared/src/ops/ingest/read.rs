@@ -76,7 +76,8 @@ pub(super) fn read_files(
         .iter()
         .map(|f| f.data.as_ref().map_or(Ok(0), |d| d.len()))
         .sum::<Result<u64>>()?;
-    let large = input_bytes > cfg.large_input_bytes;
+    // Unsupplied columns (`no_sup_value`) take earlier changes' values: every row is held.
+    let large = input_bytes > cfg.large_input_bytes && cfg.no_sup_value.is_none();
     // A large input keeps only the key and ordering columns in memory.
     let slim: Option<(SchemaRef, Vec<usize>)> = if large {
         let keep: Vec<usize> = processing
@@ -474,8 +475,21 @@ pub(super) fn align(b: ChangeBatch, schema: &SchemaRef) -> Result<ChangeBatch> {
             None => Ok(new_null_array(f.data_type(), n)),
         })
         .collect::<Result<_>>()?;
+    // Unsupplied cells follow their column to its place in the table's order.
+    let unsupplied = b
+        .unsupplied
+        .iter()
+        .map(|(r, c)| {
+            let name = b.data.schema().field(*c).name().clone();
+            schema
+                .index_of(&name)
+                .map(|i| (*r, i))
+                .map_err(|_| Error::Internal(format!("column `{name}` is not the table's")))
+        })
+        .collect::<Result<_>>()?;
     Ok(ChangeBatch {
         data: RecordBatch::try_new(schema.clone(), columns)?,
+        unsupplied,
         ..b
     })
 }

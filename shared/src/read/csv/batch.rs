@@ -43,6 +43,7 @@ pub(super) struct Conversion {
     hints: Vec<Option<String>>,
     label: String,
     null_value: Vec<u8>,
+    no_sup_value: Option<Vec<u8>>,
     op_index: Option<usize>,
     data_cols: Vec<(usize, String)>,
     types: Vec<PrimitiveType>,
@@ -68,6 +69,8 @@ struct Filling {
     rejected: Vec<Rejected>,
     /// Rows appended to the builders but set aside (a value failed half-way through).
     drop_rows: Vec<usize>,
+    /// (row, data column) of the cells an update did not supply.
+    unsupplied: Vec<(usize, usize)>,
 }
 
 impl Conversion {
@@ -132,6 +135,7 @@ impl Conversion {
             hints,
             label: file.label.clone(),
             null_value: file.null_value.clone(),
+            no_sup_value: file.no_sup_value.clone(),
             op_index,
             data_cols,
             types,
@@ -168,6 +172,7 @@ impl Conversion {
             guesses: vec![TypeGuess::default(); observed],
             rejected: Vec::new(),
             drop_rows: Vec::new(),
+            unsupplied: Vec::new(),
         })
     }
 
@@ -185,7 +190,7 @@ impl Conversion {
                 return Ok(None);
             }
         };
-        let failed = match self.push_data(rec, line, batch) {
+        let failed = match self.push_data(rec, line, op, batch) {
             Ok(failed) => failed,
             Err(misfit) => return Ok(Some(misfit)),
         };
@@ -220,6 +225,7 @@ impl Conversion {
         &self,
         rec: &csv::ByteRecord,
         line: u64,
+        op: Op,
         batch: &mut Filling,
     ) -> Result<Option<InputError>, Misfit> {
         let observed = self.observe.as_ref().map_or(&[][..], |o| &o.columns[..]);
@@ -236,6 +242,33 @@ impl Conversion {
                 continue;
             }
             let v = rec.get(*i).unwrap_or_default();
+            if self.no_sup_value.as_deref() == Some(v) {
+                match op {
+                    // Not supplied: the row's current value stays (NULL until it is read).
+                    Op::Update => batch.unsupplied.push((batch.ops.len(), c)),
+                    // A delete's other columns are not applied.
+                    Op::Delete => {}
+                    Op::Insert => {
+                        b.push_null();
+                        failed = Some(
+                            InputError::new(
+                                &self.label,
+                                format!(
+                                    "an insert carries {VALUE}, the `no_sup_value` marker of a \
+                                     column the source did not supply: an inserted row has no \
+                                     current value to keep"
+                                ),
+                            )
+                            .value(String::from_utf8_lossy(v))
+                            .at(Position::Line(line))
+                            .column(name),
+                        );
+                        continue;
+                    }
+                }
+                b.push_null();
+                continue;
+            }
             let v = (v != self.null_value.as_slice()).then_some(v);
             let watched = observed.iter().position(|o| *o == c);
             if let (Some(k), Some(v)) = (watched, v) {
@@ -318,6 +351,7 @@ impl Conversion {
             positions,
             rejected,
             drop_rows,
+            unsupplied,
             ..
         } = batch;
         let columns = data.iter_mut().map(|b| b.finish()).collect();
@@ -335,6 +369,7 @@ impl Conversion {
             positions,
             before,
             rejected,
+            unsupplied,
         };
         if drop_rows.is_empty() {
             return Ok(batch);

@@ -85,6 +85,7 @@ impl CsvFile {
             data,
             delimiter: cfg.delimiter.clone(),
             null_value: cfg.null_value.as_bytes().to_vec(),
+            no_sup_value: cfg.no_sup_value.as_ref().map(|m| m.as_bytes().to_vec()),
             fields: names.len(),
             quarantine: cfg.bad_rows == crate::config::BadRows::Quarantine,
             layout,

@@ -33,6 +33,8 @@ pub struct CsvFile {
     data: SourceData,
     delimiter: Vec<u8>,
     null_value: Vec<u8>,
+    /// `no_sup_value`: the marker of a column an update did not supply.
+    no_sup_value: Option<Vec<u8>>,
     layout: Layout,
     /// Whether the first record is a header to skip.
     has_header: bool,
@@ -131,7 +133,8 @@ impl CsvFile {
             }
             for (g, &i) in guesses.iter_mut().zip(&idx) {
                 let v = rec.get(i).unwrap_or_default();
-                if v != self.null_value.as_slice() {
+                // The no-supplied-value marker says nothing of the column's type.
+                if v != self.null_value.as_slice() && self.no_sup_value.as_deref() != Some(v) {
                     g.observe(v);
                 }
             }

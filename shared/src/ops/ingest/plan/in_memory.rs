@@ -132,6 +132,14 @@ impl IngestPlanner<'_> {
             }
         };
         timings.lookup_us = micros(lookup_started);
+        let mut read = read;
+        if let Some(t) = &table
+            && !read.deduped.from_table.is_empty()
+            && let Err(e) = self.keep_unsupplied(&t.metadata, &mut read, &located).await
+        {
+            self.discard(speculative).await;
+            return Err(e);
+        }
         let write_started = Instant::now();
         let outcomes = KeyOutcome::of(&read.deduped, &located);
         let written = self
@@ -166,6 +174,58 @@ impl IngestPlanner<'_> {
             &mut report,
         )?;
         Ok((staged, report, read.rejected))
+    }
+
+    /// Columns updates did not supply (`no_sup_value`) keep the value of the row each update
+    /// replaces: read from the live row the lookup found for its key (NULL for a key the table
+    /// does not hold).
+    async fn keep_unsupplied(
+        &self,
+        md: &TableMetadata,
+        read: &mut ReadResult,
+        located: &Located,
+    ) -> Result<()> {
+        let deduped = &mut read.deduped;
+        let schema = deduped.upserts.schema();
+        // Per (file, column): the cells to read, as (upsert row, position).
+        let mut wanted: std::collections::BTreeMap<(u32, usize), Vec<(usize, i64)>> =
+            Default::default();
+        for &(row, column) in &deduped.from_table {
+            let key = deduped.upsert_keys[row];
+            if let Some(Some((file, pos))) = located.live.get(key) {
+                wanted.entry((*file, column)).or_default().push((row, *pos));
+            }
+        }
+        let mut columns = deduped.upserts.columns().to_vec();
+        for ((file, column), cells) in wanted {
+            let (path, size) = &located.live_files[file as usize];
+            let name = schema.field(column).name();
+            let Some(field_id) = md.current_schema().field_id_by_name(name) else {
+                // A column this commit adds: the table's rows have none.
+                continue;
+            };
+            let positions: Vec<i64> = cells.iter().map(|(_, p)| *p).collect();
+            let at = crate::lookup::ValuesAt {
+                path,
+                size: *size,
+                field_id,
+                data_type: schema.field(column).data_type(),
+            };
+            let values =
+                crate::lookup::read_values_at(self.ingest.catalog.files(), at, &positions).await?;
+            // The column with these cells replaced by the table's values.
+            let mut take: Vec<(usize, usize)> =
+                (0..columns[column].len()).map(|r| (0, r)).collect();
+            for (i, (row, _)) in cells.iter().enumerate() {
+                take[*row] = (1, i);
+            }
+            columns[column] = arrow_select::interleave::interleave(
+                &[columns[column].as_ref(), values.as_ref()],
+                &take,
+            )?;
+        }
+        deduped.upserts = arrow_array::RecordBatch::try_new(schema, columns)?;
+        Ok(())
     }
 
     /// Where the live rows of the touched keys are.

@@ -50,7 +50,9 @@ impl IngestPlanner<'_> {
             .iter()
             .map(|f| f.data.as_ref().map_or(Ok(0), |d| d.len()))
             .sum::<Result<u64>>()?;
-        Ok(bytes > self.cfg.large_input_bytes)
+        // Changes with unsupplied columns are merged with the earlier changes of their key,
+        // which the streamed path does not hold.
+        Ok(bytes > self.cfg.large_input_bytes && self.cfg.no_sup_value.is_none())
     }
 
     /// The digest of each planned LOAD file that has none yet, computed on blocking threads.

@@ -188,7 +188,12 @@ impl IngestPlanner<'_> {
         key: &[String],
         read: &ReadResult,
     ) -> Option<Speculative> {
-        if read.second_pass.is_some() || read.deduped.upserts.num_rows() == 0 {
+        // Rows still missing values of the table's (unsupplied columns) are written once
+        // the lookup has read them.
+        if read.second_pass.is_some()
+            || read.deduped.upserts.num_rows() == 0
+            || !read.deduped.from_table.is_empty()
+        {
             return None;
         }
         let (file_io, planned) = (self.ingest.catalog.file_io().clone(), planned.clone());

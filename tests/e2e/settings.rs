@@ -1,0 +1,75 @@
+//! DMS endpoint settings that change what a change row means (issue 26): `CsvNoSupValue`
+//! (`no_sup_value`: a column an update did not supply keeps the row's value). Whole tables
+//! against the generator's model through our scan, PyIceberg and DuckDB.
+
+use crate::common::*;
+
+const TABLE: &str = "shop.orders";
+
+/// Updates from a source that logs only the columns they change carry the marker in the
+/// others (customer_id, and status, amount, note when unchanged): every such column keeps the
+/// key's value, from the table (a file per commit) or from an earlier change of the key in the
+/// same commit (four files per commit, and changes of one key within a file); inserts and
+/// deletes are as DMS wrote them.
+#[test]
+fn unsupplied_columns_keep_the_rows_values() {
+    for per_commit in ["1", "4"] {
+        let w = Work::new(&format!("no_sup_{per_commit}"));
+        w.generate(
+            "synthetic",
+            &[
+                "--rows",
+                "200",
+                "--cdc-files",
+                "5",
+                "--cdc-rows",
+                "120",
+                "--no-sup-value",
+                "_NOSUP_",
+                "--seed",
+                "2602",
+            ],
+        );
+        let changed: usize = std::fs::read_dir(w.dms().join("shop/orders"))
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .map(|t| t.matches("_NOSUP_").count())
+            .sum();
+        assert!(
+            changed > 100,
+            "the tree carries the marker ({changed} times)"
+        );
+        let reports = w.ingest_json_with(&[w.dms()], &["--files-per-commit", per_commit]);
+        assert!(
+            reports.iter().all(|r| r["status"] == "applied"),
+            "{reports:?}"
+        );
+        w.assert_table(TABLE);
+    }
+}
+
+/// An insert has no current row: the marker in it fails its file naming file, line and
+/// column, and nothing of that file is committed.
+#[test]
+fn an_insert_with_the_marker_is_refused() {
+    let w = Work::plain("no_sup_insert");
+    w.write_file("dms/s/t/LOAD00000001.csv", "Op,id,a,b\nI,1,a1,b1\n");
+    w.write_file(
+        "dms/s/t/20220302-1134010000.csv",
+        "Op,id,a,b\nU,1,_NS_,B1\nI,2,_NS_,b2\n",
+    );
+    std::fs::write(
+        w.config(),
+        "[tables.\"s.t\"]\nprimary_key = [\"id\"]\nno_sup_value = \"_NS_\"\n",
+    )
+    .unwrap();
+    let r = w.ingest();
+    assert!(!r.status.success(), "{}", r.describe());
+    let want = "20220302-1134010000.csv, line 3, column `a`: an insert carries `_NS_`";
+    assert!(
+        r.stderr.contains(want),
+        "stderr lacks {want:?}:\n{}",
+        r.describe()
+    );
+    assert_eq!(w.scan_csv("s.t"), "id,a,b\n1,a1,b1\n", "only the full load");
+}
