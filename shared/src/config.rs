@@ -37,6 +37,13 @@ pub struct SourceSettings {
     /// writes LOAD files one folder deeper: `<schema>/<table>/<segment>/LOAD….csv`.
     #[serde(default)]
     pub parallel_load_folders: bool,
+    /// The endpoint's `CdcPath` with `PreserveTransactions=true`: the changes of every table go
+    /// to `[<bucket_folder>/]<cdc_path>/CDC_TXN-<yyyyMMddHHmmssSSS>.csv`, rows
+    /// `op,TABLE,SCHEMA,field…` in transaction order (full loads stay in the table folders).
+    pub cdc_path: Option<String>,
+    /// The endpoint's `CsvDelimiter`, for the `CDC_TXN` files of `cdc_path` (a table's own
+    /// `delimiter` is for its folder's files). Default `,`.
+    pub cdc_delimiter: Option<String>,
 }
 
 /// Settings one source table can have; every field is optional so layers can merge.
@@ -210,6 +217,8 @@ pub struct TableConfig {
     /// [`TableSettings::no_sup_value`]; never empty.
     pub no_sup_value: Option<String>,
     pub header: Option<bool>,
+    /// `[source] cdc_delimiter`: the delimiter of `CDC_TXN` files (`cdc_path`).
+    pub cdc_delimiter: Vec<u8>,
     /// The endpoint's `CsvDelimiter`: one or more bytes.
     pub delimiter: Vec<u8>,
     pub before_image_prefix: String,
@@ -353,16 +362,9 @@ impl Config {
                 )));
             }
         }
-        let delimiter: Vec<u8> = match s.delimiter.as_deref() {
-            None => b",".to_vec(),
-            Some("\\t") => b"\t".to_vec(),
-            Some(d) if !d.is_empty() && !d.contains(['"', '\n', '\r']) => d.as_bytes().to_vec(),
-            Some(d) => {
-                return Err(Error::Config(format!(
-                    "[tables.\"{matched}\"] delimiter `{d}` must be non-empty and contain no quote or newline"
-                )));
-            }
-        };
+        let delimiter = parse_delimiter(s.delimiter.as_deref())
+            .map_err(|d| Error::Config(format!("[tables.\"{matched}\"] {d}")))?;
+        let cdc_delimiter = self.source.cdc_delimiter_bytes()?;
         let columns = match &s.columns {
             None => None,
             Some(cols) => Some(
@@ -420,6 +422,7 @@ impl Config {
             },
             header: s.header,
             delimiter,
+            cdc_delimiter,
             before_image_prefix: s
                 .before_image_prefix
                 .clone()
@@ -435,6 +438,27 @@ impl Config {
             mode: s.mode.unwrap_or_default(),
             truncate_on_source_delete: s.truncate_on_source_delete.unwrap_or(true),
         })
+    }
+}
+
+impl SourceSettings {
+    /// The delimiter of `CDC_TXN` files.
+    pub fn cdc_delimiter_bytes(&self) -> Result<Vec<u8>> {
+        parse_delimiter(self.cdc_delimiter.as_deref())
+            .map_err(|d| Error::Config(format!("[source] cdc_{d}")))
+    }
+}
+
+/// A `delimiter` setting: `,` by default, `\t` for a tab, else the characters as given (not
+/// empty, no quote or line break).
+fn parse_delimiter(d: Option<&str>) -> std::result::Result<Vec<u8>, String> {
+    match d {
+        None => Ok(b",".to_vec()),
+        Some("\\t") => Ok(b"\t".to_vec()),
+        Some(d) if !d.is_empty() && !d.contains(['"', '\n', '\r']) => Ok(d.as_bytes().to_vec()),
+        Some(d) => Err(format!(
+            "delimiter `{d}` must be non-empty and contain no quote or newline"
+        )),
     }
 }
 

@@ -74,6 +74,9 @@ pub struct DmsObject {
     pub kind: FileKind,
     pub format: FileFormat,
     pub order: OrderKey,
+    /// A `CDC_TXN` file of `cdc_path` (`PreserveTransactions`), which holds the changes of
+    /// several tables: this object is its rows of `schema.table` (the reader takes only those).
+    pub transaction: bool,
 }
 
 impl DmsObject {
@@ -81,6 +84,82 @@ impl DmsObject {
     pub fn source_table(&self) -> String {
         format!("{}.{}", self.schema, self.table)
     }
+
+    /// Table `schema.table`'s rows of the transaction file `key` (at `order`).
+    pub fn in_transaction_file(key: &str, order: OrderKey, schema: &str, table: &str) -> DmsObject {
+        DmsObject {
+            key: key.to_string(),
+            schema: schema.to_string(),
+            table: table.to_string(),
+            kind: FileKind::Cdc,
+            format: FileFormat::Csv,
+            order,
+            transaction: true,
+        }
+    }
+}
+
+/// `[<bucket_folder>/]<cdc_path>/CDC_TXN-<yyyyMMddHHmmssSSS>.csv[.gz]` (`PreserveTransactions`
+/// with `CdcPath`): its place in DMS order (among change files, by its time), or `None` when
+/// `key` is no such file (or `cdc_path` is not set). The tables it holds are in its rows.
+pub fn locate_transaction_file(key: &str, source: &SourceSettings) -> Result<Option<OrderKey>> {
+    let Some(cdc_path) = source
+        .cdc_path
+        .as_deref()
+        .map(|p| p.trim_matches('/'))
+        .filter(|p| !p.is_empty())
+    else {
+        return Ok(None);
+    };
+    let bad = |reason: &str| Error::Key {
+        key: key.to_string(),
+        reason: reason.to_string(),
+    };
+    if key.is_empty() || key.contains('\\') || key.chars().any(|c| c.is_control()) {
+        return Err(bad("contains a backslash or control character"));
+    }
+    let trimmed = match key.strip_prefix("s3://") {
+        Some(rest) => rest.split_once('/').map_or("", |(_, k)| k),
+        None => key,
+    };
+    let Some((folder, name)) = trimmed.rsplit_once('/') else {
+        return Ok(None);
+    };
+    let name = name.strip_suffix(".gz").unwrap_or(name);
+    let Some(stamp) = name
+        .strip_prefix("CDC_TXN-")
+        .and_then(|n| n.strip_suffix(".csv"))
+    else {
+        return Ok(None);
+    };
+    // The folder ends with `[<bucket_folder>/]<cdc_path>` (local paths may lead with more).
+    let mut expected = String::new();
+    if let Some(f) = source.bucket_folder.as_deref().map(|f| f.trim_matches('/')) {
+        if !f.is_empty() {
+            expected.push_str(f);
+            expected.push('/');
+        }
+    }
+    expected.push_str(cdc_path);
+    let placed = folder == expected || folder.ends_with(&format!("/{expected}"));
+    if !placed {
+        return Ok(None);
+    }
+    if folder.split('/').any(|p| p == ".." || p == ".") {
+        return Err(bad("contains a `.` or `..` segment"));
+    }
+    if stamp.len() != 17 || !stamp.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad(
+            "a CDC_TXN file's name is CDC_TXN-<yyyyMMddHHmmssSSS>.csv (17 digits)",
+        ));
+    }
+    // Among change files by its time: `YYYYMMDD-HHMMSS` and the fraction, as theirs.
+    Ok(OrderKey::parse(&format!(
+        "1/{}-{}{:0<12}",
+        &stamp[..8],
+        &stamp[8..14],
+        &stamp[14..]
+    )))
 }
 
 /// Parses `key`. `Ok(None)`: not a DMS data file (other objects may share the bucket); `Err`: it
@@ -169,6 +248,7 @@ pub fn locate(key: &str, source: &SourceSettings) -> Result<Option<DmsObject>> {
         kind,
         format,
         order,
+        transaction: false,
     }))
 }
 
@@ -535,6 +615,7 @@ mod tests {
         let src = SourceSettings {
             bucket_folder: Some("landing/dms".into()),
             parallel_load_folders: true,
+            ..Default::default()
         };
         let o = locate("landing/dms/sales/product/part_1/LOAD00000001.csv", &src)
             .unwrap()
@@ -555,6 +636,7 @@ mod tests {
         let src = SourceSettings {
             bucket_folder: None,
             parallel_load_folders: true,
+            ..Default::default()
         };
         let o = locate("dms/sales/product/p2020/LOAD00000001.csv", &src)
             .unwrap()
@@ -567,6 +649,7 @@ mod tests {
         let src = SourceSettings {
             bucket_folder: Some("dms".into()),
             parallel_load_folders: true,
+            ..Default::default()
         };
         let at = |k: &str| locate(k, &src).unwrap().unwrap();
         let a = at("dms/sales/product/seg_a/LOAD00000001.csv");
@@ -581,6 +664,7 @@ mod tests {
         let plain = SourceSettings {
             bucket_folder: Some("dms".into()),
             parallel_load_folders: false,
+            ..Default::default()
         };
         let e = locate("dms/sales/product/seg_a/LOAD00000001.csv", &plain)
             .unwrap_err()
@@ -596,6 +680,7 @@ mod tests {
         let src = SourceSettings {
             bucket_folder: Some("shop".into()),
             parallel_load_folders: false,
+            ..Default::default()
         };
         for (k, want) in [
             ("shop/shop/orders/LOAD00000001.csv", ("shop", "orders")),
@@ -629,6 +714,7 @@ mod tests {
         let src = SourceSettings {
             bucket_folder: Some("dms".into()),
             parallel_load_folders: false,
+            ..Default::default()
         };
         let o = locate("s3://dms/dms/sales/product/LOAD00000001.csv", &src)
             .unwrap()
@@ -670,6 +756,7 @@ mod tests {
         let src = SourceSettings {
             bucket_folder: Some("dms".into()),
             parallel_load_folders: false,
+            ..Default::default()
         };
         for (k, want) in [
             (

@@ -571,6 +571,7 @@ fn source_settings() -> impl Strategy<Value = SourceSettings> {
         .prop_map(|(f, p)| SourceSettings {
             bucket_folder: f.map(String::from),
             parallel_load_folders: p,
+            ..Default::default()
         })
 }
 
@@ -715,6 +716,7 @@ fn date_folders_do_not_change_the_table() {
             let source = SourceSettings {
                 bucket_folder: folder.clone(),
                 parallel_load_folders: parallel,
+                ..Default::default()
             };
             let mut head: Vec<String> = prefix;
             if let Some(f) = &folder {
@@ -951,6 +953,7 @@ fn very_long_keys() {
             SourceSettings {
                 bucket_folder: Some("dms".into()),
                 parallel_load_folders: true,
+                ..Default::default()
             },
         ),
         (
@@ -958,6 +961,7 @@ fn very_long_keys() {
             SourceSettings {
                 bucket_folder: Some(["a"; 50].join("/") + "/b"),
                 parallel_load_folders: false,
+                ..Default::default()
             },
         ),
     ];
@@ -2479,6 +2483,7 @@ fn empty_segments_and_signed_escapes_are_refused() {
     let src = SourceSettings {
         bucket_folder: Some("dms".into()),
         parallel_load_folders: false,
+        ..Default::default()
     };
     let r = locate("dms/s/t//LOAD00000001.csv", &src);
     assert!(r.is_err(), "{r:?}");

@@ -73,3 +73,100 @@ fn an_insert_with_the_marker_is_refused() {
     );
     assert_eq!(w.scan_csv("s.t"), "id,a,b\n1,a1,b1\n", "only the full load");
 }
+
+/// `PreserveTransactions=true` with `CdcPath`: the changes of two tables interleaved in shared
+/// `CDC_TXN-*.csv` files (headerless `op,TABLE,SCHEMA,field…`, quoted line breaks included),
+/// full loads in the table folders. Each table applies its rows of each file once, in file
+/// order; a bad row of one table holds back that table only.
+#[test]
+fn transaction_files_apply_to_every_table_they_name() {
+    let w = Work::new("cdc_txn");
+    for (table, seed) in [("orders", "31"), ("items", "32")] {
+        w.generate(
+            "synthetic",
+            &[
+                "--cdc-path",
+                "cdc",
+                "--table",
+                table,
+                "--rows",
+                "150",
+                "--cdc-files",
+                "4",
+                "--cdc-rows",
+                "60",
+                "--seed",
+                seed,
+            ],
+        );
+    }
+    let txn = w.dms().join("cdc");
+    let mut names: Vec<String> = std::fs::read_dir(&txn)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 4, "{names:?}");
+    let first = std::fs::read_to_string(txn.join(&names[0])).unwrap();
+    assert!(
+        first.contains(",orders,shop,") && first.contains(",items,shop,"),
+        "one file holds both tables:\n{first}"
+    );
+    w.ingest().assert_success();
+    w.assert_table("shop.orders");
+    w.assert_table("shop.items");
+    let again = w.ingest_json(&[w.dms()]);
+    assert!(again.iter().all(|r| r["status"] != "applied"), "{again:?}");
+
+    // A bad value in one table's row of the third file: that table stops before the file,
+    // the other table applies it and the rest.
+    let w = Work::new("cdc_txn_bad");
+    for (table, seed) in [("orders", "33"), ("items", "34")] {
+        w.generate(
+            "synthetic",
+            &[
+                "--cdc-path",
+                "cdc",
+                "--table",
+                table,
+                "--rows",
+                "80",
+                "--cdc-files",
+                "4",
+                "--cdc-rows",
+                "30",
+                "--nasty-ratio",
+                "0",
+                "--seed",
+                seed,
+            ],
+        );
+    }
+    let mut names: Vec<String> = std::fs::read_dir(w.dms().join("cdc"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let third = w.dms().join("cdc").join(&names[2]);
+    let text = std::fs::read_to_string(&third).unwrap();
+    let (line, row) = text
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.contains(",items,shop,"))
+        .unwrap();
+    let mut fields: Vec<&str> = row.split(',').collect();
+    fields[6] = "12x4"; // amount: op, table, schema, order_id, customer_id, status, amount
+    let bad = fields.join(",");
+    std::fs::write(&third, text.replacen(row, &bad, 1)).unwrap();
+    let r = w.ingest();
+    assert!(!r.status.success(), "{}", r.describe());
+    let want = format!("{}, line {}, column `amount`", names[2], line + 1);
+    assert!(
+        r.stderr.contains(&want),
+        "stderr lacks {want:?}:\n{}",
+        r.describe()
+    );
+    w.assert_table("shop.orders");
+    let items = w.asof("shop.items");
+    w.assert_table_rows("shop.items", &items[2].rows, "before-the-bad-file");
+}

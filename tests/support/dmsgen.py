@@ -726,11 +726,12 @@ def csv_field(text: str | None, delim: str, null_token: str) -> str:
     return text
 
 
-def render_csv(tb, f, a, changes, lay, bad=None) -> tuple[bytes, dict]:
+def render_csv(tb, f, a, changes, lay, bad=None, txn=False) -> tuple[bytes, dict]:
+    """A DMS CSV file; `txn`: rows of a CDC_TXN file (`op,TABLE,SCHEMA,field…`, no header)."""
     null_token = a.null_value if a.null_value is not None else ""
     d = a.delimiter
     lines = []
-    if not a.no_header:
+    if not a.no_header and not txn:
         lines.append(d.join(csv_field(n, d, null_token) for n, _k, _c in lay))
     info = {}
     # UseCsvNoSupValue: a column an update did not change, as a source that logs only changed
@@ -755,11 +756,13 @@ def render_csv(tb, f, a, changes, lay, bad=None) -> tuple[bytes, dict]:
                 idx = [n for n, _k, _c in lay].index(col)
                 texts[idx] = "12x4"
             info = {"record": i, "line": i + (0 if a.no_header else 1)}
+        if txn:
+            texts[1:1] = [tb.name, tb.schema]
         lines.append(d.join(csv_field(t, d, null_token) for t in texts))
     # The line each record starts on (a quoted field may hold line breaks: CRLF, LF or CR).
     starts, line = [], 1
     for k, text in enumerate(lines):
-        if k > 0 or a.no_header:
+        if k > 0 or a.no_header or txn:
             starts.append(line)
         line += len(re.findall(r"\r\n|\r|\n", text)) + 1
     info["record_lines"] = starts
@@ -804,14 +807,18 @@ def render_parquet(tb, f, a, changes, lay, bad=None) -> tuple[bytes, dict]:
 # Output
 
 
-def write_config(out: Path, entry_name: str, entry: dict, defaults: dict | None = None):
+def write_config(out: Path, entry_name: str, entry: dict, defaults: dict | None = None,
+                 source: dict | None = None):
     """Merge this table's section into DIR/.dmsgen/tables.json and regenerate DIR/config.toml."""
     store = out / ".dmsgen" / "tables.json"
     store.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(store.read_text()) if store.exists() else {"defaults": {}, "tables": {}}
+    data.setdefault("source", {})
     data["tables"][entry_name] = entry
     if defaults:
         data["defaults"].update(defaults)
+    if source:
+        data["source"].update(source)
     store.write_text(json.dumps(data, indent=1))
 
     def tv(v):
@@ -827,7 +834,10 @@ def write_config(out: Path, entry_name: str, entry: dict, defaults: dict | None 
             return "{ " + ", ".join(f"{k} = {tv(x)}" for k, x in v.items()) + " }"
         raise TypeError(v)
 
-    lines = ["# written by tests/support/dmsgen.py", "[defaults]"]
+    lines = ["# written by tests/support/dmsgen.py"]
+    if data["source"]:
+        lines += ["[source]"] + [f"{k} = {tv(v)}" for k, v in data["source"].items()] + [""]
+    lines += ["[defaults]"]
     lines += [f"{k} = {tv(v)}" for k, v in data["defaults"].items()]
     for name, e in data["tables"].items():
         lines += ["", f"[tables.{json.dumps(name, ensure_ascii=False)}]"]
@@ -878,6 +888,8 @@ def generate(a) -> dict:
         raise SystemExit("--mode append is the events scenario (inserts only)")
     if a.no_sup_value is not None and (a.format != "csv" or a.scenario != "synthetic"):
         raise SystemExit("--no-sup-value is a synthetic CSV case (DMS writes the marker in CSV)")
+    if a.cdc_path and (a.format != "csv" or a.add_column_at_file or a.gzip or a.corrupt):
+        raise SystemExit("--cdc-path: CDC_TXN files are plain CSV, one column list")
     if a.cdc_inserts_only and a.scenario != "events":
         raise SystemExit("--cdc-inserts-only is the events scenario (inserts only)")
     if a.delay_changes and not a.ordering_column:
@@ -975,9 +987,27 @@ def generate(a) -> dict:
     prefix = Path(a.bucket_folder) if a.bucket_folder else Path()
     corrupt_info = None
     events = []
+    cdc_index = 0
     for f in tb.files:
         lay = layout(tb, f, a)
         changes = shuffled_changes(f, a, rng)
+        if a.cdc_path and f.kind == "cdc":
+            # PreserveTransactions: the table's changes go to a CDC_TXN file every table shares
+            # (named by the k-th change file's slot, so that tables generated into one tree with
+            # the same --cdc-files and --file-interval share files); rows appended after those
+            # of tables generated before (a transaction order).
+            cdc_index += 1
+            data, _ = render_csv(tb, f, a, changes, lay, txn=True)
+            slot = dt.datetime(2022, 3, 2, 23, 30, 0) + dt.timedelta(seconds=a.file_interval * cdc_index)
+            stamp = slot.strftime("%Y%m%d%H%M%S") + f"{slot.microsecond // 1000:03d}"
+            rel = (prefix / a.cdc_path / f"CDC_TXN-{stamp}.csv")
+            f.relpath = rel.as_posix()
+            root = pend_root if f.pending else dms_root
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            with open(root / rel, "ab") as out_f:
+                out_f.write(data)
+            events.append((f, rel.as_posix(), data))
+            continue
         bad = None
         if f.corrupt:
             bad = (f.corrupt, corrupt_column(tb).name)
@@ -1087,7 +1117,8 @@ def generate(a) -> dict:
         part = ["status"] if "status" in col_ty else [tb.cols[1].name]
     if part:
         entry["partition_by"] = part
-    if a.no_header:
+    if a.no_header or a.cdc_path:
+        # Headerless files (CDC_TXN files are) take their names from `columns`.
         lay = layout(tb, tb.files[-1], a)
         cols = []
         for name, kind, c in lay:
@@ -1111,7 +1142,8 @@ def generate(a) -> dict:
         entry["delimiter"] = a.delimiter
     if a.before_image:
         entry["before_image_prefix"] = a.before_image_prefix
-    write_config(out, f"{tb.schema}.{tb.name}", entry)
+    write_config(out, f"{tb.schema}.{tb.name}", entry,
+                 source={"cdc_path": a.cdc_path} if a.cdc_path else None)
 
     if a.events:
         ev_dir = Path(a.events)
@@ -1180,6 +1212,9 @@ def add_common(p: argparse.ArgumentParser):
     p.add_argument("--no-sup-value", metavar="MARKER",
                    help="UseCsvNoSupValue: updates carry MARKER in most columns they did not "
                         "change (config no_sup_value); the expected state is unchanged")
+    p.add_argument("--cdc-path", metavar="DIR",
+                   help="PreserveTransactions with CdcPath: change files go to DIR/CDC_TXN-*.csv "
+                        "(shared with tables generated into the same tree)")
     p.add_argument("--dms-prices", action="store_true",
                    help="CSV: add `price`, cents as DMS doubles (`+9.8999999999999999e-01` for 0.99)")
     p.add_argument("--pin", action="append", metavar="COL=TYPE",

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 
 use crate::config::SourceSettings;
 use crate::error::{Error, Result};
-use crate::locate::{DmsObject, locate, table_prefix};
+use crate::locate::{DmsObject, locate, locate_transaction_file, table_prefix};
+use crate::read::SourceData;
 
 /// One table's files, in apply order.
 #[derive(Debug, Clone)]
@@ -58,6 +59,37 @@ pub fn discover_all(paths: &[PathBuf], source: &SourceSettings) -> Result<Discov
         for f in files {
             // Keys are the path as given: the last folders name the schema and table.
             let key = f.to_string_lossy().replace('\\', "/");
+            // A CDC_TXN file (`cdc_path`): a change file of every table it has rows of.
+            match locate_transaction_file(&key, source) {
+                Ok(Some(order)) => {
+                    let delimiter = source.cdc_delimiter_bytes()?;
+                    let data = SourceData::Path(f.clone());
+                    match crate::read::transaction::tables_in(&data, &key, &delimiter) {
+                        Ok(tables) => {
+                            for (schema, table) in tables {
+                                let obj = DmsObject::in_transaction_file(
+                                    &key,
+                                    order.clone(),
+                                    &schema,
+                                    &table,
+                                );
+                                by_table
+                                    .entry((schema, table))
+                                    .or_default()
+                                    .push((obj, f.clone()));
+                            }
+                        }
+                        // Whose changes it holds is unknown: no table can go on without it.
+                        Err(e) => return Err(e),
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    unlocated.push((f, e.to_string()));
+                    continue;
+                }
+            }
             match locate(&key, source) {
                 Ok(Some(obj)) => by_table
                     .entry((obj.schema.clone(), obj.table.clone()))

@@ -8,6 +8,7 @@ mod csv;
 mod layout;
 mod parquet;
 pub(crate) mod text;
+pub mod transaction;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -367,6 +368,20 @@ impl SourceFile {
         if data.is_empty()? {
             return Err(InputError::new(&obj.key, "the file is empty (0 bytes)").into());
         }
+        // A CDC_TXN file: this table's rows, read as a headerless change file of its own.
+        let transaction_cfg;
+        let (data, cfg) = if obj.transaction {
+            let rows =
+                transaction::rows_of(&data, &obj.key, &cfg.cdc_delimiter, &obj.schema, &obj.table)?;
+            transaction_cfg = TableConfig {
+                header: Some(false),
+                delimiter: cfg.cdc_delimiter.clone(),
+                ..cfg.clone()
+            };
+            (SourceData::Bytes(rows.into()), &transaction_cfg)
+        } else {
+            (data, cfg)
+        };
         let file = match obj.format {
             FileFormat::Csv => {
                 SourceFile::Csv(Box::new(CsvFile::open(obj, data, cfg, table_columns)?))

@@ -609,6 +609,7 @@ mod tests {
             kind: FileKind::Cdc,
             format: FileFormat::Parquet,
             order: OrderKey::parse("1/x").unwrap(),
+            transaction: false,
         };
         let src =
             SourceFile::open(&obj, SourceData::Bytes(parquet_bytes(&batch)), &cfg, None).unwrap();
@@ -703,6 +704,7 @@ mod tests {
             kind: FileKind::Cdc,
             format: FileFormat::Parquet,
             order: OrderKey::parse("1/x").unwrap(),
+            transaction: false,
         };
         let dec = PrimitiveType::Decimal {
             precision: 10,
@@ -747,6 +749,7 @@ mod tests {
             kind: FileKind::Load,
             format: FileFormat::Parquet,
             order: OrderKey::parse("0/x").unwrap(),
+            transaction: false,
         };
         let e = SourceFile::open(
             &obj,

@@ -22,6 +22,7 @@ pub(super) fn obj(kind: FileKind) -> DmsObject {
         kind,
         format: FileFormat::Csv,
         order: OrderKey::parse("1/x").unwrap(),
+        transaction: false,
     }
 }
 

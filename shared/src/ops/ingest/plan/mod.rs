@@ -263,13 +263,23 @@ impl IngestPlanner<'_> {
             && let Some(oldest) = self.planned.iter().map(|f| f.object.order.clone()).min()
         {
             for (_, key) in record.applied_after(&oldest)? {
-                let object =
-                    crate::locate::locate(&key, &self.ingest.config.source)?.ok_or_else(|| {
-                        Error::Config(format!(
-                            "applied object {key} is not a DMS file under the [source] settings \
-                             any more"
+                let source = &self.ingest.config.source;
+                let object = match crate::locate::locate_transaction_file(&key, source)? {
+                    // This table's rows of a CDC_TXN file.
+                    Some(order) => {
+                        let p = &self.planned[0].object;
+                        Some(crate::locate::DmsObject::in_transaction_file(
+                            &key, order, &p.schema, &p.table,
                         ))
-                    })?;
+                    }
+                    None => crate::locate::locate(&key, source)?,
+                };
+                let object = object.ok_or_else(|| {
+                    Error::Config(format!(
+                        "applied object {key} is not a DMS file under the [source] settings any \
+                         more"
+                    ))
+                })?;
                 inputs.push(FileInput::new(object, None));
             }
             info!(table = %self.ident, files = self.planned.len(), later_files = inputs.len() - self.planned.len(), "late input: re-merging with later files");
