@@ -134,11 +134,11 @@ pub fn locate_transaction_file(key: &str, source: &SourceSettings) -> Result<Opt
     };
     // The folder ends with `[<bucket_folder>/]<cdc_path>` (local paths may lead with more).
     let mut expected = String::new();
-    if let Some(f) = source.bucket_folder.as_deref().map(|f| f.trim_matches('/')) {
-        if !f.is_empty() {
-            expected.push_str(f);
-            expected.push('/');
-        }
+    if let Some(f) = source.bucket_folder.as_deref().map(|f| f.trim_matches('/'))
+        && !f.is_empty()
+    {
+        expected.push_str(f);
+        expected.push('/');
     }
     expected.push_str(cdc_path);
     let placed = folder == expected || folder.ends_with(&format!("/{expected}"));
