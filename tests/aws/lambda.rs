@@ -1539,3 +1539,57 @@ fn a_source_truncate_empties_the_table_once_and_later_files_apply() {
 fn lab_event_for(key: &str) -> Value {
     eventbridge_event(LANDING, key, 10)
 }
+
+/// `PreserveTransactions=true` with `CdcPath`: the ingest function on events for shared
+/// `CDC_TXN` files (one event names two tables), delivered late, shuffled and twice: each
+/// table applies its rows of every file once, in file order (a table named by a later file
+/// first applies the earlier files it has rows in).
+#[test]
+fn transaction_files_apply_to_every_table_they_name() {
+    require_python();
+    let lab = Lab::new("cdc_txn");
+    for (table, seed) in [("orders", "41"), ("items", "42")] {
+        lab.generate(
+            "synthetic",
+            &args(&format!(
+                "--cdc-path cdc --schema shop --table {table} --rows 80 --cdc-files 4 --cdc-rows 30 --seed {seed}"
+            )),
+        );
+    }
+    lab.upload_config(&[]);
+    let mut f = Function::start(&lab, "ingest", &[]);
+    let orders = lab.work.meta("shop.orders");
+    let items = lab.work.meta("shop.items");
+    // The full loads, each by its own event.
+    for meta in [&orders, &items] {
+        lab.upload(&meta.files[0]);
+        f.invoke_ok(&lab.s3_event(&meta.files[0]));
+    }
+    // The CDC_TXN files (the same keys for both tables): all uploaded, then their events in
+    // the order 3, 1, 3, 4, 2.
+    let txn: Vec<String> = orders.files[1..].to_vec();
+    assert_eq!(txn, items.files[1..].to_vec(), "shared files");
+    let mut sizes = Vec::new();
+    for k in &txn {
+        sizes.push(lab.upload(k));
+    }
+    for i in [2, 0, 2, 3, 1] {
+        f.invoke_ok(&eventbridge_event(LANDING, &txn[i], sizes[i]));
+        if i == 2 {
+            // After the third file's event, both tables hold the first three files.
+            for (name, meta) in [("shop.orders", &orders), ("shop.items", &items)] {
+                let got = lab.scan(&lab.glue_name(meta));
+                common::assert_rows(
+                    &format!("{name} after the third file"),
+                    meta,
+                    &lab.work.asof(name)[3].rows,
+                    &got,
+                );
+            }
+        }
+    }
+    lab.assert_table("shop.orders");
+    lab.assert_table("shop.items");
+    assert_each_file_once(&lab, &lab.glue_name(&orders), &orders.files);
+    assert_each_file_once(&lab, &lab.glue_name(&items), &items.files);
+}

@@ -1016,7 +1016,15 @@ impl Lab {
             assert!(text.contains(&header), "no section {header} in\n{text}");
             text = text.replacen(&header, &format!("{header}{line}\n"), 1);
         }
-        format!("[source]\nbucket_folder = \"{}\"\n\n{text}", self.folder)
+        let line = format!("bucket_folder = \"{}\"\n", self.folder);
+        // dmsgen writes a [source] section of its own for some settings (`cdc_path`).
+        match text.find("[source]\n") {
+            Some(i) => {
+                let at = i + "[source]\n".len();
+                format!("{}{line}{}", &text[..at], &text[at..])
+            }
+            None => format!("[source]\n{line}\n{text}"),
+        }
     }
 
     pub fn upload_config(&self, extra: &[(&str, &str)]) {

@@ -23,8 +23,9 @@ use crate::catalog::Catalog;
 use crate::commit::{AppliedRecord, Standing};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::locate::{DmsObject, locate, table_prefix};
+use crate::locate::{DmsObject, OrderKey, locate, locate_transaction_file, table_prefix};
 use crate::ops::ingest::{FileInput, Ingest, Status, TableReport};
+use crate::read::SourceData;
 use crate::storage::{ObjectInfo, ObjectStore};
 use crate::table::LoadedTable;
 
@@ -59,7 +60,30 @@ struct Named {
     bad_keys: BTreeMap<String, Failure>,
     /// Objects that are not DMS data files.
     ignored: Vec<String>,
+    /// CDC_TXN files (`cdc_path`), by record: which tables they hold is in their rows.
+    transactions: Vec<(usize, String, OrderKey)>,
 }
+
+/// The CDC_TXN files (`cdc_path`) an invocation works with: the folder's listing and, per file
+/// read, its bytes and the tables it has rows of (read once, whichever tables need it).
+struct Transactions {
+    /// Every CDC_TXN file of the folder: URI, place in DMS order, listing entry.
+    listed: Vec<(String, OrderKey, ObjectInfo)>,
+    read: tokio::sync::Mutex<BTreeMap<String, TransactionFile>>,
+    /// Per table folder: the newest CDC_TXN file the event names with rows of that table.
+    newest: BTreeMap<TableFolder, OrderKey>,
+}
+
+/// What an event says of one table: the objects it names as created, the deletions in its
+/// folder (what they removed and when), and the CDC_TXN files it names.
+struct TableEvent<'a> {
+    named: &'a [&'a str],
+    deleted: Option<(BTreeSet<String>, i64)>,
+    transactions: Option<&'a Transactions>,
+}
+
+/// A CDC_TXN file's bytes and the tables (`schema`, `table`) it holds.
+type TransactionFile = (SourceData, BTreeSet<(String, String)>);
 
 impl Named {
     /// Logs what the event names that is not applied (once: [`named`] may run twice).
@@ -228,7 +252,8 @@ impl IngestHandler {
         let records = event.records()?;
         let (config, mut reads) = self.current_config(&records).await?;
         let config: &Config = &config;
-        let named = named(config, &records);
+        let mut named = named(config, &records);
+        let transactions = self.transactions(config, &mut named).await;
         named.log();
         let (tables, record_keys, bad_keys) = (&named.tables, &named.record_keys, &named.bad_keys);
         let mut outcomes: BTreeMap<(String, String), TableOutcome> = BTreeMap::new();
@@ -240,12 +265,21 @@ impl IngestHandler {
                     (bucket.as_str(), prefix.as_str()),
                     (schema.as_str(), table.as_str()),
                     reads.remove(&folder),
-                    &named.in_folder(&folder),
-                    named.deleted_in(&folder),
+                    TableEvent {
+                        named: &named.in_folder(&folder),
+                        deleted: named.deleted_in(&folder),
+                        transactions: transactions.as_ref(),
+                    },
                 )
                 .await;
             self.objects.drop_prefetched().await;
             outcomes.insert((bucket.clone(), prefix.clone()), outcome);
+        }
+        // CDC_TXN files were downloaded once for every table: their spool files go now.
+        if let Some(t) = &transactions {
+            for (data, _) in t.read.lock().await.values() {
+                self.objects.release(data).await;
+            }
         }
         // A record succeeds when every DMS file it names is applied.
         let mut failures = Vec::new();
@@ -302,6 +336,76 @@ impl IngestHandler {
         })
     }
 
+    /// The CDC_TXN files the event names: each read (its tables are in its rows), its tables
+    /// added to what the event names, and the CDC folder listed (a table applies the CDC_TXN
+    /// files before the named one in order). `None` when the event names none.
+    async fn transactions(&self, config: &Config, named: &mut Named) -> Option<Transactions> {
+        if named.transactions.is_empty() {
+            return None;
+        }
+        let mut t = Transactions {
+            listed: Vec::new(),
+            read: Default::default(),
+            newest: BTreeMap::new(),
+        };
+        let source = &config.source;
+        let folder = |uri: &str| -> Option<(String, String)> {
+            let (bucket, key) = crate::storage::split_s3_uri(uri).ok()?;
+            Some((bucket.to_string(), key.rsplit_once('/')?.0.to_string()))
+        };
+        let mut listed_folders = BTreeSet::new();
+        for (ri, uri, order) in std::mem::take(&mut named.transactions) {
+            let tables = match t.tables_of(self.objects.as_ref(), source, &uri).await {
+                Ok(tables) => tables,
+                Err(e) => {
+                    named.bad_keys.insert(uri.clone(), (e.kind(), e.redacted()));
+                    named.record_keys[ri].push((uri, None, None));
+                    continue;
+                }
+            };
+            let Some((bucket, cdc_folder)) = folder(&uri) else {
+                continue;
+            };
+            if listed_folders.insert((bucket.clone(), cdc_folder.clone())) {
+                match self.objects.list(&bucket, &format!("{cdc_folder}/")).await {
+                    Ok(listing) => {
+                        for o in listing {
+                            let u = format!("s3://{bucket}/{}", o.key);
+                            if let Ok(Some(order)) = locate_transaction_file(&u, source) {
+                                t.listed.push((u, order, o));
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        named.bad_keys.insert(uri.clone(), (e.kind(), e.redacted()));
+                        named.record_keys[ri].push((uri, None, None));
+                        continue;
+                    }
+                }
+            }
+            for (schema, table) in tables {
+                let prefix = match source.bucket_folder.as_deref().map(|f| f.trim_matches('/')) {
+                    Some(f) if !f.is_empty() => format!("{f}/{schema}/{table}/"),
+                    _ => format!("{schema}/{table}/"),
+                };
+                let table_folder = (bucket.clone(), prefix);
+                named
+                    .tables
+                    .insert(table_folder.clone(), (schema.clone(), table.clone()));
+                named.record_keys[ri].push((uri.clone(), Some(table_folder.clone()), None));
+                let newest = t
+                    .newest
+                    .entry(table_folder)
+                    .or_insert_with(|| order.clone());
+                if order > *newest {
+                    *newest = order.clone();
+                }
+            }
+        }
+        t.listed.sort_by(|a, b| a.1.cmp(&b.1));
+        Some(t)
+    }
+
     /// Lists a table's folder and loads the table: independent round trips, in flight
     /// together; the named objects are downloaded as soon as the listing shows them (they are
     /// usually what is pending).
@@ -339,9 +443,13 @@ impl IngestHandler {
         (bucket, prefix): (&str, &str),
         (schema, table): (&str, &str),
         reads: Option<TableReads>,
-        named: &[&str],
-        deleted: Option<(BTreeSet<String>, i64)>,
+        event: TableEvent<'_>,
     ) -> TableOutcome {
+        let TableEvent {
+            named,
+            deleted,
+            transactions,
+        } = event;
         let started = Instant::now();
         let mut outcome = TableOutcome {
             applied: BTreeSet::new(),
@@ -383,6 +491,25 @@ impl IngestHandler {
                 Some(t) => AppliedRecord::of_table(&t.metadata)?.unwrap_or_default(),
                 None => Default::default(),
             };
+            // This table's CDC_TXN files up to the newest the event names for it, in order.
+            let mut read_ahead: BTreeMap<String, SourceData> = BTreeMap::new();
+            let folder = (bucket.to_string(), prefix.to_string());
+            if let Some(t) = transactions
+                && let Some(newest) = t.newest.get(&folder)
+            {
+                for (uri, order, info) in t.listed.iter().filter(|(_, o, _)| o <= newest) {
+                    let obj = DmsObject::in_transaction_file(uri, order.clone(), schema, table);
+                    if done(&applied, &obj, info) {
+                        continue;
+                    }
+                    let (data, tables) = t.file(self.objects.as_ref(), &config.source, uri).await?;
+                    if tables.contains(&(schema.to_string(), table.to_string())) {
+                        read_ahead.insert(uri.clone(), data);
+                        files.push((obj, info.clone()));
+                    }
+                }
+                files.sort_by(|a, b| a.0.order.cmp(&b.0.order));
+            }
             // Files the record passes over quietly are not listed to the ingest; the rest are
             // (a loud one is reported by it). During a full load, an event for some of its
             // files applies those, and only those, while other files of the load are pending:
@@ -394,7 +521,10 @@ impl IngestHandler {
                     .iter()
                     .filter(|(o, info)| !done(&applied, o, info))
                     .take(self.env.files_per_invocation)
-                    .map(|(o, info)| FileInput::new(o.clone(), None).with_meta(info.meta()))
+                    .map(|(o, info)| {
+                        FileInput::new(o.clone(), read_ahead.get(&o.key).cloned())
+                            .with_meta(info.meta())
+                    })
                     .collect()
             } else {
                 load_files
@@ -617,12 +747,27 @@ fn named(config: &Config, records: &[super::events::Record]) -> Named {
         record_keys: Vec::new(),
         bad_keys: BTreeMap::new(),
         ignored: Vec::new(),
+        transactions: Vec::new(),
     };
-    for r in records {
+    for (ri, r) in records.iter().enumerate() {
         let mut keys = Vec::new();
         for o in &r.objects {
             let uri = format!("s3://{}/{}", o.bucket, o.key);
             let deleted = o.deleted_ms;
+            match locate_transaction_file(&uri, &config.source) {
+                // Its tables are in its rows: read once the event is handled.
+                Ok(Some(order)) if deleted.is_none() => {
+                    n.transactions.push((ri, uri, order));
+                    continue;
+                }
+                Ok(Some(_)) => continue,
+                Ok(None) => {}
+                Err(e) => {
+                    n.bad_keys.insert(uri.clone(), (e.kind(), e.to_string()));
+                    keys.push((uri, None, deleted));
+                    continue;
+                }
+            }
             match locate(&uri, &config.source) {
                 Ok(Some(obj)) => match table_prefix(&obj) {
                     Some(prefix) => {
@@ -657,6 +802,35 @@ fn named(config: &Config, records: &[super::events::Record]) -> Named {
         n.record_keys.push(keys);
     }
     n
+}
+
+impl Transactions {
+    /// A CDC_TXN file's bytes and tables, read once per invocation.
+    async fn file(
+        &self,
+        objects: &dyn ObjectStore,
+        source: &crate::config::SourceSettings,
+        uri: &str,
+    ) -> Result<TransactionFile> {
+        let mut read = self.read.lock().await;
+        if let Some(f) = read.get(uri) {
+            return Ok(f.clone());
+        }
+        let data = objects.fetch(uri).await?;
+        let delimiter = source.cdc_delimiter_bytes()?;
+        let tables = crate::read::transaction::tables_in(&data, uri, &delimiter)?;
+        read.insert(uri.to_string(), (data.clone(), tables.clone()));
+        Ok((data, tables))
+    }
+
+    async fn tables_of(
+        &self,
+        objects: &dyn ObjectStore,
+        source: &crate::config::SourceSettings,
+        uri: &str,
+    ) -> Result<BTreeSet<(String, String)>> {
+        Ok(self.file(objects, source, uri).await?.1)
+    }
 }
 
 fn done(record: &AppliedRecord, o: &DmsObject, info: &ObjectInfo) -> bool {
