@@ -463,27 +463,21 @@ impl IngestHandler {
                 Some(r) => r?,
                 None => {
                     let folder = (bucket.to_string(), prefix.to_string());
-                    self.read_table(config, &folder, (schema, table), named).await?
+                    self.read_table(config, &folder, (schema, table), named)
+                        .await?
                 }
             };
             if let (Some((gone, at_ms)), Some(t)) = (deleted, &loaded)
                 && cfg.truncate_on_source_delete
             {
                 crate::ops::ingest::check_source(&cfg, t)?;
-                if self.truncate_if_emptied(t, bucket, &listing, gone, at_ms).await? {
+                if self
+                    .truncate_if_emptied(t, bucket, &listing, gone, at_ms)
+                    .await?
+                {
                     loaded = LoadedTable::load(self.catalog.as_ref(), &t.ident).await?;
                 }
             }
-            let mut files: Listed = Vec::new();
-            for o in listing {
-                let uri = format!("s3://{bucket}/{}", o.key);
-                match locate(&uri, &config.source) {
-                    Ok(Some(obj)) if obj.schema == schema && obj.table == table => files.push((obj, o)),
-                    Ok(_) => {}
-                    Err(e) => warn!(object = %uri, error = %e, "ignoring a malformed key in the table folder"),
-                }
-            }
-            files.sort_by(|a, b| a.0.order.cmp(&b.0.order));
             if let Some(t) = &loaded {
                 crate::ops::ingest::check_source(&cfg, t)?;
             }
@@ -491,25 +485,16 @@ impl IngestHandler {
                 Some(t) => AppliedRecord::of_table(&t.metadata)?.unwrap_or_default(),
                 None => Default::default(),
             };
-            // This table's CDC_TXN files up to the newest the event names for it, in order.
-            let mut read_ahead: BTreeMap<String, SourceData> = BTreeMap::new();
             let folder = (bucket.to_string(), prefix.to_string());
-            if let Some(t) = transactions
-                && let Some(newest) = t.newest.get(&folder)
-            {
-                for (uri, order, info) in t.listed.iter().filter(|(_, o, _)| o <= newest) {
-                    let obj = DmsObject::in_transaction_file(uri, order.clone(), schema, table);
-                    if done(&applied, &obj, info) {
-                        continue;
-                    }
-                    let (data, tables) = t.file(self.objects.as_ref(), &config.source, uri).await?;
-                    if tables.contains(&(schema.to_string(), table.to_string())) {
-                        read_ahead.insert(uri.clone(), data);
-                        files.push((obj, info.clone()));
-                    }
-                }
-                files.sort_by(|a, b| a.0.order.cmp(&b.0.order));
-            }
+            let (files, read_ahead) = self
+                .table_files(
+                    config,
+                    (&folder, listing),
+                    (schema, table),
+                    &applied,
+                    transactions,
+                )
+                .await?;
             // Files the record passes over quietly are not listed to the ingest; the rest are
             // (a loud one is reported by it). During a full load, an event for some of its
             // files applies those, and only those, while other files of the load are pending:
@@ -598,6 +583,49 @@ impl IngestHandler {
         }
         self.log_table(&report, &files, started);
         outcome
+    }
+
+    /// The table's DMS files in DMS order: those of its folder's listing, and its CDC_TXN files
+    /// up to the newest the event names for it that it has not applied (with their bytes,
+    /// read already).
+    async fn table_files(
+        &self,
+        config: &Config,
+        (folder, listing): (&TableFolder, Vec<ObjectInfo>),
+        (schema, table): (&str, &str),
+        applied: &AppliedRecord,
+        transactions: Option<&Transactions>,
+    ) -> Result<(Vec<(DmsObject, ObjectInfo)>, BTreeMap<String, SourceData>)> {
+        let bucket = &folder.0;
+        let mut files = Vec::new();
+        for o in listing {
+            let uri = format!("s3://{bucket}/{}", o.key);
+            match locate(&uri, &config.source) {
+                Ok(Some(obj)) if obj.schema == schema && obj.table == table => files.push((obj, o)),
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(object = %uri, error = %e, "ignoring a malformed key in the table folder")
+                }
+            }
+        }
+        let mut read_ahead = BTreeMap::new();
+        if let Some(t) = transactions
+            && let Some(newest) = t.newest.get(folder)
+        {
+            for (uri, order, info) in t.listed.iter().filter(|(_, o, _)| o <= newest) {
+                let obj = DmsObject::in_transaction_file(uri, order.clone(), schema, table);
+                if done(applied, &obj, info) {
+                    continue;
+                }
+                let (data, tables) = t.file(self.objects.as_ref(), &config.source, uri).await?;
+                if tables.contains(&(schema.to_string(), table.to_string())) {
+                    read_ahead.insert(uri.clone(), data);
+                    files.push((obj, info.clone()));
+                }
+            }
+        }
+        files.sort_by(|a, b| a.0.order.cmp(&b.0.order));
+        Ok((files, read_ahead))
     }
 
     /// On a deletion in the table's folder: empties the table if DMS deleted every object its
