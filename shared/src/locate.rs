@@ -115,13 +115,7 @@ pub fn locate_transaction_file(key: &str, source: &SourceSettings) -> Result<Opt
         key: key.to_string(),
         reason: reason.to_string(),
     };
-    if key.is_empty() || key.contains('\\') || key.chars().any(|c| c.is_control()) {
-        return Err(bad("contains a backslash or control character"));
-    }
-    let trimmed = match key.strip_prefix("s3://") {
-        Some(rest) => rest.split_once('/').map_or("", |(_, k)| k),
-        None => key,
-    };
+    let trimmed = key_path(key)?;
     let Some((folder, name)) = trimmed.rsplit_once('/') else {
         return Ok(None);
     };
@@ -162,6 +156,21 @@ pub fn locate_transaction_file(key: &str, source: &SourceSettings) -> Result<Opt
     )))
 }
 
+/// The path part of a key (an `s3://bucket/key` URI's key: the bucket is not part of the
+/// layout), once it is known to hold no backslash or control character.
+fn key_path(key: &str) -> Result<&str> {
+    if key.is_empty() || key.contains('\\') || key.chars().any(|c| c.is_control()) {
+        return Err(Error::Key {
+            key: key.to_string(),
+            reason: "contains a backslash or control character".to_string(),
+        });
+    }
+    Ok(match key.strip_prefix("s3://") {
+        Some(rest) => rest.split_once('/').map_or("", |(_, k)| k),
+        None => key,
+    })
+}
+
 /// Parses `key`. `Ok(None)`: not a DMS data file (other objects may share the bucket); `Err`: it
 /// looks like DMS output but is malformed or unsafe.
 pub fn locate(key: &str, source: &SourceSettings) -> Result<Option<DmsObject>> {
@@ -169,15 +178,7 @@ pub fn locate(key: &str, source: &SourceSettings) -> Result<Option<DmsObject>> {
         key: key.to_string(),
         reason: reason.to_string(),
     };
-    if key.is_empty() || key.contains('\\') || key.chars().any(|c| c.is_control()) {
-        return Err(bad("contains a backslash or control character"));
-    }
-    // `s3://bucket/key`: the bucket is not part of the layout.
-    let key_trimmed = match key.strip_prefix("s3://") {
-        Some(rest) => rest.split_once('/').map_or("", |(_, k)| k),
-        None => key,
-    };
-    let key_trimmed = key_trimmed.trim_start_matches('/');
+    let key_trimmed = key_path(key)?.trim_start_matches('/');
     let mut parts: Vec<&str> = key_trimmed.split('/').collect();
     if parts.iter().any(|p| *p == ".." || *p == ".") {
         return Err(bad("contains a `.` or `..` segment"));

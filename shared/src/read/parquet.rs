@@ -396,17 +396,9 @@ fn convert(
         for r in 0..s.len() {
             let v = (!s.is_null(r) && !s.value(r).is_empty()).then(|| s.value(r).as_bytes());
             if let Err(e) = b.push(v) {
-                let e = e
-                    .into_input_error(label)
-                    .at(Position::Row(first_row + r as u64))
-                    .column(column);
-                match bad.as_deref_mut() {
-                    Some(bad) => {
-                        bad.entry(r).or_insert(e);
-                        b.push_null();
-                    }
-                    None => return Err(e.into()),
-                }
+                let e = e.into_input_error(label);
+                set_aside(e, (first_row, r), column, bad.as_deref_mut())?;
+                b.push_null();
             }
         }
         return Ok(b.finish());
@@ -436,17 +428,9 @@ fn convert(
             match v {
                 Ok(v) => b.append_value(v),
                 Err((reason, value)) => {
-                    let e = InputError::new(label, reason)
-                        .value(value)
-                        .at(Position::Row(first_row + r as u64))
-                        .column(column);
-                    match bad.as_deref_mut() {
-                        Some(bad) => {
-                            bad.entry(r).or_insert(e);
-                            b.append_null();
-                        }
-                        None => return Err(e.into()),
-                    }
+                    let e = InputError::new(label, reason).value(value);
+                    set_aside(e, (first_row, r), column, bad.as_deref_mut())?;
+                    b.append_null();
                 }
             }
         }
@@ -475,6 +459,24 @@ fn convert(
         .column(column)
         .into()
     })
+}
+
+/// A value of row `r` (of a batch starting at `first_row`) that does not convert: set aside
+/// under the `quarantine` policy (`bad`; the caller stores NULL), else the read fails.
+fn set_aside(
+    e: InputError,
+    (first_row, r): (u64, usize),
+    column: &str,
+    bad: Option<&mut BTreeMap<usize, InputError>>,
+) -> Result<()> {
+    let e = e.at(Position::Row(first_row + r as u64)).column(column);
+    match bad {
+        Some(bad) => {
+            bad.entry(r).or_insert(e);
+            Ok(())
+        }
+        None => Err(e.into()),
+    }
 }
 
 /// A DMS `TIME` column stored as `HH:MM:SS.ffffff` text or as microseconds since midnight
