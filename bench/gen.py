@@ -60,8 +60,11 @@ CHUNK = 1_000_000
 
 
 def change_file_name(f: int) -> str:
-    # DMS change file names: YYYYMMDD-HHMMSSfff...; one minute apart, in order.
-    return f"20220302-{10 + f // 60:02d}{f % 60:02d}010000.csv"
+    # DMS change file names: YYYYMMDD-HHMMSSfff...; one minute apart from 2022-03-02 10:00:01,
+    # in order (across midnight too: the read benchmark feeds days of them).
+    import datetime as dt
+    t = dt.datetime(2022, 3, 2, 10, 0, 1) + dt.timedelta(minutes=f)
+    return t.strftime("%Y%m%d-%H%M%S") + "0000.csv"
 
 
 def load_file_name(i: int) -> str:
@@ -240,7 +243,10 @@ def gen_change_file(rng, st: State, next_key: int, f: int, b: int, ratios, twice
 
 
 def workload(out: Path, n: int, b: int, k: int, seed: int, ratios, twice: float,
-             base_dir: Path | None, load_file_rows: int = LOAD_ROWS_PER_FILE) -> dict:
+             base_dir: Path | None, load_file_rows: int = LOAD_ROWS_PER_FILE,
+             checkpoints: tuple[int, ...] = ()) -> dict:
+    """`checkpoints`: numbers of change files after which the expected state's checksum is
+    recorded too (meta["checksums_at"]), for readers that check the table part way."""
     table = out / "dms" / "shop" / "orders"
     if out.exists():
         shutil.rmtree(out)
@@ -279,12 +285,17 @@ def workload(out: Path, n: int, b: int, k: int, seed: int, ratios, twice: float,
     rc = np.random.default_rng(seed * 7_919 + n * 31 + b)
     next_key = n
     change_files = []
+    checksums_at = {}
+    if 0 in checkpoints:
+        checksums_at["0"] = checksum_expected(st.table())
     for f in range(k):
         cols, next_key = gen_change_file(rc, st, next_key, f, b, ratios, twice)
         name = change_file_name(f)
         (table / name).write_bytes(HEADER + csv_bytes(*cols))
         st.apply_last_wins(*cols)
         change_files.append(str(table / name))
+        if f + 1 in checkpoints:
+            checksums_at[str(f + 1)] = checksum_expected(st.table())
     exp = st.table()
     pq.write_table(exp, out / "expected.parquet")
     meta = {
@@ -293,6 +304,7 @@ def workload(out: Path, n: int, b: int, k: int, seed: int, ratios, twice: float,
         "change_file_bytes": [os.path.getsize(p) for p in change_files],
         "expected_rows": exp.num_rows,
         "checksum": checksum_expected(exp),
+        "checksums_at": checksums_at,
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     return meta
@@ -384,14 +396,17 @@ def main() -> None:
     w.add_argument("--base-dir", type=Path)
     w.add_argument("--load-file-rows", type=int, default=LOAD_ROWS_PER_FILE,
                    help="rows per full-load file (LOAD00000001.csv, ...)")
+    w.add_argument("--checkpoints", default="",
+                   help="comma-separated change-file counts to record the expected checksum at")
     sub.add_parser("selfcheck")
     a = ap.parse_args()
     if a.cmd == "selfcheck":
         selfcheck()
         return
     ratios = tuple(float(x) for x in a.ratios.split(","))
+    checkpoints = tuple(int(x) for x in a.checkpoints.split(",") if x)
     meta = workload(a.out, a.rows, a.changes, a.files, a.seed, ratios, a.twice, a.base_dir,
-                    a.load_file_rows)
+                    a.load_file_rows, checkpoints)
     print(json.dumps({k: meta[k] for k in ("rows", "changes", "files", "expected_rows",
                                            "change_file_bytes")}))
 

@@ -455,11 +455,8 @@ impl Input {
         events: &[Event],
     ) -> Result<Vec<(usize, FillFrom)>> {
         // An update that moved the row to this key replaced the old key's row, which this
-        // key's lookup does not find.
-        if events
-            .iter()
-            .any(|e| e.row == w.row && matches!(e.key, KeyRef::Before(..)))
-        {
+        // key's lookup does not find. (Moves are the events after one per row.)
+        if events[self.metas.len()..].iter().any(|e| e.row == w.row) {
             return Err(self.error_at(
                 w.row as usize,
                 "Op",

@@ -80,33 +80,9 @@ fn an_insert_with_the_marker_is_refused() {
 /// order; a bad row of one table holds back that table only.
 #[test]
 fn transaction_files_apply_to_every_table_they_name() {
-    let w = Work::new("cdc_txn");
-    for (table, seed) in [("orders", "31"), ("items", "32")] {
-        w.generate(
-            "synthetic",
-            &[
-                "--cdc-path",
-                "cdc",
-                "--table",
-                table,
-                "--rows",
-                "150",
-                "--cdc-files",
-                "4",
-                "--cdc-rows",
-                "60",
-                "--seed",
-                seed,
-            ],
-        );
-    }
-    let txn = w.dms().join("cdc");
-    let mut names: Vec<String> = std::fs::read_dir(&txn)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
+    let (w, names) = two_tables_in_transaction_files("cdc_txn", [31, 32], &["150", "60"], &[]);
     assert_eq!(names.len(), 4, "{names:?}");
+    let txn = w.dms().join("cdc");
     let first = std::fs::read_to_string(txn.join(&names[0])).unwrap();
     assert!(
         first.contains(",orders,shop,") && first.contains(",items,shop,"),
@@ -120,33 +96,12 @@ fn transaction_files_apply_to_every_table_they_name() {
 
     // A bad value in one table's row of the third file: that table stops before the file,
     // the other table applies it and the rest.
-    let w = Work::new("cdc_txn_bad");
-    for (table, seed) in [("orders", "33"), ("items", "34")] {
-        w.generate(
-            "synthetic",
-            &[
-                "--cdc-path",
-                "cdc",
-                "--table",
-                table,
-                "--rows",
-                "80",
-                "--cdc-files",
-                "4",
-                "--cdc-rows",
-                "30",
-                "--nasty-ratio",
-                "0",
-                "--seed",
-                seed,
-            ],
-        );
-    }
-    let mut names: Vec<String> = std::fs::read_dir(w.dms().join("cdc"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
+    let (w, names) = two_tables_in_transaction_files(
+        "cdc_txn_bad",
+        [33, 34],
+        &["80", "30"],
+        &["--nasty-ratio", "0"],
+    );
     let third = w.dms().join("cdc").join(&names[2]);
     let text = std::fs::read_to_string(&third).unwrap();
     let (line, row) = text
@@ -169,4 +124,40 @@ fn transaction_files_apply_to_every_table_they_name() {
     w.assert_table("shop.orders");
     let items = w.asof("shop.items");
     w.assert_table_rows("shop.items", &items[2].rows, "before-the-bad-file");
+}
+
+/// Tables `orders` and `items` generated into shared transaction files under `cdc/` (four of
+/// them, `[rows, cdc_rows]` per table), with the files' names in order.
+fn two_tables_in_transaction_files(
+    name: &str,
+    seeds: [u64; 2],
+    [rows, cdc_rows]: &[&str; 2],
+    extra: &[&str],
+) -> (Work, Vec<String>) {
+    let w = Work::new(name);
+    for (table, seed) in ["orders", "items"].into_iter().zip(seeds) {
+        let seed = seed.to_string();
+        let mut args = vec![
+            "--cdc-path",
+            "cdc",
+            "--table",
+            table,
+            "--rows",
+            rows,
+            "--cdc-files",
+            "4",
+            "--cdc-rows",
+            cdc_rows,
+            "--seed",
+            &seed,
+        ];
+        args.extend_from_slice(extra);
+        w.generate("synthetic", &args);
+    }
+    let mut names: Vec<String> = std::fs::read_dir(w.dms().join("cdc"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    (w, names)
 }

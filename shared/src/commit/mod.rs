@@ -37,6 +37,7 @@
 
 pub(crate) mod carry;
 mod failpoint;
+pub(crate) mod manifests;
 pub(crate) mod producer;
 pub(crate) mod record;
 pub(crate) mod request;
@@ -51,27 +52,24 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 use std::sync::Arc;
 
-use futures::{StreamExt, TryStreamExt};
 use iceberg::MetadataLocation;
 use iceberg::TableIdent;
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataFile, FormatVersion, Manifest, ManifestContentType, ManifestEntry, ManifestFile,
-    ManifestMetadata, ManifestStatus, ManifestWriterBuilder, Operation, PartitionSpecRef, Schema,
-    SchemaRef, SortOrder, TableMetadata, TableMetadataBuilder, UnboundPartitionSpec,
+    DataFile, FormatVersion, ManifestFile, Operation, Schema, SortOrder, TableMetadata,
+    TableMetadataBuilder, UnboundPartitionSpec,
 };
 use tracing::{debug, info, warn};
 
 pub(crate) use carry::{RowMap, RowMapBuilder};
 pub(crate) use failpoint::failpoint;
-pub(crate) use producer::remove_files;
+pub(crate) use manifests::write_manifests;
 pub(crate) use record::{AppliedInput, AppliedRecord, ObjectMeta, Standing};
 pub(crate) use summary::Added;
 pub(crate) use validate::Conflict;
 
 use crate::catalog::{Catalog, SwapError};
 use crate::error::{Error, Result};
-use crate::files::Files;
 use crate::files::prepared::Prepared;
 use crate::table::LoadedTable;
 use retry::{Budget, RetryPolicy};
@@ -155,14 +153,20 @@ pub(crate) enum Change {
         /// Snapshots already found to add nothing within `keys` (a snapshot never changes):
         /// each attempt checks only those committed since the previous one.
         checked: Arc<std::sync::Mutex<BTreeSet<i64>>>,
+        /// Live delete files whose positions this commit's delete files hold with its own, and
+        /// which it removes: at most one delete file per data file. Each must still be live
+        /// when it commits.
+        replaced_deletes: BTreeSet<String>,
     },
-    /// Compaction: files replaced by files holding the same rows. The replaced manifests must
-    /// still be current. Rows of removed files that commits since the base deleted are deleted
-    /// in the new files by the rewrite's own snapshot, through `row_map` (without one, such a
-    /// commit means planning again).
+    /// Compaction: files replaced by files holding the same rows; the removed files must still
+    /// be live (they are found in whatever manifests list them when it commits). Rows of
+    /// removed files that commits since the base deleted are deleted in the new files by the
+    /// rewrite's own snapshot, through `row_map` (without one, such a commit means planning
+    /// again).
     Rewrite {
-        replaced_manifests: BTreeSet<String>,
         removed_data_files: BTreeSet<String>,
+        /// Delete files that point only into removed files (if still live).
+        removed_delete_files: BTreeSet<String>,
         row_map: Option<Arc<RowMap>>,
     },
     /// Rows appended (the rejected-rows table).
@@ -501,6 +505,7 @@ async fn attempt_until_decided(
                     .await
                     .map_err(|e| CommitError::Unknown(e.to_string()))?;
                 info!(table = %staged.ident, snapshot_id = staged.snapshot_id, attempts = attempt, "committed");
+                built.delete_unlisted(file_io).await;
                 // Metadata files the log dropped are ours to delete where we write them.
                 if !catalog.writes_metadata() {
                     cleanup_expired(file_io, current.as_ref(), &built.metadata).await;
@@ -585,102 +590,6 @@ fn committed(staged: &Staged, t: &LoadedTable, attempts: u32) -> Outcome {
         attempts,
         metadata_location: t.pointer.metadata_location.clone(),
     }
-}
-
-/// Writes the manifests for `data` and `deletes` (one per partition spec and content). Data
-/// sequence numbers are left unassigned (the manifest list gives the snapshot's), except for
-/// rewritten data, which keeps the sequence number of the snapshot it was read from
-/// (`data_sequence_number`).
-pub(crate) async fn write_manifests(
-    files: &Files,
-    metadata: &TableMetadata,
-    snapshot_id: i64,
-    data: &[(i32, DataFile)],
-    deletes: &[(i32, DataFile)],
-    data_sequence_number: Option<i64>,
-) -> Result<Vec<ManifestFile>> {
-    let schema: SchemaRef = metadata.current_schema().clone();
-    let mut jobs: Vec<(bool, i32, Vec<DataFile>)> = Vec::new();
-    for (content, of_kind) in [(false, data), (true, deletes)] {
-        let mut by_spec: BTreeMap<i32, Vec<DataFile>> = BTreeMap::new();
-        for (spec, f) in of_kind {
-            by_spec.entry(*spec).or_default().push(f.clone());
-        }
-        jobs.extend(by_spec.into_iter().map(|(s, f)| (content, s, f)));
-    }
-    // The data and delete manifests are independent writes: in flight together.
-    // By index, as in `write` (rustc's higher-ranked Send check).
-    let jobs_ref = &jobs;
-    let write_one = |n: usize| {
-        let schema = schema.clone();
-        async move {
-            let (content, spec_id, entries_of) = &jobs_ref[n];
-            let (content, spec_id) = (*content, *spec_id);
-            let spec: &PartitionSpecRef =
-                metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
-                    Error::Table(format!(
-                        "partition spec {spec_id} is not in the table metadata"
-                    ))
-                })?;
-            let path = format!(
-                "{}/metadata/{}-m{}.avro",
-                metadata.location(),
-                uuid::Uuid::new_v4(),
-                n
-            );
-            let output = files.io().new_output(&path)?;
-            let builder = ManifestWriterBuilder::new(
-                output,
-                Some(snapshot_id),
-                schema.clone(),
-                spec.as_ref().clone(),
-            );
-            let mut w = if content {
-                builder.build_v2_deletes()
-            } else {
-                builder.build_v2_data()
-            };
-            let seq = match (content, data_sequence_number) {
-                (false, Some(s)) => s,
-                _ => iceberg::spec::UNASSIGNED_SEQUENCE_NUMBER,
-            };
-            for f in entries_of {
-                w.add_file(f.clone(), seq)?;
-            }
-            let written = w.write_manifest_file().await?;
-            // What a read of it returns before inheritance (`ManifestWriter::add_file`'s
-            // entries), so a warm process's next lookup need not read it back.
-            let metadata = ManifestMetadata::builder()
-                .schema_id(schema.schema_id())
-                .schema(schema.clone())
-                .partition_spec(spec.as_ref().clone())
-                .format_version(FormatVersion::V2)
-                .content(if content {
-                    ManifestContentType::Deletes
-                } else {
-                    ManifestContentType::Data
-                })
-                .build();
-            let entries = entries_of
-                .iter()
-                .map(|f| {
-                    ManifestEntry::builder()
-                        .status(ManifestStatus::Added)
-                        .snapshot_id(snapshot_id)
-                        .sequence_number_opt((seq >= 0).then_some(seq))
-                        .data_file(f.clone())
-                        .build()
-                })
-                .collect();
-            files.remember_manifest(&path, Manifest::new(metadata, entries));
-            Ok::<_, Error>(written)
-        }
-    };
-    futures::stream::iter(0..jobs.len())
-        .map(write_one)
-        .buffered(crate::write::WRITE_CONCURRENCY)
-        .try_collect()
-        .await
 }
 
 /// Deletes metadata files that fell out of the metadata log (`write.metadata.previous-versions-max`)

@@ -2,23 +2,22 @@
 //! summary, and the new metadata.json with the exactly-once record, built on the table as it
 //! is now.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::str::FromStr;
 
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataContentType, DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile,
-    ManifestListWriter, ManifestWriterBuilder, Snapshot, Summary, TableMetadata,
-    UNASSIGNED_SEQUENCE_NUMBER,
+    DataContentType, FormatVersion, MAIN_BRANCH, ManifestFile, ManifestListWriter, Snapshot,
+    Summary, TableMetadata, UNASSIGNED_SEQUENCE_NUMBER,
 };
 use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
 
 use super::record::{AppliedRecord, PROPERTY};
-use super::{Base, Change, Staged, failpoint, summary};
+use super::{Base, Change, CommitError, Staged, failpoint, manifests, summary};
 use crate::error::{Error, Result};
 use crate::files::metadata::Refs;
 use crate::files::prepared::Prepared;
-use crate::files::{Files, Fill};
+use crate::files::Files;
 use crate::table::LoadedTable;
 
 /// Files one attempt wrote: deleted if the attempt loses.
@@ -31,14 +30,23 @@ pub(super) struct Built {
     /// The commit as requirements and updates (`commit::request`).
     pub requirements: Vec<TableRequirement>,
     pub updates: Vec<TableUpdate>,
-    /// Manifest list, manifests written for this attempt only (a reload's removals), and the
-    /// metadata file if we wrote it.
+    /// Manifest list, manifests written for this attempt only (filtered and merged ones), and
+    /// the metadata file if we wrote it.
     written: Prepared,
+    /// The commit's prepared manifests this attempt's merge took in (listed by none).
+    unlisted: Vec<String>,
 }
 
 impl Built {
     pub(super) async fn delete(&self, file_io: &FileIO) {
         self.written.abandon(file_io).await;
+    }
+
+    /// Once the attempt landed: deletes the prepared manifests its merge took in.
+    pub(super) async fn delete_unlisted(&self, file_io: &FileIO) {
+        for p in &self.unlisted {
+            let _ = file_io.delete(p).await;
+        }
     }
 
     pub(super) fn commit(&self) -> crate::catalog::TableCommit<'_> {
@@ -51,47 +59,104 @@ impl Built {
     }
 }
 
-/// The parent's manifests this attempt's snapshot keeps, plus the manifests its change writes
-/// besides ours: a rewrite's carried deletes, a reload's removals (their files recorded in
-/// `written`, their counts in `added`).
-async fn carried_manifests(
+/// The manifests of the attempt's snapshot: the parent's without what the change removes
+/// (and without those that list no live file), the change's own, and for a rewrite the deletes
+/// it carries over; merged by the table's properties (see [`super::manifests`]). The files
+/// written here are recorded in `written`, the removed files counted in `added`.
+async fn attempt_manifests(
     staged: &Staged,
     base_md: &TableMetadata,
     files: &Files,
-    parent_manifests: Vec<ManifestFile>,
+    parent_manifests: &[ManifestFile],
     carry: &super::validate::CarriedDeletes,
     (written, added): (&mut Prepared, &mut super::Added),
-) -> Result<Vec<ManifestFile>> {
-    Ok(match &staged.change {
-        Change::RowDelta { .. } | Change::Append => parent_manifests,
+) -> std::result::Result<Vec<ManifestFile>, CommitError> {
+    let filtered = manifests::filter(
+        files,
+        base_md,
+        parent_manifests,
+        staged.snapshot_id,
+        &removing(&staged.change),
+    )
+    .await?;
+    written.extend(filtered.written.iter().cloned());
+    added.count_removed(&filtered.removed);
+    if let Change::RowDelta {
+        replaced_deletes, ..
+    } = &staged.change
+        && filtered.removed.len() < replaced_deletes.len()
+    {
+        // Another writer replaced or removed a delete file this commit's merged deletes hold.
+        let gone = replaced_deletes
+            .iter()
+            .find(|p| !filtered.removed.iter().any(|(_, f)| f.file_path() == p.as_str()))
+            .cloned()
+            .unwrap_or_default();
+        return Err(CommitError::Conflict(super::Conflict::DeleteFileReplaced { file: gone }));
+    }
+    let mut ours = staged.manifests.clone();
+    if let Change::Rewrite {
+        row_map: Some(map), ..
+    } = &staged.change
+        && !carry.is_empty()
+    {
+        let c = super::carry::write(files, base_md, staged.snapshot_id, map, carry).await?;
+        written.extend(c.written);
+        for f in &c.files {
+            added.delete_files += 1;
+            added.position_deletes += f.record_count();
+            added.delete_files_size += f.file_size_in_bytes();
+        }
+        ours.extend(c.manifests);
+    }
+    let (list, merged) = manifests::merge(
+        files,
+        base_md,
+        staged.snapshot_id,
+        ours,
+        filtered.manifests,
+        manifests::MergePolicy::of(base_md),
+    )
+    .await?;
+    written.extend(merged);
+    Ok(list)
+}
+
+/// The files `change` removes, decided per attempt against the table as it is then: a row
+/// delta the delete files its merged ones replace; a rewrite the files it rewrote, the delete
+/// files it planned to drop, and any delete file left pointing only at a file it removes (a
+/// concurrent commit's, whose positions it carries over); a reload everything.
+fn removing(change: &Change) -> manifests::Removing<'_> {
+    match change {
+        Change::RowDelta {
+            replaced_deletes, ..
+        } => manifests::Removing {
+            data: false,
+            deletes: !replaced_deletes.is_empty(),
+            remove: Box::new(|f| replaced_deletes.contains(f.file_path())),
+        },
         Change::Rewrite {
-            replaced_manifests,
-            row_map,
+            removed_data_files,
+            removed_delete_files,
             ..
-        } => {
-            let mut kept: Vec<ManifestFile> = parent_manifests
-                .into_iter()
-                .filter(|m| !replaced_manifests.contains(&m.manifest_path))
-                .collect();
-            if let (Some(map), false) = (row_map, carry.is_empty()) {
-                let c = super::carry::write(files, base_md, staged.snapshot_id, map, carry).await?;
-                written.extend(c.written);
-                for f in &c.files {
-                    added.delete_files += 1;
-                    added.position_deletes += f.record_count();
-                    added.delete_files_size += f.file_size_in_bytes();
+        } => manifests::Removing {
+            data: true,
+            deletes: true,
+            remove: Box::new(|f| match f.content_type() {
+                DataContentType::Data => removed_data_files.contains(f.file_path()),
+                _ => {
+                    removed_delete_files.contains(f.file_path())
+                        || manifests::only_targets(f, removed_data_files)
                 }
-                kept.extend(c.manifests);
-            }
-            kept
-        }
-        Change::Reload => {
-            let removal = remove_files(files, base_md, staged.snapshot_id, |_| true).await?;
-            written.extend(removal.manifests.iter().map(|m| m.manifest_path.clone()));
-            added.count_removed(&removal.removed);
-            removal.manifests
-        }
-    })
+            }),
+        },
+        Change::Reload => manifests::Removing {
+            data: true,
+            deletes: true,
+            remove: Box::new(|_| true),
+        },
+        Change::Append => manifests::Removing::nothing(),
+    }
 }
 
 /// Builds on `current` as `validated` found it. The metadata is copied once, into the builder:
@@ -103,7 +168,7 @@ pub(super) async fn build_attempt(
     attempt: u32,
     validated: super::validate::Validated,
     writes_metadata: bool,
-) -> Result<Built> {
+) -> std::result::Result<Built, CommitError> {
     let super::validate::Validated {
         carry,
         record: validated_record,
@@ -120,7 +185,9 @@ pub(super) async fn build_attempt(
             ),
             // A table not yet created has no snapshots, so no refs.
             (None, Base::Create(m)) => (m.as_ref(), None, &empty),
-            (None, Base::Existing(_)) => return Err(Error::Internal("table vanished".into())),
+            (None, Base::Existing(_)) => {
+                return Err(Error::Internal("table vanished".into()).into());
+            }
         };
     super::writable_version(base_md, &staged.ident.to_string())?;
     let parent = base_md.current_snapshot().cloned();
@@ -136,15 +203,29 @@ pub(super) async fn build_attempt(
         None => Vec::new(),
     };
     let mut added = staged.added.clone();
-    let carried = carried_manifests(
+    let listed = attempt_manifests(
         staged,
         base_md,
         files,
-        parent_manifests,
+        &parent_manifests,
         carry,
         (&mut written, &mut added),
     )
-    .await?;
+    .await;
+    let listed = match listed {
+        Ok(l) => l,
+        Err(e) => {
+            written.abandon(file_io).await;
+            return Err(e);
+        }
+    };
+    // The commit's own manifests a merge took in: nothing will list them once it lands.
+    let unlisted: Vec<String> = staged
+        .manifests
+        .iter()
+        .filter(|m| !listed.iter().any(|l| l.manifest_path == m.manifest_path))
+        .map(|m| m.manifest_path.clone())
+        .collect();
 
     let list_path = format!(
         "{}/metadata/snap-{}-{}-{}.avro",
@@ -154,7 +235,7 @@ pub(super) async fn build_attempt(
         uuid::Uuid::new_v4()
     );
     written.push(list_path.clone());
-    let entries = list_entries(staged, carried, sequence_number);
+    let entries = list_entries(listed, sequence_number);
     let snapshot = new_snapshot(staged, base_md, &added, sequence_number, &list_path);
     // The manifest list needs only the entries: it is written by a task of its own while the
     // metadata is built and written (the local filesystem's writes and fsyncs block the thread
@@ -168,7 +249,7 @@ pub(super) async fn build_attempt(
             // The list is deleted once its write is over, not while it may still be written.
             let _ = list_written.await;
             written.abandon(file_io).await;
-            return Err(e);
+            return Err(e.into());
         }
     };
     // The manifest list and metadata.json in flight together: the metadata names the list by
@@ -191,7 +272,7 @@ pub(super) async fn build_attempt(
     };
     if let Err(e) = result {
         written.abandon(file_io).await;
-        return Err(e);
+        return Err(e.into());
     }
     files.remember_manifest_list(&list_path, entries);
     Ok(Built {
@@ -201,23 +282,17 @@ pub(super) async fn build_attempt(
         requirements,
         updates,
         written,
+        unlisted,
     })
 }
 
 /// The attempt's manifest list as a read of it returns it: every manifest this attempt wrote
-/// (ours, and those a reload or rewrite wrote to remove files) gets this attempt's sequence
-/// number, as the writer assigns it. A cached entry left unassigned would make the next
-/// commit's writer refuse the list.
-fn list_entries(
-    staged: &Staged,
-    carried: Vec<ManifestFile>,
-    sequence_number: i64,
-) -> Vec<ManifestFile> {
-    staged
-        .manifests
-        .iter()
-        .cloned()
-        .chain(carried)
+/// (ours, and those it filtered or merged) gets this attempt's sequence number, as the writer
+/// assigns it. A cached entry left unassigned would make the next commit's writer refuse the
+/// list.
+fn list_entries(listed: Vec<ManifestFile>, sequence_number: i64) -> Vec<ManifestFile> {
+    listed
+        .into_iter()
         .map(|mut m| {
             if m.sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
                 m.sequence_number = sequence_number;
@@ -361,90 +436,4 @@ fn build_metadata(
     }
     .to_string();
     Ok((metadata, refs, location, requirements, updates))
-}
-
-/// Manifests that replace the current snapshot's manifests holding removed files.
-pub(crate) struct Removal {
-    /// The rewritten manifests (removed files as DELETED entries, the rest EXISTING).
-    pub manifests: Vec<ManifestFile>,
-    /// Paths of the manifests they replace.
-    pub replaced: BTreeSet<String>,
-    pub removed: Vec<(DataContentType, DataFile)>,
-}
-
-/// Rewrites every manifest of the current snapshot that holds a live file `remove` selects:
-/// those become DELETED entries (so snapshot diffs and expiry see them go), the rest stay as
-/// EXISTING entries with their snapshot and sequence numbers. Manifests left with no live
-/// entry are dropped.
-pub(crate) async fn remove_files(
-    files: &Files,
-    md: &TableMetadata,
-    snapshot_id: i64,
-    remove: impl Fn(&DataFile) -> bool,
-) -> Result<Removal> {
-    let mut out = Removal {
-        manifests: Vec::new(),
-        replaced: BTreeSet::new(),
-        removed: Vec::new(),
-    };
-    let Some(snapshot) = md.current_snapshot() else {
-        return Ok(out);
-    };
-    let list = files.manifest_list(md, snapshot).await?;
-    for (m, manifest) in list.iter().zip(files.manifests(&list, Fill::Pass).await?) {
-        let touched = manifest
-            .entries()
-            .iter()
-            .any(|e| e.is_alive() && remove(e.data_file()));
-        if !touched {
-            continue;
-        }
-        let spec = md
-            .partition_spec_by_id(m.partition_spec_id)
-            .ok_or_else(|| {
-                Error::Table(format!(
-                    "partition spec {} not in table metadata",
-                    m.partition_spec_id
-                ))
-            })?;
-        let path = format!(
-            "{}/metadata/{}-m{}.avro",
-            md.location(),
-            uuid::Uuid::new_v4(),
-            out.manifests.len()
-        );
-        let builder = ManifestWriterBuilder::new(
-            files.io().new_output(&path)?,
-            Some(snapshot_id),
-            md.current_schema().clone(),
-            spec.as_ref().clone(),
-        );
-        let mut w = match m.content {
-            ManifestContentType::Data => builder.build_v2_data(),
-            ManifestContentType::Deletes => builder.build_v2_deletes(),
-        };
-        for e in manifest.entries() {
-            if !e.is_alive() {
-                continue;
-            }
-            let (Some(seq), Some(file_seq), Some(sid)) =
-                (e.sequence_number(), e.file_sequence_number, e.snapshot_id())
-            else {
-                return Err(Error::Table(format!(
-                    "manifest entry {} lacks sequence numbers",
-                    e.file_path()
-                )));
-            };
-            let f = e.data_file().clone();
-            if remove(e.data_file()) {
-                out.removed.push((f.content_type(), f.clone()));
-                w.add_delete_file(f, seq, Some(file_seq))?;
-            } else {
-                w.add_existing_file(f, sid, seq, Some(file_seq))?;
-            }
-        }
-        out.manifests.push(w.write_manifest_file().await?);
-        out.replaced.insert(m.manifest_path.clone());
-    }
-    Ok(out)
 }

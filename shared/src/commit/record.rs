@@ -596,14 +596,16 @@ impl AppliedRecord {
         let mut r = self.clone();
         r.files.retain(|o, _| !t.written_after.contains(o));
         let previous = std::mem::take(&mut r.load);
-        let (after, before): (Vec<LoadFile>, Vec<LoadFile>) = previous
+        // The load's files from before the truncate are superseded; later ones apply again.
+        let mut kept: Vec<LoadFile> = previous
             .files
             .into_iter()
-            .partition(|f| t.written_after.contains(&f.order));
-        drop(after);
-        let mut kept = before.clone();
+            .filter(|f| !t.written_after.contains(&f.order))
+            .collect();
+        let last_load = kept.iter().map(|f| f.order.clone()).max();
+        let limit = kept.len().max(1) * SUPERSEDED_GENERATIONS;
         kept.append(&mut r.superseded);
-        kept.truncate(before.len().max(1) * SUPERSEDED_GENERATIONS);
+        kept.truncate(limit);
         r.superseded = kept;
         let last_change = r.files.last_key_value().map(|(o, _)| o.clone());
         r.load = Generation {
@@ -614,7 +616,6 @@ impl AppliedRecord {
             before_ms: None,
             truncated: true,
         };
-        let last_load = before.iter().map(|f| &f.order).max().cloned();
         r.watermark = match (last_change, last_load) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),

@@ -186,21 +186,21 @@ async fn a_rewrite_that_keeps_the_referenced_files_does_not_disturb_an_update() 
     // A foreign replace that removes no referenced file: simulated by compacting nothing
     // referenced is hard to force, so commit a replace of an unrelated rewrite directly.
     let t = lab.table().await;
-    let keep = referenced_data_files.clone();
-    let removal = remove_files(lab.catalog.files(), &t.metadata, 7, |f| {
-        f.content_type() == iceberg::spec::DataContentType::Data && !keep.contains(f.file_path())
-    })
-    .await
-    .unwrap();
-    assert_eq!(validate_after_replace(&lab, &staged, removal).await, None);
+    let removed = validate::live_data_files(&t.metadata, lab.catalog.files())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|p| !referenced_data_files.contains(p))
+        .collect();
+    assert_eq!(validate_after_replace(&lab, &staged, removed).await, None);
 }
 
-/// Commits a `replace` that drops `removal`'s files without adding any (as if rewritten to
-/// files holding no rows), then validates `staged` against it.
+/// Commits a `replace` that drops the data files `removed` without adding any (as if
+/// rewritten to files holding no rows), then validates `staged` against it.
 async fn validate_after_replace(
     lab: &Lab,
     staged: &Staged,
-    removal: producer::Removal,
+    removed: BTreeSet<String>,
 ) -> Option<Conflict> {
     let t = lab.table().await;
     let rewrite = Staged {
@@ -210,15 +210,11 @@ async fn validate_after_replace(
         schema_id: t.metadata.current_schema_id(),
         snapshot_id: 7,
         change: Change::Rewrite {
-            replaced_manifests: removal.replaced,
-            removed_data_files: removal
-                .removed
-                .iter()
-                .map(|(_, f)| f.file_path().to_string())
-                .collect(),
+            removed_data_files: removed,
+            removed_delete_files: Default::default(),
             row_map: None,
         },
-        manifests: removal.manifests,
+        manifests: Vec::new(),
         files: Default::default(),
         added: Added::default(),
         summary: Default::default(),
@@ -249,14 +245,8 @@ async fn a_rewrite_of_a_file_our_deletes_point_into_needs_a_replan() {
         panic!("row delta expected")
     };
     let gone = referenced_data_files.clone();
-    let t = lab.table().await;
-    let removal = remove_files(lab.catalog.files(), &t.metadata, 7, |f| {
-        gone.contains(f.file_path())
-    })
-    .await
-    .unwrap();
     assert!(matches!(
-        validate_after_replace(&lab, &staged, removal).await,
+        validate_after_replace(&lab, &staged, gone).await,
         Some(Conflict::ReferencedFileRemoved { .. })
     ));
 }
@@ -546,15 +536,58 @@ async fn another_engines_row_of_an_updated_key_makes_the_update_look_again() {
 }
 
 #[tokio::test]
-async fn another_engines_delete_of_rows_an_update_replaces_leaves_it_as_planned() {
+async fn another_engines_delete_in_a_file_an_update_deletes_from_makes_it_plan_again() {
     let lab = loaded("foreign_delete").await;
-    // Key 3's row is deleted by both (once in effect); key 1's only by the other engine.
+    // The other engine deletes key 1's row, in the data file the update deletes key 3's row
+    // from. The update's one delete file for that data file would miss the other engine's
+    // position beside it: planned again, it merges it, and the file keeps one delete file.
+    let replans = apply_after(&lab, "20220302-1135010000.csv", "U,3,c2\n", || async {
+        foreign_delete(&lab, &[1]).await;
+    })
+    .await;
+    assert_eq!(replans, 1);
+    assert_eq!(lab.rows().await, ["2=b1", "3=c2"]);
+    assert_one_delete_file_per_data_file(&lab).await;
+
+    // Both delete key 3's row: the update, planned again, finds it gone and inserts; it writes
+    // no delete, and the file keeps the other engine's two.
+    let lab = loaded("foreign_delete_same").await;
     let replans = apply_after(&lab, "20220302-1135010000.csv", "U,3,c2\n", || async {
         foreign_delete(&lab, &[3, 1]).await;
     })
     .await;
-    assert_eq!(replans, 0);
+    assert_eq!(replans, 1);
     assert_eq!(lab.rows().await, ["2=b1", "3=c2"]);
+}
+
+/// No live data file of the table has two live delete files that may delete its rows.
+async fn assert_one_delete_file_per_data_file(lab: &Lab) {
+    let md = lab.table().await.metadata;
+    let live = lab
+        .catalog
+        .files()
+        .live(&md, crate::files::live::Scope::All, crate::files::Fill::Pass)
+        .await
+        .unwrap();
+    for d in live.data() {
+        let path = d.file().file_path();
+        let matching: Vec<&str> = live
+            .position_deletes()
+            .filter(|x| crate::files::deletes::Targets::of(x.file()).may_target(path))
+            .map(|x| x.file().file_path())
+            .collect();
+        assert!(matching.len() <= 1, "{path}: {matching:?}");
+    }
+    for x in live.position_deletes() {
+        assert!(
+            matches!(
+                crate::files::deletes::Targets::of(x.file()),
+                crate::files::deletes::Targets::One(_)
+            ),
+            "{} names no one data file",
+            x.file().file_path()
+        );
+    }
 }
 
 #[tokio::test]
@@ -1130,18 +1163,37 @@ async fn a_file_that_claims_the_key_order_but_is_unsorted_is_sorted_before_mergi
 }
 
 #[tokio::test]
+async fn our_commits_keep_one_delete_file_per_data_file() {
+    let lab = Lab::new("one-delete-file");
+    let load: String = (0..400).map(|k| format!("I,{k},v{k}\n")).collect();
+    lab.ingest(vec![lab.file("LOAD00000001.csv", &load)]).await;
+    // Eight change files, each updating a row of the full load and one of the previous change
+    // file's rows: each writes its deletes with those already live of the same data file.
+    for f in 0..8 {
+        let mut rows = format!("U,{},u{f}\n", f * 7);
+        if f > 0 {
+            rows += &format!("U,{},w{f}\n", (f - 1) * 7);
+        }
+        lab.ingest(vec![lab.file(&format!("20220302-11360{f}0000.csv"), &rows)])
+            .await;
+        assert_one_delete_file_per_data_file(&lab).await;
+    }
+    let rows = lab.rows().await;
+    assert_eq!(rows.len(), 400);
+    assert!(rows.contains(&"49=u7".to_string()), "{rows:?}");
+    assert!(rows.contains(&"42=w7".to_string()), "{rows:?}");
+    assert!(rows.contains(&"0=w1".to_string()), "{rows:?}");
+}
+
+#[tokio::test]
 async fn a_file_many_delete_files_point_into_is_rewritten_though_few_rows_are_deleted() {
     let lab = Lab::new("many-deletes");
     let load: String = (0..400).map(|k| format!("I,{k},v{k}\n")).collect();
     lab.ingest(vec![lab.file("LOAD00000001.csv", &load)]).await;
-    // Eight change files, each updating one row of the full load: 2% of its rows deleted, by
-    // eight delete files.
+    // Another engine deletes one row of the full load eight times, each by a delete file of
+    // its own (as v2 writers that do not merge deletes leave them): 2% of its rows deleted.
     for f in 0..8 {
-        lab.ingest(vec![lab.file(
-            &format!("20220302-11360{f}0000.csv"),
-            &format!("U,{},u{f}\n", f * 7),
-        )])
-        .await;
+        foreign_delete(&lab, &[f * 7]).await;
     }
     let report = Compact::new(&lab.catalog, lab.ident.clone())
         .options(CompactOptions {
@@ -1155,8 +1207,8 @@ async fn a_file_many_delete_files_point_into_is_rewritten_though_few_rows_are_de
     assert_eq!(report.delete_files_before, 8, "{report:?}");
     assert_eq!(report.delete_files_after, 0, "{report:?}");
     let rows = lab.rows().await;
-    assert_eq!(rows.len(), 400);
-    assert!(rows.contains(&"49=u7".to_string()), "{rows:?}");
+    assert_eq!(rows.len(), 392);
+    assert!(!rows.contains(&"49=v49".to_string()), "{rows:?}");
 }
 
 /// Applies `files` as a fresh process would (a catalog opened anew, so an empty cache); the

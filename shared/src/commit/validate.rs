@@ -56,9 +56,11 @@ pub(crate) enum Conflict {
     ReferencedFileRemoved {
         file: String,
     },
-    /// Compaction: a manifest it replaces is no longer current.
-    ManifestRewritten {
-        manifest: String,
+    /// A delete file this commit's merged deletes replace was replaced or removed by another
+    /// commit, or another commit added deletes for a data file this commit writes deletes for:
+    /// its one delete file per data file would miss their positions.
+    DeleteFileReplaced {
+        file: String,
     },
     /// Compaction: a commit deleted rows of a file it replaces.
     DeletesAgainstRewrittenFile {
@@ -82,7 +84,7 @@ impl Conflict {
             Conflict::HistoryRewritten => "history_rewritten",
             Conflict::RowsChanged { .. } => "rows_changed",
             Conflict::ReferencedFileRemoved { .. } => "referenced_file_removed",
-            Conflict::ManifestRewritten { .. } => "manifest_rewritten",
+            Conflict::DeleteFileReplaced { .. } => "delete_file_replaced",
             Conflict::DeletesAgainstRewrittenFile { .. } => "deletes_against_rewritten_file",
         }
     }
@@ -119,9 +121,10 @@ impl fmt::Display for Conflict {
             Conflict::ReferencedFileRemoved { file } => {
                 write!(f, "data file {file} was rewritten concurrently")
             }
-            Conflict::ManifestRewritten { manifest } => {
-                write!(f, "manifest {manifest} was rewritten concurrently")
-            }
+            Conflict::DeleteFileReplaced { file } => write!(
+                f,
+                "the deletes of data file or delete file {file} changed concurrently"
+            ),
             Conflict::DeletesAgainstRewrittenFile { file, snapshot } => write!(
                 f,
                 "snapshot {snapshot} deleted rows of {file}, which this rewrite replaces"
@@ -209,11 +212,13 @@ pub(crate) async fn check_carrying(
             keys,
             kept_rows_in,
             checked,
+            replaced_deletes,
             ..
         } => {
             row_delta_still_valid(
                 RowDeltaReads {
                     referenced: referenced_data_files,
+                    replaced: replaced_deletes,
                     kept: kept_rows_in,
                     keys,
                     checked,
@@ -225,12 +230,11 @@ pub(crate) async fn check_carrying(
             .await?
         }
         Change::Rewrite {
-            replaced_manifests,
             removed_data_files,
             row_map,
+            ..
         } => {
             out.carry = rewrite_still_valid(
-                replaced_manifests,
                 removed_data_files,
                 row_map.as_deref(),
                 now,
@@ -331,10 +335,7 @@ fn input_not_applied(
 /// only within the same load (no reload, nothing applied on top), and every input still joins
 /// that load as a plain file of it.
 fn still_joins_its_load(update: &super::RecordUpdate, now: &AppliedRecord) -> bool {
-    let base = &update.base_record;
-    let same_load =
-        now.load.number == base.load.number || (base.load.number == 0 && now.load.number == 1);
-    same_load
+    same_load(&update.base_record, now)
         && !update.reload
         && update
             .inputs
@@ -345,10 +346,7 @@ fn still_joins_its_load(update: &super::RecordUpdate, now: &AppliedRecord) -> bo
 /// Appended rows follow whatever was applied meanwhile: the record moved only within the same
 /// load (no reload since), and every input is still one to apply.
 fn still_appends(update: &super::RecordUpdate, now: &AppliedRecord) -> bool {
-    let base = &update.base_record;
-    let same_load =
-        now.load.number == base.load.number || (base.load.number == 0 && now.load.number == 1);
-    same_load
+    same_load(&update.base_record, now)
         && !update.reload
         && update.inputs.iter().all(|i| {
             matches!(
@@ -356,6 +354,12 @@ fn still_appends(update: &super::RecordUpdate, now: &AppliedRecord) -> bool {
                 Standing::Pending { .. }
             )
         })
+}
+
+/// The record moved only within the load `base` was planned on (the first load counts as the
+/// one a table without a load was waiting for).
+fn same_load(base: &AppliedRecord, now: &AppliedRecord) -> bool {
+    now.load.number == base.load.number || (base.load.number == 0 && now.load.number == 1)
 }
 
 /// Whether `now` (a table another writer created) is exactly the table `ours` would have
@@ -432,10 +436,12 @@ fn no_equality_deletes(intervening: &[Arc<Snapshot>]) -> std::result::Result<(),
     Ok(())
 }
 
-/// What a row delta's plan read: the rows it deletes (in `referenced` files), the rows it left
-/// as newer (in `kept` files), and the keys it changes.
+/// What a row delta's plan read: the rows it deletes (in `referenced` files, whose live delete
+/// files it replaces with its own), the rows it left as newer (in `kept` files), and the keys it
+/// changes.
 struct RowDeltaReads<'a> {
     referenced: &'a BTreeSet<String>,
+    replaced: &'a BTreeSet<String>,
     kept: &'a BTreeSet<String>,
     keys: &'a KeyScope,
     checked: &'a Mutex<BTreeSet<i64>>,
@@ -443,10 +449,11 @@ struct RowDeltaReads<'a> {
 
 /// A row delta (ingest, a full-load file's append) conflicts with a commit since its base only
 /// if that commit changed what its plan read: added rows that may hold one of its keys, deleted
-/// a row it left in place as newer, or removed a file it deletes rows of. Each intervening
-/// snapshot's added files are checked once ([`changes_what_we_read`]; a `replace` keeps every
-/// row where it was, so only its removals count); then, if any commit landed, every file the
-/// plan read rows of must still be live.
+/// a row it left in place as newer, added or removed deletes of a data file it writes the one
+/// delete file of, or removed a file it deletes rows of. Each intervening snapshot's added
+/// files are checked once ([`changes_what_we_read`]; a `replace` keeps every row where it was,
+/// so only what it does to deletes counts), after every file the plan read rows of was found
+/// still live.
 async fn row_delta_still_valid(
     reads: RowDeltaReads<'_>,
     now: &TableMetadata,
@@ -454,17 +461,37 @@ async fn row_delta_still_valid(
     files: &Files,
 ) -> std::result::Result<(), CommitError> {
     use futures::{StreamExt, TryStreamExt};
+    // A file the plan read rows of that is gone (rewritten) is the first thing to say.
+    if !intervening.is_empty() && !(reads.referenced.is_empty() && reads.kept.is_empty()) {
+        let live = live_data_files(now, files).await?;
+        if let Some(gone) = reads
+            .referenced
+            .iter()
+            .chain(reads.kept)
+            .find(|f| !live.contains(*f))
+        {
+            return Err(conflict(Conflict::ReferencedFileRemoved {
+                file: gone.clone(),
+            }));
+        }
+    }
     let checked = reads.checked;
     let seen = |id: i64| checked.lock().is_ok_and(|c| c.contains(&id));
+    // A `replace` keeps every row, but may rewrite the deletes of files this commit deletes
+    // rows of.
+    let deletes_matter = !reads.referenced.is_empty() || !reads.replaced.is_empty();
     let unchecked: Vec<&Arc<Snapshot>> = intervening
         .iter()
-        .filter(|s| s.summary().operation != Operation::Replace && !seen(s.snapshot_id()))
+        .filter(|s| {
+            (s.summary().operation != Operation::Replace || deletes_matter)
+                && !seen(s.snapshot_id())
+        })
         .collect();
     // Many files of one load commit while a large one is read: their manifests are read
     // concurrently (on object storage each is a round trip).
     // By index: a closure over borrowed items trips rustc's higher-ranked Send check.
     let (unchecked_ref, reads_ref) = (&unchecked, &reads);
-    let overlapping: Vec<(i64, bool)> = futures::stream::iter(0..unchecked.len())
+    let found: Vec<(i64, Option<Conflict>)> = futures::stream::iter(0..unchecked.len())
         .map(|i| async move {
             let s = unchecked_ref[i];
             changes_what_we_read(reads_ref, now, s, files)
@@ -474,78 +501,83 @@ async fn row_delta_still_valid(
         .buffered(crate::files::parquet::READ_CONCURRENCY)
         .try_collect()
         .await?;
-    for (snapshot, overlaps) in overlapping {
-        if overlaps {
-            let operation = now
-                .snapshot_by_id(snapshot)
-                .map_or_else(String::new, |s| s.summary().operation.as_str().to_string());
-            return Err(conflict(Conflict::RowsChanged {
-                snapshot,
-                operation,
-            }));
+    for (snapshot, found) in found {
+        if let Some(c) = found {
+            return Err(conflict(c));
         }
         if let Ok(mut c) = checked.lock() {
             c.insert(snapshot);
         }
     }
-    if intervening.is_empty() || (reads.referenced.is_empty() && reads.kept.is_empty()) {
-        return Ok(());
-    }
-    let live = live_data_files(now, files).await?;
-    if let Some(gone) = reads
-        .referenced
-        .iter()
-        .chain(reads.kept)
-        .find(|f| !live.contains(*f))
-    {
-        return Err(conflict(Conflict::ReferencedFileRemoved {
-            file: gone.clone(),
-        }));
-    }
     Ok(())
 }
 
-/// Whether snapshot `s` added a data file that may hold one of our keys, or a position-delete
-/// file that may delete rows of a file we kept rows of. Keys not known: any snapshot that is
-/// not a `replace` may have (the strict rule).
+/// What snapshot `s` changed of what the plan read: a data file that may hold one of our keys
+/// (keys not known: any snapshot that is not a `replace` may have, the strict rule); a
+/// position-delete file that may delete rows of a file we delete rows of or kept rows of; or
+/// the removal of a delete file we replace.
 async fn changes_what_we_read(
     reads: &RowDeltaReads<'_>,
     now: &TableMetadata,
     s: &Snapshot,
     files: &Files,
-) -> std::result::Result<bool, CommitError> {
-    if matches!(reads.keys, KeyScope::Unknown) {
-        return Ok(true);
-    }
-    for manifest in files.added_by(now, s, ManifestContentType::Data).await? {
-        if manifest
-            .entries()
-            .iter()
-            .any(|e| e.status() == ManifestStatus::Added && reads.keys.may_hold(e.data_file()))
-        {
-            return Ok(true);
+) -> std::result::Result<Option<Conflict>, CommitError> {
+    let rows_changed = || {
+        Some(Conflict::RowsChanged {
+            snapshot: s.snapshot_id(),
+            operation: s.summary().operation.as_str().to_string(),
+        })
+    };
+    if s.summary().operation != Operation::Replace {
+        if matches!(reads.keys, KeyScope::Unknown) {
+            return Ok(rows_changed());
+        }
+        for manifest in files.added_by(now, s, ManifestContentType::Data).await? {
+            if manifest
+                .entries()
+                .iter()
+                .any(|e| e.status() == ManifestStatus::Added && reads.keys.may_hold(e.data_file()))
+            {
+                return Ok(rows_changed());
+            }
         }
     }
-    if reads.kept.is_empty() {
-        return Ok(false);
+    if reads.kept.is_empty() && reads.referenced.is_empty() && reads.replaced.is_empty() {
+        return Ok(None);
     }
     for manifest in files.added_by(now, s, ManifestContentType::Deletes).await? {
-        let targets_kept = |e: &iceberg::spec::ManifestEntry| {
-            e.status() == ManifestStatus::Added
-                && Targets::of(e.data_file()).may_target_any(reads.kept)
-        };
-        if manifest.entries().iter().any(|e| targets_kept(e)) {
-            return Ok(true);
+        for e in manifest.entries() {
+            let f = e.data_file();
+            match e.status() {
+                ManifestStatus::Added => {
+                    let targets = Targets::of(f);
+                    if targets.may_target_any(reads.kept) {
+                        return Ok(rows_changed());
+                    }
+                    if targets.may_target_any(reads.referenced) {
+                        return Ok(Some(Conflict::DeleteFileReplaced {
+                            file: f.file_path().to_string(),
+                        }));
+                    }
+                }
+                ManifestStatus::Deleted if reads.replaced.contains(f.file_path()) => {
+                    return Ok(Some(Conflict::DeleteFileReplaced {
+                        file: f.file_path().to_string(),
+                    }));
+                }
+                _ => {}
+            }
         }
     }
-    Ok(false)
+    Ok(None)
 }
 
-/// The replaced manifests must still be current; position deletes committed since the base
-/// against removed files are returned to be carried over (each must be covered by `row_map`,
-/// else the rewrite is planned again).
+/// The files a rewrite replaces must still be live (another rewrite of them, a reload, or a
+/// rollback means planning again); position deletes committed since the base against them are
+/// returned to be carried over (each must be covered by `row_map`, else the rewrite is planned
+/// again). Manifests rewritten meanwhile do not matter: each attempt finds the files in
+/// whatever manifests list them then.
 async fn rewrite_still_valid(
-    replaced_manifests: &BTreeSet<String>,
     removed_data_files: &BTreeSet<String>,
     row_map: Option<&RowMap>,
     now: &TableMetadata,
@@ -556,17 +588,9 @@ async fn rewrite_still_valid(
     if intervening.is_empty() {
         return Ok(carry);
     }
-    if let Some(current) = now.current_snapshot() {
-        let list = files.manifest_list(now, current).await?;
-        let listed: BTreeSet<&str> = list.iter().map(|m| m.manifest_path.as_str()).collect();
-        if let Some(m) = replaced_manifests
-            .iter()
-            .find(|m| !listed.contains(m.as_str()))
-        {
-            return Err(conflict(Conflict::ManifestRewritten {
-                manifest: m.clone(),
-            }));
-        }
+    let live = live_data_files(now, files).await?;
+    if let Some(gone) = removed_data_files.iter().find(|f| !live.contains(*f)) {
+        return Err(conflict(Conflict::ReferencedFileRemoved { file: gone.clone() }));
     }
     for s in intervening {
         for manifest in files.added_by(now, s, ManifestContentType::Deletes).await? {

@@ -1,6 +1,6 @@
 //! Position-delete files: their content, as every reader of a table's deletes needs it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray as _;
@@ -11,6 +11,7 @@ use iceberg::spec::{DataFile, PrimitiveLiteral};
 
 use super::cache::{Kind, get, put};
 use crate::error::Result;
+use crate::write::FileDeletes;
 
 /// Field ids Iceberg reserves for position-delete files.
 pub(crate) const DELETE_FILE_PATH_ID: i32 = 2147483546;
@@ -126,5 +127,93 @@ impl super::Files {
     /// Keeps the content of a position-delete file this process just wrote.
     pub(crate) fn remember_position_deletes(&self, path: &str, content: DeletedPositions) {
         put(&self.cache().deletes, path.to_string(), Arc::new(content));
+    }
+}
+
+/// The deletes a commit writes so that each data file keeps at most one live delete file (the
+/// rule Iceberg v3 sets for deletion vectors, applied to v2 position deletes): per data file,
+/// the commit's new positions with those of every live delete file that deletes rows of it,
+/// and the delete files those replace (removed by the same commit).
+#[derive(Debug, Default)]
+pub(crate) struct MergedDeletes {
+    /// Every position each data file's one delete file holds, by data file path.
+    pub deletes: BTreeMap<String, FileDeletes>,
+    /// Live delete files whose positions `deletes` holds.
+    pub replaced: BTreeSet<String>,
+}
+
+impl super::Files {
+    /// Merges `new` (positions per data file) with the live deletes of the current snapshot of
+    /// `md`. A delete file that deletes rows of several data files (an earlier version's, or
+    /// another engine's partition-scoped file) is replaced whole: each of its other live data
+    /// files gets its own merged file too, and so on for their delete files (the first commit
+    /// on such a table splits them once; afterwards every delete file names one data file).
+    /// Positions of data files no longer live are dropped with the files that held them.
+    pub(crate) async fn merge_with_live_deletes(
+        &self,
+        md: &iceberg::spec::TableMetadata,
+        new: &BTreeMap<String, FileDeletes>,
+    ) -> Result<MergedDeletes> {
+        let mut out = MergedDeletes {
+            deletes: new.clone(),
+            replaced: BTreeSet::new(),
+        };
+        if new.is_empty() || md.current_snapshot().is_none() {
+            return Ok(out);
+        }
+        let live = self
+            .live(md, super::live::Scope::All, super::Fill::Keep)
+            .await?;
+        let data: HashMap<&str, (i32, &iceberg::spec::Struct)> = live
+            .data()
+            .map(|d| (d.file().file_path(), (d.spec_id, d.file().partition())))
+            .collect();
+        let deletes: Vec<(&str, u64, Targets)> = live
+            .position_deletes()
+            .map(|d| {
+                let f = d.file();
+                (f.file_path(), f.file_size_in_bytes(), Targets::of(f))
+            })
+            .collect();
+        let mut pending: BTreeSet<String> = new.keys().cloned().collect();
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        while !pending.is_empty() {
+            let round = std::mem::take(&mut pending);
+            seen.extend(round.iter().cloned());
+            let wanted: Vec<(&str, u64)> = deletes
+                .iter()
+                .filter(|(p, _, t)| !out.replaced.contains(*p) && t.may_target_any(&round))
+                .map(|(p, size, _)| (*p, *size))
+                .collect();
+            let read = self.position_deletes_of(&wanted, super::Fill::Keep).await?;
+            for ((path, _), (content, _)) in wanted.iter().zip(read) {
+                if !content.keys().any(|t| round.contains(t)) {
+                    continue;
+                }
+                out.replaced.insert(path.to_string());
+                for (target, positions) in content.iter() {
+                    let Some((spec_id, partition)) = data.get(target.as_str()) else {
+                        continue;
+                    };
+                    out.deletes
+                        .entry(target.clone())
+                        .or_insert_with(|| FileDeletes {
+                            spec_id: *spec_id,
+                            partition: (*partition).clone(),
+                            positions: Vec::new(),
+                        })
+                        .positions
+                        .extend_from_slice(positions);
+                    if !seen.contains(target) {
+                        pending.insert(target.clone());
+                    }
+                }
+            }
+        }
+        for d in out.deletes.values_mut() {
+            d.positions.sort_unstable();
+            d.positions.dedup();
+        }
+        Ok(out)
     }
 }

@@ -101,6 +101,11 @@ impl Files {
     pub(crate) fn remember_manifest(&self, path: &str, as_written: Manifest) {
         put(&self.cache.written, path.to_string(), Arc::new(as_written));
     }
+
+    /// A manifest this process wrote, as written (no inheritance), if it still remembers it.
+    pub(crate) fn written_manifest(&self, path: &str) -> Option<Arc<Manifest>> {
+        get(&self.cache.written, path)
+    }
 }
 
 #[cfg(test)]

@@ -355,8 +355,8 @@ impl IngestHandler {
         };
         let mut listed_folders = BTreeSet::new();
         for (ri, uri, order) in std::mem::take(&mut named.transactions) {
-            let tables = match t.tables_of(self.objects.as_ref(), source, &uri).await {
-                Ok(tables) => tables,
+            let tables = match t.file(self.objects.as_ref(), source, &uri).await {
+                Ok((_, tables)) => tables,
                 Err(e) => {
                     named.bad_keys.insert(uri.clone(), (e.kind(), e.redacted()));
                     named.record_keys[ri].push((uri, None, None));
@@ -467,19 +467,16 @@ impl IngestHandler {
                         .await?
                 }
             };
-            if let (Some((gone, at_ms)), Some(t)) = (deleted, &loaded)
-                && cfg.truncate_on_source_delete
-            {
-                crate::ops::ingest::check_source(&cfg, t)?;
-                if self
-                    .truncate_if_emptied(t, bucket, &listing, gone, at_ms)
-                    .await?
-                {
-                    loaded = LoadedTable::load(self.catalog.as_ref(), &t.ident).await?;
-                }
-            }
             if let Some(t) = &loaded {
                 crate::ops::ingest::check_source(&cfg, t)?;
+            }
+            if let (Some((gone, at_ms)), Some(t)) = (deleted, &loaded)
+                && cfg.truncate_on_source_delete
+                && self
+                    .truncate_if_emptied(t, bucket, &listing, gone, at_ms)
+                    .await?
+            {
+                loaded = LoadedTable::load(self.catalog.as_ref(), &t.ident).await?;
             }
             let applied = match &loaded {
                 Some(t) => AppliedRecord::of_table(&t.metadata)?.unwrap_or_default(),
@@ -849,15 +846,6 @@ impl Transactions {
         let tables = crate::read::transaction::tables_in(&data, uri, &delimiter)?;
         read.insert(uri.to_string(), (data.clone(), tables.clone()));
         Ok((data, tables))
-    }
-
-    async fn tables_of(
-        &self,
-        objects: &dyn ObjectStore,
-        source: &crate::config::SourceSettings,
-        uri: &str,
-    ) -> Result<BTreeSet<(String, String)>> {
-        Ok(self.file(objects, source, uri).await?.1)
     }
 }
 

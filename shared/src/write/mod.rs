@@ -412,8 +412,10 @@ pub struct FileDeletes {
     pub positions: Vec<i64>,
 }
 
-/// Writes position-delete files: one per partition, rows sorted by (file path, position) as the
-/// spec requires. `deletes` is keyed by data file path.
+/// Writes position-delete files: one per data file (file-scoped: `referenced_data_file` and
+/// equal `file_path` bounds, so a reader matches it to its data file without opening it, as
+/// Iceberg Java has written them by default since 1.5), rows sorted by position. `deletes` is
+/// keyed by data file path and holds every position the file's one delete file keeps.
 pub(crate) async fn write_position_deletes(
     file_io: &FileIO,
     metadata: &TableMetadata,
@@ -436,23 +438,15 @@ pub(crate) async fn write_position_deletes(
             .build()?,
     );
     let arrow_schema = Arc::new(schema_to_arrow_schema(&delete_schema)?);
-    // Group by partition; BTreeMap keeps paths sorted inside each group.
-    type Group<'a> = ((i32, Struct), Vec<(&'a String, &'a FileDeletes)>);
-    let mut groups: Vec<Group> = Vec::new();
-    for (path, d) in deletes {
-        let k = (d.spec_id, d.partition.clone());
-        match groups.iter_mut().find(|(g, _)| *g == k) {
-            Some((_, v)) => v.push((path, d)),
-            None => groups.push((k, vec![(path, d)])),
-        }
-    }
+    let files: Vec<(&String, &FileDeletes)> =
+        deletes.iter().filter(|(_, d)| !d.positions.is_empty()).collect();
     // Full paths as statistics so readers can prune delete files by `file_path` bounds.
     let props = base_properties(Encoding::Change)
         .set_statistics_truncate_length(None)
         .build();
     // Concurrent uploads (bounded), as for data files.
-    let groups_ref = &groups;
-    let written: Vec<Vec<(i32, DataFile)>> = futures::stream::iter(0..groups.len())
+    let files_ref = &files;
+    let written: Vec<Vec<(i32, DataFile)>> = futures::stream::iter(0..files.len())
         .map(|i| {
             let ds = DeleteSchema {
                 props: props.clone(),
@@ -460,8 +454,9 @@ pub(crate) async fn write_position_deletes(
                 arrow: arrow_schema.clone(),
             };
             async move {
-                let ((spec_id, partition), files) = &groups_ref[i];
-                write_delete_file(file_io, metadata, ds, (*spec_id, partition), files).await
+                let (path, d) = files_ref[i];
+                write_delete_file(file_io, metadata, ds, (d.spec_id, &d.partition), &[(path, d)])
+                    .await
             }
         })
         .buffered(WRITE_CONCURRENCY)

@@ -9,7 +9,7 @@ use futures::TryStreamExt;
 use iceberg::scan::FileScanTask;
 use iceberg::spec::{DataContentType, TableMetadata};
 
-use crate::commit::{self, Added, Base, Change, MetadataChanges, Staged, remove_files};
+use crate::commit::{self, Added, Base, Change, MetadataChanges, Staged};
 use crate::error::{Error, Result};
 use crate::evolve::key_columns;
 use crate::files::Fill;
@@ -79,26 +79,19 @@ impl Compact<'_> {
             .iter()
             .map(|(_, f)| f.file_path().to_string())
             .collect();
-        let result = async {
-            let mut manifests = commit::write_manifests(
-                self.catalog.files(),
-                &md,
-                snapshot_id,
-                &written,
-                &[],
-                Some(base_seq),
-            )
-            .await?;
-            let removal = remove_files(self.catalog.files(), &md, snapshot_id, |f| {
-                paths.contains(f.file_path()) || removed_deletes.contains(f.file_path())
-            })
-            .await?;
-            manifests.extend(removal.manifests);
-            Ok::<_, Error>((manifests, removal.replaced, removal.removed))
-        }
+        // The files it removes are found in the manifests current when it commits (see
+        // `commit::producer`): only the new files' manifest is written here.
+        let manifests = commit::write_manifests(
+            self.catalog.files(),
+            &md,
+            snapshot_id,
+            &written,
+            &[],
+            Some(base_seq),
+        )
         .await;
-        let (manifests, replaced, removed) = match result {
-            Ok(r) => r,
+        let manifests = match manifests {
+            Ok(m) => m,
             Err(e) => {
                 prepared.abandon(file_io).await;
                 return Err(e);
@@ -112,7 +105,6 @@ impl Compact<'_> {
             added.records += f.record_count();
             added.data_files_size += f.file_size_in_bytes();
         }
-        added.count_removed(&removed);
         added.changed_partitions = 1;
         let mut summary = BTreeMap::new();
         summary.insert(
@@ -126,8 +118,8 @@ impl Compact<'_> {
             schema_id: md.current_schema_id(),
             snapshot_id,
             change: Change::Rewrite {
-                replaced_manifests: replaced,
                 removed_data_files: paths,
+                removed_delete_files: removed_deletes.clone(),
                 row_map: map,
             },
             manifests,
@@ -147,7 +139,12 @@ impl Compact<'_> {
                 })
                 .collect(),
         };
-        Ok((staged, added, rewritten))
+        // The report's count: what the plan removes (the snapshot's summary counts what its
+        // attempt found live).
+        let mut reported = added;
+        reported.removed_data_files = group.files.len() as u64;
+        reported.removed_delete_files = removed_deletes.len() as u64;
+        Ok((staged, reported, rewritten))
     }
 
     /// The group's files as of `snapshot_id`, each with its deleted positions. Deletes are

@@ -309,7 +309,8 @@ fn settle_schema(
                 if let Some((next, ch)) =
                     evolve::evolve(s, last_column_id, &typed, &table_name, &f.object.key)?
                 {
-                    last_column_id = next.highest_field_id();
+                    // A promotion alone adds no id: the table's last one still stands.
+                    last_column_id = last_column_id.max(next.highest_field_id());
                     change.added.extend(ch.added);
                     change.promoted.extend(ch.promoted);
                     schema = Some(next);
@@ -492,4 +493,83 @@ pub(super) fn align(b: ChangeBatch, schema: &SchemaRef) -> Result<ChangeBatch> {
         unsupplied,
         ..b
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iceberg::spec::NestedField;
+
+    /// Writes a DMS Parquet change file of `columns` (one row) and returns it as an input.
+    fn parquet_input(
+        dir: &std::path::Path,
+        name: &str,
+        columns: Vec<(&str, ArrayRef)>,
+    ) -> FileInput {
+        let path = dir.join(name);
+        let batch = RecordBatch::try_from_iter(columns).unwrap();
+        let mut w = parquet::arrow::ArrowWriter::try_new(
+            std::fs::File::create(&path).unwrap(),
+            batch.schema(),
+            None,
+        )
+        .unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let object = crate::locate::locate(
+            &path.to_string_lossy(),
+            &crate::config::SourceSettings::default(),
+        )
+        .unwrap()
+        .unwrap();
+        super::super::local_inputs(vec![(object, path)]).remove(0)
+    }
+
+    /// Another engine dropped columns 4 and 5 (the table's last column id stays 5). A file that
+    /// only widens a column, then one that adds a column, in one commit: the new column gets
+    /// id 6, not the id of a dropped column whose values old data files still carry.
+    #[test]
+    fn a_promotion_does_not_lower_the_last_column_id() {
+        let dir = std::env::temp_dir().join(format!("d2i-read-ids-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("s/t")).unwrap();
+        let table = Schema::builder()
+            .with_fields(vec![
+                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                NestedField::optional(2, "n", Type::Primitive(PrimitiveType::Int)).into(),
+            ])
+            .with_identifier_field_ids([1])
+            .build()
+            .unwrap();
+        let op = |v: &str| -> ArrayRef { Arc::new(arrow_array::StringArray::from(vec![v])) };
+        let long = |v: i64| -> ArrayRef { Arc::new(arrow_array::Int64Array::from(vec![v])) };
+        let files = vec![
+            parquet_input(
+                &dir.join("s/t"),
+                "20220302-1134010000.parquet",
+                vec![("Op", op("U")), ("id", long(1)), ("n", long(5_000_000_000))],
+            ),
+            parquet_input(
+                &dir.join("s/t"),
+                "20220302-1134020000.parquet",
+                vec![("Op", op("U")), ("id", long(1)), ("w", op("new"))],
+            ),
+        ];
+        let cfg = crate::config::Config::from_toml("[tables.\"s.t\"]\nprimary_key = [\"id\"]\n")
+            .unwrap()
+            .table("s", "t")
+            .unwrap();
+        let settled = settle_schema(
+            &cfg,
+            &["id".to_string()],
+            Some((table, 5)),
+            &files,
+            &Inference::Whole,
+        )
+        .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let n = settled.schema.field_by_name("n").unwrap();
+        assert_eq!(*n.field_type, Type::Primitive(PrimitiveType::Long));
+        assert_eq!(settled.schema.field_id_by_name("w"), Some(6));
+    }
 }

@@ -153,6 +153,8 @@ impl IngestPlanner<'_> {
                     snapshot_id,
                     manifests,
                     prepared,
+                    deleted_in: Default::default(),
+                    replaced_deletes: Default::default(),
                 },
                 referenced: Default::default(),
                 change: &change,
@@ -174,6 +176,8 @@ fn settle(
     current: Option<(iceberg::spec::Schema, i32)>,
     files: Vec<FileInput>,
 ) -> Result<(Read, Vec<FileInput>)> {
+    // Ids of columns another engine dropped are not given out again.
+    let last_column_id = current.as_ref().map_or(0, |(_, l)| *l);
     let mut read = prepare(cfg, &[], current, &files, &Inference::Whole)?;
     if cfg.mode == TableMode::Changelog {
         let ours: Vec<(String, PrimitiveType)> = CHANGELOG_COLUMNS
@@ -181,13 +185,9 @@ fn settle(
             .map(|(n, t)| (n.to_string(), t.clone()))
             .collect();
         let label = files.first().map_or("", |f| f.object.key.as_str());
-        if let Some((next, ch)) = evolve::evolve(
-            &read.schema,
-            read.schema.highest_field_id(),
-            &ours,
-            &cfg.target(),
-            label,
-        )? {
+        if let Some((next, ch)) =
+            evolve::evolve(&read.schema, last_column_id, &ours, &cfg.target(), label)?
+        {
             read.change.added.extend(ch.added);
             read.change.promoted.extend(ch.promoted);
             read.schema = next;

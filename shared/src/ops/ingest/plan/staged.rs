@@ -46,6 +46,11 @@ pub(super) struct Written {
     pub(super) snapshot_id: i64,
     pub(super) manifests: Vec<iceberg::spec::ManifestFile>,
     pub(super) prepared: Prepared,
+    /// Data files the delete files hold positions of: the plan's, and those whose deletes
+    /// were merged with them (one delete file per data file).
+    pub(super) deleted_in: std::collections::BTreeSet<String>,
+    /// Live delete files the written ones replace.
+    pub(super) replaced_deletes: std::collections::BTreeSet<String>,
 }
 
 /// TableMetadataBuilder re-assigns field ids of a new table; ours are already 1..n in order,
@@ -130,10 +135,14 @@ impl IngestPlanner<'_> {
             (Mode::Changes { .. }, TableMode::Append) => Change::Append,
             (Mode::Changes { .. }, TableMode::Upsert) => Change::RowDelta {
                 joins_load,
-                referenced_data_files: referenced,
+                referenced_data_files: referenced
+                    .into_iter()
+                    .chain(written.deleted_in.iter().cloned())
+                    .collect(),
                 keys,
                 kept_rows_in: kept,
                 checked: Default::default(),
+                replaced_deletes: written.replaced_deletes.clone(),
             },
         };
         let summary = self.summary(report)?;

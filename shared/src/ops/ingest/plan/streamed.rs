@@ -277,7 +277,9 @@ impl IngestPlanner<'_> {
             // The streamed lookup ran with the read, before the data files were complete.
             failpoint("after-lookup").await?;
             failpoint("after-data-files").await?;
-            let delete_files = write_position_deletes(file_io, planned, deletes).await?;
+            let files = self.ingest.catalog.files();
+            let merged = files.merge_with_live_deletes(planned, deletes).await?;
+            let delete_files = write_position_deletes(file_io, planned, &merged.deletes).await?;
             prepared.extend(delete_files.iter().map(|(_, f)| f.file_path().to_string()));
             failpoint("after-delete-files").await?;
             let manifests = commit::write_manifests(
@@ -291,16 +293,18 @@ impl IngestPlanner<'_> {
             .await?;
             prepared.extend(manifests.iter().map(|m| m.manifest_path.clone()));
             failpoint("after-manifests").await?;
-            Ok::<_, Error>((delete_files, manifests))
+            Ok::<_, Error>((delete_files, manifests, merged))
         }
         .await;
         match result {
-            Ok((delete_files, manifests)) => Ok(Written {
+            Ok((delete_files, manifests, merged)) => Ok(Written {
                 data: data.to_vec(),
                 deletes: delete_files,
                 snapshot_id,
                 manifests,
                 prepared,
+                deleted_in: merged.deletes.keys().cloned().collect(),
+                replaced_deletes: merged.replaced,
             }),
             Err(e) => {
                 prepared.abandon(file_io).await;

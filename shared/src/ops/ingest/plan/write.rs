@@ -9,6 +9,7 @@ use iceberg::spec::{DataFile, TableMetadata};
 use crate::commit::{self, failpoint};
 use crate::error::{Error, Result};
 use crate::files::Files;
+use crate::files::deletes::MergedDeletes;
 use crate::files::prepared::Prepared;
 use crate::locate::FileKind;
 use crate::lookup::Located;
@@ -31,36 +32,37 @@ pub(super) type Speculative = tokio::task::JoinHandle<
 
 /// What the delete branch of [`IngestPlanner::write`] wrote, and the error that stopped it:
 /// what it wrote before an error is the caller's to delete.
+#[derive(Default)]
 pub(super) struct DeleteBranch {
     pub(super) files: Vec<(i32, DataFile)>,
     pub(super) manifests: Manifests,
+    /// The positions each delete file holds (the new ones merged with the live ones), and the
+    /// live delete files they replace.
+    pub(super) merged: MergedDeletes,
     pub(super) error: Option<Error>,
 }
 
 impl DeleteBranch {
     pub(super) fn failed(e: Error) -> DeleteBranch {
         DeleteBranch {
-            files: Vec::new(),
-            manifests: Vec::new(),
             error: Some(e),
+            ..Default::default()
         }
     }
 }
 
-/// Position-delete files and their manifest (owned arguments: it runs as its own task).
+/// Position-delete files, one per data file with the live deletes of that file merged in, and
+/// their manifest (owned arguments: it runs as its own task).
 pub(super) async fn delete_branch(
     files: Files,
     planned: Arc<TableMetadata>,
     deletes: BTreeMap<String, crate::write::FileDeletes>,
     snapshot_id: i64,
 ) -> DeleteBranch {
-    let mut out = DeleteBranch {
-        files: Vec::new(),
-        manifests: Vec::new(),
-        error: None,
-    };
+    let mut out = DeleteBranch::default();
     let steps = async {
-        out.files = write_position_deletes(files.io(), &planned, &deletes).await?;
+        out.merged = files.merge_with_live_deletes(&planned, &deletes).await?;
+        out.files = write_position_deletes(files.io(), &planned, &out.merged.deletes).await?;
         failpoint("after-delete-files").await?;
         out.manifests =
             commit::write_manifests(&files, &planned, snapshot_id, &[], &out.files, None).await?;
@@ -121,7 +123,7 @@ impl IngestPlanner<'_> {
         prepared.extend(deletes.files.iter().map(|(_, f)| f.file_path().to_string()));
         prepared.extend(deletes.manifests.iter().map(|m| m.manifest_path.clone()));
         if !deletes.files.is_empty() {
-            self.remember_deletes(&deletes.files, &located.deletes);
+            self.remember_deletes(&deletes.files, &deletes.merged.deletes);
         }
         let result = match (data, deletes.error) {
             (Err(e), _) | (Ok(_), Some(e)) => Err(e),
@@ -134,12 +136,14 @@ impl IngestPlanner<'_> {
             }
         };
         match result {
-            Ok((data, deletes, snapshot_id, manifests)) => Ok(Written {
+            Ok((data, delete_files, snapshot_id, manifests)) => Ok(Written {
                 data,
-                deletes,
+                deletes: delete_files,
                 snapshot_id,
                 manifests,
                 prepared,
+                deleted_in: deletes.merged.deletes.keys().cloned().collect(),
+                replaced_deletes: deletes.merged.replaced,
             }),
             Err(e) => {
                 prepared.abandon(file_io).await;
@@ -148,27 +152,26 @@ impl IngestPlanner<'_> {
         }
     }
 
-    /// Keeps the content of the delete files just written (one per partition) in the lookup
+    /// Keeps the content of the delete files just written (one per data file) in the lookup
     /// cache, as a later read of them would load it.
     pub(super) fn remember_deletes(
         &self,
         written: &[(i32, DataFile)],
         deletes: &BTreeMap<String, crate::write::FileDeletes>,
     ) {
-        for (spec_id, f) in written {
-            let content: crate::files::deletes::DeletedPositions = deletes
-                .iter()
-                .filter(|(_, d)| d.spec_id == *spec_id && &d.partition == f.partition())
-                .map(|(path, d)| {
-                    let mut p = d.positions.clone();
-                    p.sort_unstable();
-                    p.dedup();
-                    (path.clone(), p)
-                })
-                .collect();
-            let count: usize = content.values().map(Vec::len).sum();
-            // One file per partition is what the writer makes; anything else is read back.
-            if count as u64 == f.record_count() {
+        for (_, f) in written {
+            let Some(target) = f.referenced_data_file() else {
+                continue;
+            };
+            let Some(d) = deletes.get(&target) else {
+                continue;
+            };
+            let mut p = d.positions.clone();
+            p.sort_unstable();
+            p.dedup();
+            // Anything but what the writer made of it is read back.
+            if p.len() as u64 == f.record_count() {
+                let content: crate::files::deletes::DeletedPositions = [(target, p)].into();
                 self.ingest
                     .catalog
                     .files()

@@ -1,0 +1,479 @@
+//! The manifests a snapshot lists, as Iceberg Java's merging producer keeps them (what every
+//! reader of the table pays for on every scan plan):
+//!
+//! 1. **Its own changes**, written once per commit ([`write_manifests`]): ADDED entries with the
+//!    sequence number left for the manifest list to assign.
+//! 2. **The parent's manifests, filtered** ([`filter`]) on every attempt against the table as it
+//!    is then: a manifest holding a file the commit removes is rewritten (the file as a DELETED
+//!    entry of this snapshot, the rest EXISTING, earlier snapshots' DELETED entries dropped); a
+//!    manifest with no live (ADDED or EXISTING) entry is left out of the list, so what a
+//!    compaction removed is listed by the snapshot that removed it and by no later one.
+//! 3. **Merged** ([`merge`]) by the table's `commit.manifest-merge.enabled`,
+//!    `commit.manifest.min-count-to-merge` and `commit.manifest.target-size-bytes` (Java's
+//!    defaults when unset: on, 100, 8 MiB): per content and partition spec, manifests are
+//!    packed from the end of the list into target-size bins; a bin of several is rewritten as
+//!    one, except the bin holding the commit's new manifest while it has fewer than the minimum
+//!    count (`ManifestMergeManager`). A merged manifest keeps this snapshot's ADDED and DELETED
+//!    entries as they are and every other live entry as EXISTING.
+//!
+//! Manifests this process writes are remembered as written ([`Files::remember_manifest`]), so
+//! a warm process never reads back what it merged or filtered.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::{StreamExt, TryStreamExt};
+use iceberg::spec::{
+    DataContentType, DataFile, FormatVersion, Manifest, ManifestContentType, ManifestEntry,
+    ManifestFile, ManifestMetadata, ManifestStatus, ManifestWriter, ManifestWriterBuilder,
+    TableMetadata, UNASSIGNED_SEQUENCE_NUMBER,
+};
+
+use crate::error::{Error, Result};
+use crate::files::{Files, Fill};
+
+/// Table properties (and Iceberg Java's defaults) for merging manifests on commit.
+pub(crate) const MERGE_ENABLED: &str = "commit.manifest-merge.enabled";
+pub(crate) const MIN_COUNT_TO_MERGE: &str = "commit.manifest.min-count-to-merge";
+pub(crate) const TARGET_SIZE_BYTES: &str = "commit.manifest.target-size-bytes";
+const DEFAULT_MIN_COUNT_TO_MERGE: usize = 100;
+const DEFAULT_TARGET_SIZE_BYTES: u64 = 8 << 20;
+
+/// How a commit merges manifests, from the table's properties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MergePolicy {
+    pub enabled: bool,
+    pub min_count: usize,
+    pub target_bytes: u64,
+}
+
+impl MergePolicy {
+    pub(crate) fn of(md: &TableMetadata) -> MergePolicy {
+        let p = md.properties();
+        MergePolicy {
+            enabled: p.get(MERGE_ENABLED).is_none_or(|v| v != "false"),
+            min_count: p
+                .get(MIN_COUNT_TO_MERGE)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DEFAULT_MIN_COUNT_TO_MERGE),
+            target_bytes: p
+                .get(TARGET_SIZE_BYTES)
+                .and_then(|v| v.parse().ok())
+                .filter(|v| *v > 0)
+                .unwrap_or(DEFAULT_TARGET_SIZE_BYTES),
+        }
+    }
+}
+
+/// One manifest being written, with its entries as written (what [`Files::remember_manifest`]
+/// keeps): the writer's own statistics and partition summaries come with it.
+struct Out {
+    path: String,
+    spec_id: i32,
+    content: ManifestContentType,
+    writer: ManifestWriter,
+    entries: Vec<ManifestEntry>,
+}
+
+impl Out {
+    fn new(
+        files: &Files,
+        md: &TableMetadata,
+        snapshot_id: i64,
+        spec_id: i32,
+        content: ManifestContentType,
+    ) -> Result<Out> {
+        let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
+            Error::Table(format!("partition spec {spec_id} is not in the table metadata"))
+        })?;
+        let path = format!(
+            "{}/metadata/{}-m0.avro",
+            md.location(),
+            uuid::Uuid::new_v4()
+        );
+        let builder = ManifestWriterBuilder::new(
+            files.io().new_output(&path)?,
+            Some(snapshot_id),
+            md.current_schema().clone(),
+            spec.as_ref().clone(),
+        );
+        let writer = match content {
+            ManifestContentType::Data => builder.build_v2_data(),
+            ManifestContentType::Deletes => builder.build_v2_deletes(),
+        };
+        Ok(Out {
+            path,
+            spec_id,
+            content,
+            writer,
+            entries: Vec::new(),
+        })
+    }
+
+    /// A file this snapshot adds: `sequence_number` unassigned (the list gives the snapshot's)
+    /// or the data sequence number a rewrite keeps.
+    fn added(&mut self, snapshot_id: i64, f: DataFile, sequence_number: i64) -> Result<()> {
+        self.writer.add_file(f.clone(), sequence_number)?;
+        self.entries.push(
+            ManifestEntry::builder()
+                .status(ManifestStatus::Added)
+                .snapshot_id(snapshot_id)
+                .sequence_number_opt((sequence_number >= 0).then_some(sequence_number))
+                .data_file(f)
+                .build(),
+        );
+        Ok(())
+    }
+
+    /// A live entry of an earlier snapshot, carried as EXISTING with its numbers.
+    fn existing(&mut self, e: &ManifestEntry) -> Result<()> {
+        let (sid, seq, file_seq) = numbers(e)?;
+        self.writer
+            .add_existing_file(e.data_file().clone(), sid, seq, file_seq)?;
+        self.entries.push(
+            ManifestEntry::builder()
+                .status(ManifestStatus::Existing)
+                .snapshot_id(sid)
+                .sequence_number(seq)
+                .file_sequence_number_opt(file_seq)
+                .data_file(e.data_file().clone())
+                .build(),
+        );
+        Ok(())
+    }
+
+    /// A file this snapshot removes (`e` as it was live), or removed (`e` already DELETED by it).
+    fn deleted(&mut self, snapshot_id: i64, e: &ManifestEntry) -> Result<()> {
+        let (_, seq, file_seq) = numbers(e)?;
+        self.writer
+            .add_delete_file(e.data_file().clone(), seq, file_seq)?;
+        self.entries.push(
+            ManifestEntry::builder()
+                .status(ManifestStatus::Deleted)
+                .snapshot_id(snapshot_id)
+                .sequence_number(seq)
+                .file_sequence_number_opt(file_seq)
+                .data_file(e.data_file().clone())
+                .build(),
+        );
+        Ok(())
+    }
+
+    async fn finish(self, files: &Files, md: &TableMetadata) -> Result<ManifestFile> {
+        let Out {
+            path,
+            spec_id,
+            content,
+            writer,
+            entries,
+        } = self;
+        let written = writer.write_manifest_file().await?;
+        let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
+            Error::Table(format!("partition spec {spec_id} is not in the table metadata"))
+        })?;
+        let schema = md.current_schema().clone();
+        let metadata = ManifestMetadata::builder()
+            .schema_id(schema.schema_id())
+            .schema(schema)
+            .partition_spec(spec.as_ref().clone())
+            .format_version(FormatVersion::V2)
+            .content(content)
+            .build();
+        files.remember_manifest(&path, Manifest::new(metadata, entries));
+        Ok(written)
+    }
+}
+
+/// Snapshot id, data and file sequence numbers of a live or deleted entry as read (inherited).
+fn numbers(e: &ManifestEntry) -> Result<(i64, i64, Option<i64>)> {
+    match (e.snapshot_id(), e.sequence_number()) {
+        (Some(sid), Some(seq)) if seq >= 0 => Ok((sid, seq, e.file_sequence_number.or(Some(seq)))),
+        _ => Err(Error::Table(format!(
+            "manifest entry {} lacks its snapshot id or sequence number",
+            e.file_path()
+        ))),
+    }
+}
+
+/// Writes the manifests for `data` and `deletes` (one per partition spec and content), in
+/// flight together. Data sequence numbers are left unassigned (the manifest list gives the
+/// snapshot's), except for rewritten data, which keeps the sequence number of the snapshot it
+/// was read from (`data_sequence_number`).
+pub(crate) async fn write_manifests(
+    files: &Files,
+    metadata: &TableMetadata,
+    snapshot_id: i64,
+    data: &[(i32, DataFile)],
+    deletes: &[(i32, DataFile)],
+    data_sequence_number: Option<i64>,
+) -> Result<Vec<ManifestFile>> {
+    let mut jobs: BTreeMap<(bool, i32), Vec<DataFile>> = BTreeMap::new();
+    for (is_delete, of_kind) in [(false, data), (true, deletes)] {
+        for (spec, f) in of_kind {
+            jobs.entry((is_delete, *spec)).or_default().push(f.clone());
+        }
+    }
+    let jobs: Vec<((bool, i32), Vec<DataFile>)> = jobs.into_iter().collect();
+    // By index: a closure over borrowed items trips rustc's higher-ranked Send check when the
+    // caller's future is boxed as `Send`.
+    let jobs_ref = &jobs;
+    futures::stream::iter(0..jobs.len())
+        .map(|n| async move {
+            let ((is_delete, spec_id), of_kind) = &jobs_ref[n];
+            let content = match is_delete {
+                true => ManifestContentType::Deletes,
+                false => ManifestContentType::Data,
+            };
+            let seq = match (is_delete, data_sequence_number) {
+                (false, Some(s)) => s,
+                _ => UNASSIGNED_SEQUENCE_NUMBER,
+            };
+            let mut out = Out::new(files, metadata, snapshot_id, *spec_id, content)?;
+            for f in of_kind {
+                out.added(snapshot_id, f.clone(), seq)?;
+            }
+            out.finish(files, metadata).await
+        })
+        .buffered(crate::write::WRITE_CONCURRENCY)
+        .try_collect()
+        .await
+}
+
+/// The parent's manifests as this snapshot keeps them.
+#[derive(Debug, Default)]
+pub(crate) struct Filtered {
+    /// Manifests with a live entry, in the parent's order: unchanged, or rewritten without the
+    /// removed files (which they list as DELETED).
+    pub manifests: Vec<ManifestFile>,
+    /// Manifests this attempt wrote.
+    pub written: Vec<String>,
+    /// The live files the commit removed.
+    pub removed: Vec<(DataContentType, DataFile)>,
+}
+
+/// Which live files a commit removes: `data` and `deletes` say which contents to look at (a
+/// manifest of another content is not read), `remove` picks the files.
+pub(crate) struct Removing<'a> {
+    pub data: bool,
+    pub deletes: bool,
+    pub remove: Box<dyn Fn(&DataFile) -> bool + Send + Sync + 'a>,
+}
+
+impl Removing<'_> {
+    pub(crate) fn nothing() -> Removing<'static> {
+        Removing {
+            data: false,
+            deletes: false,
+            remove: Box::new(|_| false),
+        }
+    }
+
+    fn looks_at(&self, m: &ManifestFile) -> bool {
+        match m.content {
+            ManifestContentType::Data => self.data,
+            ManifestContentType::Deletes => self.deletes,
+        }
+    }
+}
+
+/// Whether the manifest may list a live file. Counts a writer did not record: it may.
+fn has_live_entries(m: &ManifestFile) -> bool {
+    match (m.added_files_count, m.existing_files_count) {
+        (Some(a), Some(e)) => a + e > 0,
+        _ => true,
+    }
+}
+
+/// The parent's manifests without those that list no live file, and with the files `removing`
+/// picks removed (see the module's point 2).
+pub(crate) async fn filter(
+    files: &Files,
+    md: &TableMetadata,
+    parent: &[ManifestFile],
+    snapshot_id: i64,
+    removing: &Removing<'_>,
+) -> Result<Filtered> {
+    let live: Vec<&ManifestFile> = parent.iter().filter(|m| has_live_entries(m)).collect();
+    let examined: Vec<ManifestFile> = live
+        .iter()
+        .filter(|m| removing.looks_at(m))
+        .map(|m| (*m).clone())
+        .collect();
+    let read = files.manifests(&examined, Fill::Keep).await?;
+    let mut touched: BTreeMap<&str, &Manifest> = BTreeMap::new();
+    for (m, manifest) in examined.iter().zip(&read) {
+        let holds = manifest
+            .entries()
+            .iter()
+            .any(|e| e.is_alive() && (removing.remove)(e.data_file()));
+        if holds {
+            touched.insert(m.manifest_path.as_str(), manifest.as_ref());
+        }
+    }
+    let mut out = Filtered::default();
+    for m in live {
+        let Some(manifest) = touched.get(m.manifest_path.as_str()) else {
+            out.manifests.push(m.clone());
+            continue;
+        };
+        let mut w = Out::new(files, md, snapshot_id, m.partition_spec_id, m.content)?;
+        for e in manifest.entries() {
+            if !e.is_alive() {
+                continue;
+            }
+            if (removing.remove)(e.data_file()) {
+                out.removed
+                    .push((e.content_type(), e.data_file().clone()));
+                w.deleted(snapshot_id, e)?;
+            } else {
+                w.existing(e)?;
+            }
+        }
+        out.written.push(w.path.clone());
+        out.manifests.push(w.finish(files, md).await?);
+    }
+    Ok(out)
+}
+
+/// The entries of a manifest in the list being built: this snapshot's own as written (their
+/// sequence numbers are not assigned yet, so they must not go through the cache of listed
+/// manifests, which would keep them inherited from an unassigned list entry), any other as
+/// listed.
+async fn entries_of(files: &Files, m: &ManifestFile, snapshot_id: i64) -> Result<Manifest> {
+    if m.added_snapshot_id == snapshot_id && m.sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
+        return match files.written_manifest(&m.manifest_path) {
+            Some(w) => Ok(w.as_ref().clone()),
+            None => Ok(m.load_manifest(files.io()).await?),
+        };
+    }
+    Ok(files.manifest(m, Fill::Keep).await?.as_ref().clone())
+}
+
+/// Java's `ListPacker(target, lookback 1).packEnd`: from the end of the list back, each bin
+/// takes items until the next would pass the target (an empty bin takes any item); bins and
+/// their items in list order. The under-filled bin is the first, where new manifests are.
+fn pack_end(weights: &[u64], target: u64) -> Vec<Vec<usize>> {
+    let mut bins: Vec<Vec<usize>> = Vec::new();
+    let (mut bin, mut weight) = (Vec::new(), 0u64);
+    for i in (0..weights.len()).rev() {
+        if !bin.is_empty() && weight.saturating_add(weights[i]) > target {
+            bins.push(std::mem::take(&mut bin));
+            weight = 0;
+        }
+        bin.push(i);
+        weight = weight.saturating_add(weights[i]);
+    }
+    if !bin.is_empty() {
+        bins.push(bin);
+    }
+    bins.reverse();
+    for b in &mut bins {
+        b.reverse();
+    }
+    bins
+}
+
+/// The snapshot's manifests: `ours` (this commit's new ones) then `kept` (the filtered
+/// parent's), merged per content and spec by `policy` (see the module's point 3). Returns the
+/// list and the paths of the manifests written here.
+pub(crate) async fn merge(
+    files: &Files,
+    md: &TableMetadata,
+    snapshot_id: i64,
+    ours: Vec<ManifestFile>,
+    kept: Vec<ManifestFile>,
+    policy: MergePolicy,
+) -> Result<(Vec<ManifestFile>, Vec<String>)> {
+    let all: Vec<ManifestFile> = ours.into_iter().chain(kept).collect();
+    if !policy.enabled {
+        return Ok((all, Vec::new()));
+    }
+    let mut out = Vec::with_capacity(all.len());
+    let mut written = Vec::new();
+    for content in [ManifestContentType::Data, ManifestContentType::Deletes] {
+        let of_content: Vec<&ManifestFile> = all.iter().filter(|m| m.content == content).collect();
+        let Some(first) = of_content.first().map(|m| m.manifest_path.clone()) else {
+            continue;
+        };
+        // Per spec, newest spec first (Java's reverse-ordered map of groups).
+        let mut by_spec: BTreeMap<std::cmp::Reverse<i32>, Vec<&ManifestFile>> = BTreeMap::new();
+        for m in of_content {
+            by_spec
+                .entry(std::cmp::Reverse(m.partition_spec_id))
+                .or_default()
+                .push(m);
+        }
+        for (std::cmp::Reverse(spec_id), group) in by_spec {
+            let weights: Vec<u64> = group
+                .iter()
+                .map(|m| u64::try_from(m.manifest_length).unwrap_or(0))
+                .collect();
+            for bin in pack_end(&weights, policy.target_bytes) {
+                let members: Vec<&ManifestFile> = bin.iter().map(|&i| group[i]).collect();
+                let holds_first = members.iter().any(|m| m.manifest_path == first);
+                if members.len() == 1 || (holds_first && members.len() < policy.min_count) {
+                    out.extend(members.into_iter().cloned());
+                    continue;
+                }
+                let merged = merge_bin(files, md, snapshot_id, spec_id, content, &members).await?;
+                written.push(merged.manifest_path.clone());
+                out.push(merged);
+            }
+        }
+    }
+    Ok((out, written))
+}
+
+/// One manifest holding the entries of `members`: this snapshot's ADDED and DELETED entries as
+/// they are, every other live entry EXISTING; earlier snapshots' DELETED entries dropped.
+async fn merge_bin(
+    files: &Files,
+    md: &TableMetadata,
+    snapshot_id: i64,
+    spec_id: i32,
+    content: ManifestContentType,
+    members: &[&ManifestFile],
+) -> Result<ManifestFile> {
+    let mut w = Out::new(files, md, snapshot_id, spec_id, content)?;
+    for m in members {
+        let manifest = entries_of(files, m, snapshot_id).await?;
+        for e in manifest.entries() {
+            let ours = e.snapshot_id() == Some(snapshot_id);
+            match e.status() {
+                ManifestStatus::Deleted if ours => w.deleted(snapshot_id, e)?,
+                ManifestStatus::Deleted => {}
+                ManifestStatus::Added if ours => w.added(
+                    snapshot_id,
+                    e.data_file().clone(),
+                    e.sequence_number().unwrap_or(UNASSIGNED_SEQUENCE_NUMBER),
+                )?,
+                _ => w.existing(e)?,
+            }
+        }
+    }
+    w.finish(files, md).await
+}
+
+/// Whether delete file `f` deletes rows of files in `removed` only, as its manifest entry
+/// tells: it names one data file (`referenced_data_file`, or equal `file_path` bounds).
+pub(crate) fn only_targets(f: &DataFile, removed: &BTreeSet<String>) -> bool {
+    match crate::files::deletes::Targets::of(f) {
+        crate::files::deletes::Targets::One(p) => removed.contains(&p),
+        crate::files::deletes::Targets::Range(lo, hi) => lo == hi && removed.contains(&lo),
+        crate::files::deletes::Targets::Any => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packing_from_the_end_leaves_the_first_bin_under_filled() {
+        assert_eq!(pack_end(&[1, 1, 1, 1, 1], 2), vec![vec![0], vec![1, 2], vec![3, 4]]);
+        assert_eq!(pack_end(&[5, 1, 1], 2), vec![vec![0], vec![1, 2]]);
+        // An item over the target gets a bin of its own.
+        assert_eq!(pack_end(&[1, 9, 1], 2), vec![vec![0], vec![1], vec![2]]);
+        assert_eq!(pack_end(&[], 2), Vec::<Vec<usize>>::new());
+        assert_eq!(pack_end(&[3, 3, 3], 100), vec![vec![0, 1, 2]]);
+    }
+}
