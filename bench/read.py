@@ -229,18 +229,23 @@ def replay(label: str, binary: Path, meta: dict, a, base: Path) -> dict:
     case.mkdir(parents=True)
     wh = case / "wh"
     cfg = case / "config.toml"
-    cfg.write_text(CONFIG)
+    props = a.props_for.get(label, {})
+    cfg.write_text(CONFIG + ("properties = { " + ", ".join(
+        f'"{k}" = "{v}"' for k, v in props.items()) + " }\n" if props else ""))
     compact_args = a.compact_args_for.get(label, a.compact_args).split()
     con = peers.duckdb_connect()
     out = {"label": label, "binary": str(binary), "points": [], "ingest_s": [],
-           "compactions": []}
+           "compactions": [], "props": props,
+           "compact_every": a.every_for.get(label, a.compact_every),
+           "compact_args": compact_args}
     wall, _ = run([binary, "ingest", *meta["load_files"], "--warehouse", wh, "--config", cfg,
                    "--format", "json"])
     out["load_s"] = wall
     points = sorted(set(a.checkpoints))
     done = 0
     files = meta["change_files"]
-    stops = sorted(set(points) | set(range(a.compact_every, len(files) + 1, a.compact_every)))
+    every = a.every_for.get(label, a.compact_every)
+    stops = sorted(set(points) | set(range(every, len(files) + 1, every)))
     for stop in stops:
         if stop > done:
             wall, stdout = run([binary, "ingest", *files[done:stop], "--warehouse", wh,
@@ -253,12 +258,12 @@ def replay(label: str, binary: Path, meta: dict, a, base: Path) -> dict:
             out["ingest_s"].append({"from": done, "to": stop, "wall_s": wall,
                                     "median_file_s": statistics.median(per) if per else None})
             done = stop
-        expected = meta["checksums_at"][str(stop)] if str(stop) in meta["checksums_at"] else None
+        expected = meta["checksums_at"].get(str(stop))
         if stop in points:
             log(f"{label}: checkpoint {stop} (before compaction)")
             out["points"].append(checkpoint(con, binary, case, wh, stop, "before", expected, a))
             log(f"  {summary(out['points'][-1])}")
-        if stop > 0 and stop % a.compact_every == 0:
+        if stop > 0 and stop % every == 0:
             wall, stdout = run([binary, "compact", IDENT, "--warehouse", wh, "--format", "json",
                                 *compact_args])
             out["compactions"].append({"at": stop, "wall_s": wall})
@@ -284,11 +289,13 @@ def summary(p: dict) -> str:
 def markdown(res: dict) -> str:
     L = [f"# Read cost as the table lives ({res['date']})", "",
          f"{res['rows']:,} rows, change files of {res['changes']} changes (70% U, 20% I, 10% D, "
-         f"keys uniform), `compact` every {res['compact_every']} files; DuckDB "
+         f"keys uniform); DuckDB "
          f"{res['versions'].get('duckdb')}, PyIceberg {res['versions'].get('pyiceberg')}; "
          f"medians of {res['runs']} runs. Machine: {res['machine']}.", ""]
     for r in res["results"]:
         L += [f"## {r['label']} (`{r['binary']}`)", "",
+              f"`compact {' '.join(r.get('compact_args', []))}` every {r.get('compact_every')} "
+              f"files; table properties {r.get('props') or 'as created'}.", "",
               f"Full load {r['load_s']:.2f} s; compactions: median "
               f"{statistics.median([c['wall_s'] for c in r['compactions']] or [0]):.2f} s, last "
               f"{(r['compactions'] or [{'wall_s': 0}])[-1]['wall_s']:.2f} s; per change file "
@@ -317,10 +324,14 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--changes", type=int, default=500)
     ap.add_argument("--files", type=int, default=1440)
-    ap.add_argument("--compact-every", type=int, default=60)
+    ap.add_argument("--compact-every", default="60",
+                    help="files between compaction runs: N, or LABEL=N,LABEL=N")
     ap.add_argument("--checkpoints", default="0,60,120,300,480,1440")
-    ap.add_argument("--compact-args", default="",
-                    help="extra arguments of `compact`; LABEL:ARGS for one binary only")
+    ap.add_argument("--compact-args", action="append", default=[],
+                    help="extra arguments of `compact` (LABEL:ARGS for one binary only)")
+    ap.add_argument("--props", action="append", default=[],
+                    help="LABEL=KEY:VALUE,...: table properties set at creation for one binary's "
+                         "table (its config's `properties`)")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--lookups", type=int, default=10)
     ap.add_argument("--seed", type=int, default=42)
@@ -329,21 +340,38 @@ def main() -> None:
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     a.checkpoints = [int(x) for x in a.checkpoints.split(",") if x]
+    a.props_for = {}
+    for spec in a.props:
+        label, kvs = spec.split("=", 1)
+        a.props_for[label] = dict(kv.split(":", 1) for kv in kvs.split(",") if kv)
     a.compact_args_for = {}
-    if ":" in a.compact_args and "=" not in a.compact_args.split(":")[0]:
-        label, args = a.compact_args.split(":", 1)
-        a.compact_args_for[label] = args
-        a.compact_args = ""
+    shared_args = []
+    for c in a.compact_args:
+        if ":" in c and not c.split(":")[0].startswith("-"):
+            label, args = c.split(":", 1)
+            a.compact_args_for[label] = args
+        else:
+            shared_args.append(c)
+    a.compact_args = " ".join(shared_args)
+    every = {}
+    for part in a.compact_every.split(","):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            every[k] = int(v)
+        else:
+            every[""] = int(part)
+    a.every_for = every
+    a.compact_every = every.get("", 60)
     a.checkpoints = [c for c in a.checkpoints if c <= a.files]
     work = a.work
     wl = work / f"workload-{a.rows}-{a.changes}-{a.files}-{a.seed}"
-    if not (wl / "meta.json").exists() or set(
-            json.loads((wl / "meta.json").read_text()).get("checksums_at", {})) != {
-            str(c) for c in sorted(set(a.checkpoints) | set(
-                range(a.compact_every, a.files + 1, a.compact_every)))}:
+    stops = set(a.checkpoints)
+    for n in a.every_for.values():
+        stops |= set(range(n, a.files + 1, n))
+    stops = tuple(sorted(stops))
+    if not (wl / "meta.json").exists() or not {str(c) for c in stops} <= set(
+            json.loads((wl / "meta.json").read_text()).get("checksums_at", {})):
         log(f"generating {a.rows:,} rows + {a.files} change files of {a.changes}")
-        stops = tuple(sorted(set(a.checkpoints) | set(range(a.compact_every, a.files + 1,
-                                                              a.compact_every))))
         gen.workload(wl, a.rows, a.changes, a.files, a.seed, (0.7, 0.2, 0.1), 0.05, None,
                      checkpoints=stops)
     meta = json.loads((wl / "meta.json").read_text())
@@ -353,7 +381,7 @@ def main() -> None:
            "machine": bench.machine(), "versions": bench.versions(), "results": []}
     for spec in a.binary:
         label, path = spec.split("=", 1)
-        log(f"{label}: {path}")
+        log(f"{label}: {path} {a.props_for.get(label, '')}")
         res["results"].append(replay(label, Path(path), meta, a, work / "cases"))
     name = f"{res['date']}-read" + (f"-{a.out}" if a.out else "")
     out = HERE / "results"

@@ -11,7 +11,7 @@ use arrow_schema::DataType;
 use dms2iceberg::ops::compact::CompactReport;
 use dms2iceberg::ops::history::{RecordView, SnapshotInfo};
 use dms2iceberg::ops::ingest::{CommitReport, TableReport};
-use dms2iceberg::ops::maintain::{ExpireReport, OrphanReport};
+use dms2iceberg::ops::maintain::{ExpireReport, OrphanReport, RewriteManifestsReport};
 use serde::Serialize;
 
 /// `scan --format`.
@@ -311,7 +311,44 @@ pub(crate) fn compact(out: &mut dyn Write, r: &CompactReport) -> std::io::Result
             r.deletes_carried
         )?;
     }
+    if let Some(c) = &r.read_cost {
+        writeln!(
+            out,
+            "  read cost: {} manifests, {} data files ({} small in one partition at most), {} delete files (at most {} on one data file, {:.1}% of its rows)",
+            c.manifests,
+            c.data_files,
+            c.max_small_files,
+            c.delete_files,
+            c.max_deletes_per_data_file,
+            c.max_deleted_ratio * 100.0
+        )?;
+        match r.compacted_because.is_empty() {
+            true => writeln!(out, "  within the thresholds: no file rewritten")?,
+            false => writeln!(out, "  compacted: {}", r.compacted_because.join("; "))?,
+        }
+    }
+    if let Some((before, after)) = r.manifests_rewritten {
+        writeln!(out, "  manifests rewritten: {before} -> {after}")?;
+    }
     Ok(())
+}
+
+pub(crate) fn rewrite_manifests(
+    out: &mut dyn Write,
+    r: &RewriteManifestsReport,
+) -> std::io::Result<()> {
+    match r.snapshot_id {
+        Some(id) => writeln!(
+            out,
+            "{}: manifests {} -> {} (snapshot {id})",
+            r.table, r.manifests_before, r.manifests_after
+        ),
+        None => writeln!(
+            out,
+            "{}: {} manifests, nothing to merge",
+            r.table, r.manifests_before
+        ),
+    }
 }
 
 pub(crate) fn expire(out: &mut dyn Write, r: &ExpireReport, dry_run: bool) -> std::io::Result<()> {

@@ -68,4 +68,4 @@ pub(crate) mod write;
 
 pub use error::{Error, Result};
 pub use files::metadata::{MetadataIo, metadata_io};
-pub use files::{CacheLimits, DEFAULT_KEY_CACHE_BYTES, FileReads, Files, TableCache};
+pub use files::{CacheLimits, DEFAULT_KEY_CACHE_BYTES, FileReads, Files, ReadCost, TableCache};

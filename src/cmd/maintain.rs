@@ -1,8 +1,9 @@
-//! Table maintenance: `compact`, `expire`, `orphans`, `mark-applied`, `truncate`.
+//! Table maintenance: `compact`, `rewrite-manifests`, `expire`, `orphans`, `mark-applied`,
+//! `truncate`.
 
 use anyhow::Result;
-use dms2iceberg::ops::compact::{Compact, CompactOptions};
-use dms2iceberg::ops::maintain::{ExpireSnapshots, Orphans};
+use dms2iceberg::ops::compact::{Compact, CompactOptions, Thresholds};
+use dms2iceberg::ops::maintain::{ExpireSnapshots, Orphans, RewriteManifests};
 use dms2iceberg::ops::mark_applied::MarkApplied;
 use dms2iceberg::ops::parse_ident;
 use dms2iceberg::ops::truncate::Truncate;
@@ -27,6 +28,21 @@ pub(crate) struct CompactArgs {
     /// grow with this.
     #[arg(long, default_value_t = 256 << 20)]
     pub max_group_bytes: u64,
+    /// Compact by read cost, as the compaction function does: only when the table's metadata
+    /// shows `--small-files` small files in a partition, `--deletes-per-data-file` delete files
+    /// on a data file, or `--deleted-ratio` of a file's rows deleted, and then only what they
+    /// count (a file with few deleted rows keeps its delete file); manifests are rewritten when
+    /// there are more than `--max-manifests`.
+    #[arg(long)]
+    pub if_needed: bool,
+    #[arg(long, default_value_t = Thresholds::default().small_files)]
+    pub small_files: usize,
+    #[arg(long, default_value_t = Thresholds::default().deletes_per_data_file)]
+    pub deletes_per_data_file: usize,
+    #[arg(long, default_value_t = Thresholds::default().deleted_ratio)]
+    pub deleted_ratio: f64,
+    #[arg(long, default_value_t = Thresholds::default().manifests)]
+    pub max_manifests: usize,
     /// `text` (a summary) or `json` (machine-readable).
     #[arg(long, value_enum, default_value = "text")]
     pub format: output::TextOrJson,
@@ -42,6 +58,11 @@ pub(crate) async fn compact(catalog: &CatalogArgs, a: CompactArgs) -> Result<boo
         target_file_size,
         max_bytes,
         max_group_bytes,
+        if_needed,
+        small_files,
+        deletes_per_data_file,
+        deleted_ratio,
+        max_manifests,
         format,
         json,
     } = a;
@@ -52,11 +73,38 @@ pub(crate) async fn compact(catalog: &CatalogArgs, a: CompactArgs) -> Result<boo
         max_group_bytes,
         ..Default::default()
     };
-    let r = Compact::new(catalog.as_ref(), parse_ident(&table)?)
-        .options(options)
+    let mut compact = Compact::new(catalog.as_ref(), parse_ident(&table)?).options(options);
+    if if_needed {
+        compact = compact.by_read_cost(Thresholds {
+            small_files,
+            deletes_per_data_file,
+            deleted_ratio,
+            manifests: max_manifests,
+        });
+    }
+    let r = compact.execute().await?;
+    output::report(&r, output::json_or(format, json), output::compact)?;
+    Ok(true)
+}
+
+/// Merge a table's manifests into as few as the table's commit.manifest.target-size-bytes
+/// allows (one per content and partition spec below it), dropping those without a live file.
+#[derive(clap::Args)]
+pub(crate) struct RewriteManifestsArgs {
+    pub table: String,
+    #[arg(long, default_value = super::DEFAULT_WAREHOUSE)]
+    pub warehouse: String,
+    /// `text` (a summary) or `json` (machine-readable).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: output::TextOrJson,
+}
+
+pub(crate) async fn rewrite_manifests(catalog: &CatalogArgs, a: RewriteManifestsArgs) -> Result<bool> {
+    let catalog = open_catalog(catalog, &a.warehouse, true).await?;
+    let r = RewriteManifests::new(catalog.as_ref(), parse_ident(&a.table)?)
         .execute()
         .await?;
-    output::report(&r, output::json_or(format, json), output::compact)?;
+    output::report(&r, output::json_or(a.format, false), output::rewrite_manifests)?;
     Ok(true)
 }
 
@@ -72,6 +120,10 @@ pub(crate) struct ExpireArgs {
     /// Always keep this many of the newest snapshots.
     #[arg(long, default_value_t = 1)]
     pub retain_last: usize,
+    /// Keep at most this many snapshots, however young (the oldest beyond them expire):
+    /// metadata.json, which every reader parses on every query, grows with them.
+    #[arg(long)]
+    pub retain_max: Option<usize>,
     /// List what would be expired and deleted, change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -89,6 +141,7 @@ pub(crate) async fn expire(catalog: &CatalogArgs, a: ExpireArgs) -> Result<bool>
         warehouse,
         older_than_hours,
         retain_last,
+        retain_max,
         dry_run,
         format,
         json,
@@ -96,6 +149,7 @@ pub(crate) async fn expire(catalog: &CatalogArgs, a: ExpireArgs) -> Result<bool>
     let catalog = open_catalog(catalog, &warehouse, true).await?;
     let cutoff = chrono::Utc::now().timestamp_millis() - (older_than_hours * 3_600_000.0) as i64;
     let r = ExpireSnapshots::new(catalog.as_ref(), parse_ident(&table)?, cutoff, retain_last)
+        .retain_max(retain_max)
         .dry_run(dry_run)
         .execute()
         .await?;

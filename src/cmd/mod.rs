@@ -20,6 +20,9 @@ pub(crate) enum Command {
     /// Rewrite small files and files with many deleted rows into target-size files sorted by
     /// key (deletes applied); drop delete files nothing live needs.
     Compact(maintain::CompactArgs),
+    /// Merge a table's manifests into few (as every commit of ours keeps them), dropping those
+    /// without a live file: repairs a table an older version or another engine left with many.
+    RewriteManifests(maintain::RewriteManifestsArgs),
     /// Expire snapshots older than a retention (and delete the files only they referenced).
     Expire(maintain::ExpireArgs),
     /// List files in the table's folder that no snapshot or metadata references (`--delete`
@@ -42,6 +45,7 @@ pub(crate) async fn run(catalog: &CatalogArgs, command: Command) -> Result<bool>
         Command::Scan(a) => read::scan(catalog, a).await,
         Command::History(a) => read::history(catalog, a).await,
         Command::Compact(a) => maintain::compact(catalog, a).await,
+        Command::RewriteManifests(a) => maintain::rewrite_manifests(catalog, a).await,
         Command::Expire(a) => maintain::expire(catalog, a).await,
         Command::Orphans(a) => maintain::orphans(catalog, a).await,
         Command::MarkApplied(a) => maintain::mark_applied(catalog, a).await,

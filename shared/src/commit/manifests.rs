@@ -17,7 +17,10 @@
 //!    entries as they are and every other live entry as EXISTING.
 //!
 //! Manifests this process writes are remembered as written ([`Files::remember_manifest`]), so
-//! a warm process never reads back what it merged or filtered.
+//! a warm process never reads back what it merged or filtered. An attempt's filtered and merged
+//! manifests are encoded in memory and handed back as [`Upload`]s: the attempt uploads them
+//! together with its manifest list and metadata.json, so filtering and merging add no round
+//! trip to a commit on object storage.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -37,6 +40,11 @@ pub(crate) const MIN_COUNT_TO_MERGE: &str = "commit.manifest.min-count-to-merge"
 pub(crate) const TARGET_SIZE_BYTES: &str = "commit.manifest.target-size-bytes";
 const DEFAULT_MIN_COUNT_TO_MERGE: usize = 100;
 const DEFAULT_TARGET_SIZE_BYTES: u64 = 8 << 20;
+/// What tables dms2iceberg creates are given (a table's own setting, or `properties` in its
+/// configuration, wins): each commit merges the bin its new manifest is in, so an
+/// unpartitioned table lists one data and one delete manifest below the target size.
+pub(crate) const OUR_MIN_COUNT_TO_MERGE: &str = "2";
+pub(crate) const OUR_TARGET_SIZE_BYTES: &str = "1048576";
 
 /// How a commit merges manifests, from the table's properties.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,9 +72,27 @@ impl MergePolicy {
     }
 }
 
+/// A manifest encoded, not yet stored: its path and bytes.
+pub(crate) type Upload = (String, bytes::Bytes);
+
+/// Stores `uploads`, several at a time.
+pub(crate) async fn upload(files: &Files, uploads: Vec<Upload>) -> Result<()> {
+    futures::stream::iter(uploads)
+        .map(|(path, bytes)| async move {
+            files.io().new_output(&path)?.write(bytes).await?;
+            Ok::<_, Error>(())
+        })
+        .buffer_unordered(crate::write::WRITE_CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
 /// One manifest being written, with its entries as written (what [`Files::remember_manifest`]
-/// keeps): the writer's own statistics and partition summaries come with it.
+/// keeps): the writer's own statistics and partition summaries come with it. It is encoded
+/// into memory under its real path; [`Out::finish`] hands back the bytes to store.
 struct Out {
+    memory: iceberg::io::FileIO,
     path: String,
     spec_id: i32,
     content: ManifestContentType,
@@ -90,8 +116,10 @@ impl Out {
             md.location(),
             uuid::Uuid::new_v4()
         );
+        let _ = files;
+        let memory = iceberg::io::FileIO::new_with_memory();
         let builder = ManifestWriterBuilder::new(
-            files.io().new_output(&path)?,
+            memory.new_output(&path)?,
             Some(snapshot_id),
             md.current_schema().clone(),
             spec.as_ref().clone(),
@@ -101,6 +129,7 @@ impl Out {
             ManifestContentType::Deletes => builder.build_v2_deletes(),
         };
         Ok(Out {
+            memory,
             path,
             spec_id,
             content,
@@ -158,8 +187,10 @@ impl Out {
         Ok(())
     }
 
-    async fn finish(self, files: &Files, md: &TableMetadata) -> Result<ManifestFile> {
+    /// The manifest's list entry and its bytes, remembered as written.
+    async fn finish(self, files: &Files, md: &TableMetadata) -> Result<(ManifestFile, Upload)> {
         let Out {
+            memory,
             path,
             spec_id,
             content,
@@ -167,6 +198,7 @@ impl Out {
             entries,
         } = self;
         let written = writer.write_manifest_file().await?;
+        let bytes = memory.new_input(&path)?.read().await?;
         let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
             Error::Table(format!("partition spec {spec_id} is not in the table metadata"))
         })?;
@@ -179,7 +211,7 @@ impl Out {
             .content(content)
             .build();
         files.remember_manifest(&path, Manifest::new(metadata, entries));
-        Ok(written)
+        Ok((written, (path, bytes)))
     }
 }
 
@@ -231,7 +263,9 @@ pub(crate) async fn write_manifests(
             for f in of_kind {
                 out.added(snapshot_id, f.clone(), seq)?;
             }
-            out.finish(files, metadata).await
+            let (manifest, (path, bytes)) = out.finish(files, metadata).await?;
+            files.io().new_output(&path)?.write(bytes).await?;
+            Ok::<_, Error>(manifest)
         })
         .buffered(crate::write::WRITE_CONCURRENCY)
         .try_collect()
@@ -244,8 +278,8 @@ pub(crate) struct Filtered {
     /// Manifests with a live entry, in the parent's order: unchanged, or rewritten without the
     /// removed files (which they list as DELETED).
     pub manifests: Vec<ManifestFile>,
-    /// Manifests this attempt wrote.
-    pub written: Vec<String>,
+    /// Manifests this attempt wrote, to store.
+    pub written: Vec<Upload>,
     /// The live files the commit removed.
     pub removed: Vec<(DataContentType, DataFile)>,
 }
@@ -328,22 +362,33 @@ pub(crate) async fn filter(
                 w.existing(e)?;
             }
         }
-        out.written.push(w.path.clone());
-        out.manifests.push(w.finish(files, md).await?);
+        let (manifest, upload) = w.finish(files, md).await?;
+        out.written.push(upload);
+        out.manifests.push(manifest);
     }
     Ok(out)
 }
 
 /// The entries of a manifest in the list being built: this snapshot's own as written (their
 /// sequence numbers are not assigned yet, so they must not go through the cache of listed
-/// manifests, which would keep them inherited from an unassigned list entry), any other as
-/// listed.
-async fn entries_of(files: &Files, m: &ManifestFile, snapshot_id: i64) -> Result<Manifest> {
+/// manifests, which would keep them inherited from an unassigned list entry; a filtered one is
+/// not even stored yet), any other as listed.
+async fn entries_of(
+    files: &Files,
+    m: &ManifestFile,
+    snapshot_id: i64,
+    pending: &[Upload],
+) -> Result<Manifest> {
     if m.added_snapshot_id == snapshot_id && m.sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
-        return match files.written_manifest(&m.manifest_path) {
-            Some(w) => Ok(w.as_ref().clone()),
-            None => Ok(m.load_manifest(files.io()).await?),
-        };
+        if let Some(w) = files.written_manifest(&m.manifest_path) {
+            return Ok(w.as_ref().clone());
+        }
+        if let Some((_, bytes)) = pending.iter().find(|(p, _)| *p == m.manifest_path) {
+            return Ok(Manifest::parse_avro(bytes)?);
+        }
+        // Written as entries with unassigned numbers: read as they are.
+        let bytes = files.io().new_input(&m.manifest_path)?.read().await?;
+        return Ok(Manifest::parse_avro(&bytes)?);
     }
     Ok(files.manifest(m, Fill::Keep).await?.as_ref().clone())
 }
@@ -374,15 +419,16 @@ fn pack_end(weights: &[u64], target: u64) -> Vec<Vec<usize>> {
 
 /// The snapshot's manifests: `ours` (this commit's new ones) then `kept` (the filtered
 /// parent's), merged per content and spec by `policy` (see the module's point 3). Returns the
-/// list and the paths of the manifests written here.
+/// list and the manifests merged here, to store. `pending`: manifests of this attempt not
+/// stored yet (filtered ones).
 pub(crate) async fn merge(
     files: &Files,
     md: &TableMetadata,
     snapshot_id: i64,
-    ours: Vec<ManifestFile>,
-    kept: Vec<ManifestFile>,
+    (ours, kept): (Vec<ManifestFile>, Vec<ManifestFile>),
+    pending: &[Upload],
     policy: MergePolicy,
-) -> Result<(Vec<ManifestFile>, Vec<String>)> {
+) -> Result<(Vec<ManifestFile>, Vec<Upload>)> {
     let all: Vec<ManifestFile> = ours.into_iter().chain(kept).collect();
     if !policy.enabled {
         return Ok((all, Vec::new()));
@@ -414,8 +460,10 @@ pub(crate) async fn merge(
                     out.extend(members.into_iter().cloned());
                     continue;
                 }
-                let merged = merge_bin(files, md, snapshot_id, spec_id, content, &members).await?;
-                written.push(merged.manifest_path.clone());
+                let (merged, upload) =
+                    merge_bin(files, md, (snapshot_id, spec_id, content), &members, pending)
+                        .await?;
+                written.push(upload);
                 out.push(merged);
             }
         }
@@ -428,14 +476,13 @@ pub(crate) async fn merge(
 async fn merge_bin(
     files: &Files,
     md: &TableMetadata,
-    snapshot_id: i64,
-    spec_id: i32,
-    content: ManifestContentType,
+    (snapshot_id, spec_id, content): (i64, i32, ManifestContentType),
     members: &[&ManifestFile],
-) -> Result<ManifestFile> {
+    pending: &[Upload],
+) -> Result<(ManifestFile, Upload)> {
     let mut w = Out::new(files, md, snapshot_id, spec_id, content)?;
     for m in members {
-        let manifest = entries_of(files, m, snapshot_id).await?;
+        let manifest = entries_of(files, m, snapshot_id, pending).await?;
         for e in manifest.entries() {
             let ours = e.snapshot_id() == Some(snapshot_id);
             match e.status() {

@@ -171,6 +171,9 @@ pub(crate) enum Change {
     },
     /// Rows appended (the rejected-rows table).
     Append,
+    /// The same files, listed by fewer manifests: every manifest of the current snapshot
+    /// merged into target-size manifests per content and spec (`rewrite-manifests`).
+    RewriteManifests,
     /// A full load that replaces the table's contents: every file live at commit time is
     /// removed, the new files added.
     Reload,
@@ -190,7 +193,7 @@ impl Change {
 
     fn operation(&self, added_deletes: bool, added_data: bool) -> Operation {
         match self {
-            Change::Rewrite { .. } => Operation::Replace,
+            Change::Rewrite { .. } | Change::RewriteManifests => Operation::Replace,
             Change::Reload => Operation::Overwrite,
             Change::Append => Operation::Append,
             Change::RowDelta { .. } => match (added_data, added_deletes) {

@@ -70,7 +70,7 @@ async fn attempt_manifests(
     parent_manifests: &[ManifestFile],
     carry: &super::validate::CarriedDeletes,
     (written, added): (&mut Prepared, &mut super::Added),
-) -> std::result::Result<Vec<ManifestFile>, CommitError> {
+) -> std::result::Result<(Vec<ManifestFile>, Vec<manifests::Upload>), CommitError> {
     let filtered = manifests::filter(
         files,
         base_md,
@@ -79,7 +79,6 @@ async fn attempt_manifests(
         &removing(&staged.change),
     )
     .await?;
-    written.extend(filtered.written.iter().cloned());
     added.count_removed(&filtered.removed);
     if let Change::RowDelta {
         replaced_deletes, ..
@@ -109,17 +108,29 @@ async fn attempt_manifests(
         }
         ours.extend(c.manifests);
     }
+    let mut policy = manifests::MergePolicy::of(base_md);
+    if matches!(staged.change, Change::RewriteManifests) {
+        // Every bin of several manifests is merged, whatever the table's merge settings.
+        policy.enabled = true;
+        policy.min_count = 2;
+    }
     let (list, merged) = manifests::merge(
         files,
         base_md,
         staged.snapshot_id,
-        ours,
-        filtered.manifests,
-        manifests::MergePolicy::of(base_md),
+        (ours, filtered.manifests),
+        &filtered.written,
+        policy,
     )
     .await?;
-    written.extend(merged);
-    Ok(list)
+    // Stored with the list and metadata.json (only what the list names).
+    let uploads: Vec<manifests::Upload> = filtered
+        .written
+        .into_iter()
+        .chain(merged)
+        .filter(|(p, _)| list.iter().any(|m| m.manifest_path == *p))
+        .collect();
+    Ok((list, uploads))
 }
 
 /// The files `change` removes, decided per attempt against the table as it is then: a row
@@ -155,7 +166,7 @@ fn removing(change: &Change) -> manifests::Removing<'_> {
             deletes: true,
             remove: Box::new(|_| true),
         },
-        Change::Append => manifests::Removing::nothing(),
+        Change::Append | Change::RewriteManifests => manifests::Removing::nothing(),
     }
 }
 
@@ -212,13 +223,14 @@ pub(super) async fn build_attempt(
         (&mut written, &mut added),
     )
     .await;
-    let listed = match listed {
+    let (listed, uploads) = match listed {
         Ok(l) => l,
         Err(e) => {
             written.abandon(file_io).await;
             return Err(e);
         }
     };
+    written.extend(uploads.iter().map(|(p, _)| p.clone()));
     // The commit's own manifests a merge took in: nothing will list them once it lands.
     let unlisted: Vec<String> = staged
         .manifests
@@ -262,11 +274,15 @@ pub(super) async fn build_attempt(
             crate::files::metadata::write(file_io, &location, &metadata, refs.as_ref()).await
         }
     };
-    let (list, meta) = tokio::join!(list_written, write_metadata);
+    let (list, meta, stored) = tokio::join!(
+        list_written,
+        write_metadata,
+        manifests::upload(files, uploads)
+    );
     if !writes_metadata {
         written.push(location.clone());
     }
-    let result = match list.and(meta) {
+    let result = match list.and(meta).and(stored) {
         Ok(()) => failpoint("after-manifest-list").await,
         Err(e) => Err(e),
     };

@@ -750,8 +750,13 @@ async fn compaction_carries_over_deletes_ingest_commits_meanwhile() {
         if m.added_snapshot_id != staged.snapshot_id {
             continue;
         }
+        // Merged manifests list other snapshots' files too, as EXISTING: this one's are ADDED.
         let manifest = m.load_manifest(lab.catalog.file_io()).await.unwrap();
-        for e in manifest.entries().iter().filter(|e| e.is_alive()) {
+        for e in manifest
+            .entries()
+            .iter()
+            .filter(|e| e.status() == iceberg::spec::ManifestStatus::Added)
+        {
             match e.content_type() {
                 iceberg::spec::DataContentType::Data => data_seqs.push(e.sequence_number()),
                 _ => delete_seqs.push(e.sequence_number()),

@@ -243,8 +243,9 @@ pub(crate) async fn check_carrying(
             )
             .await?;
         }
-        // A reload replaces whatever is live when it commits; appended rows touch nothing.
-        Change::Reload | Change::Append => {}
+        // A reload replaces whatever is live when it commits; appended rows touch nothing; a
+        // manifest rewrite lists whatever is live when it commits.
+        Change::Reload | Change::Append | Change::RewriteManifests => {}
     }
     Ok(out)
 }

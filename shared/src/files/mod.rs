@@ -4,6 +4,7 @@
 //! [`TableCache`], so a warm process reads back nothing it wrote or already read.
 
 pub(crate) mod cache;
+pub(crate) mod cost;
 pub(crate) mod deletes;
 pub(crate) mod index;
 pub(crate) mod keys;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use iceberg::io::FileIO;
 
 pub use cache::{CacheLimits, DEFAULT_KEY_CACHE_BYTES, FileReads, TableCache};
+pub use cost::ReadCost;
 
 use crate::error::Error;
 

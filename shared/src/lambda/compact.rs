@@ -1,7 +1,11 @@
-//! The compaction function, on a schedule: for every table of the Glue database that needs it
-//! (by file counts in its current snapshot), compact within a time and byte budget, expire old
-//! snapshots and delete orphan files older than a safety age. Tables run with bounded
-//! concurrency; whatever does not fit this invocation is done by the next.
+//! The compaction function, on two schedules. Every few minutes (the `compact` task) it
+//! measures each table's read cost from its metadata ([`ReadCost`]: small files per partition,
+//! delete files and deleted rows per data file, manifests) and compacts, within a time and byte
+//! budget, only the tables past [`Thresholds`]; a table is rewritten when its readers start to
+//! pay, not on the clock. Less often (the `expire` and `orphans` tasks; an event that names no
+//! task runs all three) it expires old snapshots and deletes orphan files older than a safety
+//! age. Tables run with bounded concurrency; whatever does not fit this invocation is done by
+//! the next.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,24 +19,33 @@ use super::metrics::emf_line;
 use super::{FunctionEnv, FunctionError};
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
-use crate::ops::compact::{Compact, CompactOptions, CompactReport};
+use crate::files::ReadCost;
+use crate::ops::compact::{Compact, CompactOptions, CompactReport, Thresholds};
 use crate::ops::maintain::{ExpireSnapshots, Orphans};
 use crate::table::LoadedTable;
+
+/// Snapshots the compaction function keeps at most (`DMS2ICEBERG_SNAPSHOT_RETAIN_MAX`): about
+/// 7 hours of a table fed a file a minute, a week of one fed hourly.
+pub const DEFAULT_RETAIN_MAX: usize = 500;
 
 /// `DMS2ICEBERG_COMPACT_*` and maintenance settings.
 #[derive(Debug, Clone)]
 pub struct CompactEnv {
     /// `DMS2ICEBERG_COMPACT_MAX_BYTES` (default 1 GiB): input bytes per table and invocation.
     pub max_bytes: u64,
-    /// `DMS2ICEBERG_COMPACT_MIN_DATA_FILES` (default 8): a table needs compaction from this many
-    /// data files, or from one delete file.
-    pub min_data_files: u64,
+    /// When a table needs work: `DMS2ICEBERG_COMPACT_SMALL_FILES` (default 8; the older
+    /// `DMS2ICEBERG_COMPACT_MIN_DATA_FILES` is read too), `..._DELETE_FILES_PER_DATA_FILE` (2),
+    /// `..._DELETED_RATIO` (0.1), `..._MAX_MANIFESTS` (8).
+    pub thresholds: Thresholds,
     /// `DMS2ICEBERG_COMPACT_CONCURRENCY` (default 2): tables at once.
     pub concurrency: usize,
     /// `DMS2ICEBERG_SNAPSHOT_RETENTION_HOURS` (default 168).
     pub retention_hours: f64,
     /// `DMS2ICEBERG_SNAPSHOT_RETAIN_LAST` (default 10): newest snapshots always kept.
     pub retain_last: usize,
+    /// `DMS2ICEBERG_SNAPSHOT_RETAIN_MAX` (default 500; 0: no limit): at most this many kept,
+    /// however young (metadata.json, which every query parses, grows with them).
+    pub retain_max: Option<usize>,
     /// `DMS2ICEBERG_ORPHAN_MIN_AGE_HOURS` (default 72).
     pub orphan_min_age_hours: f64,
     /// `DMS2ICEBERG_COMPACTION`: `on`, `off`, or `auto` (the default: on, except where the
@@ -68,11 +81,29 @@ impl CompactEnv {
                 var("DMS2ICEBERG_COMPACT_MAX_BYTES"),
                 1u64 << 30,
             )?,
-            min_data_files: parse(
-                "DMS2ICEBERG_COMPACT_MIN_DATA_FILES",
-                var("DMS2ICEBERG_COMPACT_MIN_DATA_FILES"),
-                8u64,
-            )?,
+            thresholds: Thresholds {
+                small_files: parse(
+                    "DMS2ICEBERG_COMPACT_SMALL_FILES",
+                    var("DMS2ICEBERG_COMPACT_SMALL_FILES")
+                        .or_else(|| var("DMS2ICEBERG_COMPACT_MIN_DATA_FILES")),
+                    Thresholds::default().small_files,
+                )?,
+                deletes_per_data_file: parse(
+                    "DMS2ICEBERG_COMPACT_DELETE_FILES_PER_DATA_FILE",
+                    var("DMS2ICEBERG_COMPACT_DELETE_FILES_PER_DATA_FILE"),
+                    Thresholds::default().deletes_per_data_file,
+                )?,
+                deleted_ratio: parse(
+                    "DMS2ICEBERG_COMPACT_DELETED_RATIO",
+                    var("DMS2ICEBERG_COMPACT_DELETED_RATIO"),
+                    Thresholds::default().deleted_ratio,
+                )?,
+                manifests: parse(
+                    "DMS2ICEBERG_COMPACT_MAX_MANIFESTS",
+                    var("DMS2ICEBERG_COMPACT_MAX_MANIFESTS"),
+                    Thresholds::default().manifests,
+                )?,
+            },
             concurrency: parse(
                 "DMS2ICEBERG_COMPACT_CONCURRENCY",
                 var("DMS2ICEBERG_COMPACT_CONCURRENCY"),
@@ -89,6 +120,12 @@ impl CompactEnv {
                 var("DMS2ICEBERG_SNAPSHOT_RETAIN_LAST"),
                 10usize,
             )?,
+            retain_max: Some(parse(
+                "DMS2ICEBERG_SNAPSHOT_RETAIN_MAX",
+                var("DMS2ICEBERG_SNAPSHOT_RETAIN_MAX"),
+                DEFAULT_RETAIN_MAX,
+            )?)
+            .filter(|n| *n > 0),
             orphan_min_age_hours: parse(
                 "DMS2ICEBERG_ORPHAN_MIN_AGE_HOURS",
                 var("DMS2ICEBERG_ORPHAN_MIN_AGE_HOURS"),
@@ -102,6 +139,8 @@ impl CompactEnv {
 pub struct TableMaintenance {
     pub table: String,
     pub compaction: Option<CompactReport>,
+    /// The read cost measured before any work (the compaction report says what it decided).
+    pub read_cost: Option<ReadCost>,
     pub snapshots_expired: usize,
     pub files_expired: usize,
     pub orphans_deleted: usize,
@@ -125,11 +164,11 @@ impl CompactHandler {
         }
     }
 
-    /// Runs one pass; `deadline`: when the invocation must have returned. A catalog without
-    /// tables (the database not created yet) is a pass with nothing to do.
+    /// Runs one pass of the event's tasks; `deadline`: when the invocation must have returned.
+    /// A catalog without tables (the database not created yet) is a pass with nothing to do.
     pub async fn handle(
         &self,
-        _event: CompactEvent,
+        event: CompactEvent,
         deadline: Option<Instant>,
     ) -> std::result::Result<Vec<TableMaintenance>, FunctionError> {
         let started = Instant::now();
@@ -144,20 +183,17 @@ impl CompactHandler {
         if let Some(db) = &self.database {
             tables.retain(|t| t.namespace().as_ref().join(".") == *db);
         }
+        let event = &event;
         let results: Vec<TableMaintenance> = futures::stream::iter(tables)
             .map(|ident| async move {
                 let table = ident.to_string();
-                match self.maintain(&ident, started, budget).await {
+                match self.maintain(&ident, event, started, budget).await {
                     Ok(r) => r,
                     Err(e) => {
                         error!(%table, error = %e, kind = e.kind(), "maintenance failed");
                         TableMaintenance {
-                            table,
-                            compaction: None,
-                            snapshots_expired: 0,
-                            files_expired: 0,
-                            orphans_deleted: 0,
                             error: Some(e.redacted()),
+                            ..TableMaintenance::of(table)
                         }
                     }
                 }
@@ -171,96 +207,77 @@ impl CompactHandler {
     async fn maintain(
         &self,
         ident: &iceberg::TableIdent,
+        event: &CompactEvent,
         started: Instant,
         budget: Duration,
     ) -> Result<TableMaintenance> {
         let table_started = Instant::now();
-        let mut out = TableMaintenance {
-            table: ident.to_string(),
-            compaction: None,
-            snapshots_expired: 0,
-            files_expired: 0,
-            orphans_deleted: 0,
-            error: None,
-        };
+        let mut out = TableMaintenance::of(ident.to_string());
         let catalog = self.catalog.as_ref();
-        let Some(t) = LoadedTable::load(catalog, ident).await? else {
+        if LoadedTable::load(catalog, ident).await?.is_none() {
             return Ok(out);
-        };
-        let totals = t.metadata.current_snapshot().map(|s| {
-            let p = &s.summary().additional_properties;
-            let n = |k: &str| p.get(k).and_then(|v| v.parse::<u64>().ok());
-            (n("total-data-files"), n("total-delete-files"))
-        });
-        // Unknown totals (a snapshot by another writer): let the planner decide.
-        let needs_work = match totals {
-            Some((Some(data), Some(deletes))) => {
-                data >= self.settings.min_data_files || deletes > 0
-            }
-            Some(_) => true,
-            None => false,
-        };
-        let remaining = budget.saturating_sub(started.elapsed());
+        }
         let compact_here = self
             .settings
             .compaction
             .unwrap_or(catalog.maintained_by_service().is_none());
-        if compact_here && needs_work && !remaining.is_zero() {
-            let r = Compact::new(catalog, ident.clone())
+        if event.runs("compact") {
+            let remaining = budget.saturating_sub(started.elapsed());
+            let compact = Compact::new(catalog, ident.clone())
                 .options(CompactOptions {
                     max_bytes: self.settings.max_bytes,
                     time_budget: remaining,
                     ..Default::default()
                 })
-                .execute()
-                .await?;
-            out.compaction = Some(r);
+                .by_read_cost(self.settings.thresholds);
+            if compact_here && !remaining.is_zero() {
+                let r = compact.execute().await?;
+                out.read_cost = r.read_cost.clone();
+                out.compaction = Some(r);
+            } else {
+                out.read_cost = Some(compact.read_cost().await?);
+            }
         }
         // The catalog's service expires snapshots and removes orphans itself (S3 Tables).
         if catalog.maintained_by_service().is_some() {
-            return Ok(self.report(out, totals, table_started));
+            return Ok(self.report(out, table_started));
         }
-        let cutoff = chrono::Utc::now().timestamp_millis()
-            - (self.settings.retention_hours * 3_600_000.0) as i64;
-        let e = ExpireSnapshots::new(catalog, ident.clone(), cutoff, self.settings.retain_last)
+        if event.runs("expire") {
+            let cutoff = chrono::Utc::now().timestamp_millis()
+                - (self.settings.retention_hours * 3_600_000.0) as i64;
+            let e = ExpireSnapshots::new(catalog, ident.clone(), cutoff, self.settings.retain_last)
+                .retain_max(self.settings.retain_max)
+                .execute()
+                .await?;
+            out.snapshots_expired = e.snapshots_expired.len();
+            out.files_expired = e.files_deleted.len();
+        }
+        if event.runs("orphans") {
+            let o = Orphans::new(
+                catalog,
+                ident.clone(),
+                (self.settings.orphan_min_age_hours * 3_600_000.0) as i64,
+            )
+            .delete(true)
             .execute()
             .await?;
-        out.snapshots_expired = e.snapshots_expired.len();
-        out.files_expired = e.files_deleted.len();
-        let o = Orphans::new(
-            catalog,
-            ident.clone(),
-            (self.settings.orphan_min_age_hours * 3_600_000.0) as i64,
-        )
-        .delete(true)
-        .execute()
-        .await?;
-        out.orphans_deleted = o.deleted;
-        Ok(self.report(out, totals, table_started))
+            out.orphans_deleted = o.deleted;
+        }
+        Ok(self.report(out, table_started))
     }
 
     /// Logs and emits the metrics of one table's maintenance.
-    fn report(
-        &self,
-        out: TableMaintenance,
-        totals: Option<(Option<u64>, Option<u64>)>,
-        table_started: Instant,
-    ) -> TableMaintenance {
-        // Without a compaction the table's files are those of the snapshot read at the start
-        // (a zero report would graph as an empty table after every quiet run).
-        let c = out.compaction.clone().unwrap_or_else(|| {
-            let (data, deletes) = match totals {
-                Some((d, x)) => (d.unwrap_or(0) as usize, x.unwrap_or(0) as usize),
-                None => (0, 0),
-            };
-            CompactReport {
-                table: out.table.clone(),
-                data_files_before: data,
-                data_files_after: data,
-                delete_files_before: deletes,
-                delete_files_after: deletes,
-                ..Default::default()
-            }
+    fn report(&self, out: TableMaintenance, table_started: Instant) -> TableMaintenance {
+        // Without a compaction the table's files are those its read cost counted (a zero report
+        // would graph as an empty table after every quiet run).
+        let cost = out.read_cost.clone().unwrap_or_default();
+        let c = out.compaction.clone().unwrap_or_else(|| CompactReport {
+            table: out.table.clone(),
+            data_files_before: cost.data_files,
+            data_files_after: cost.data_files,
+            delete_files_before: cost.delete_files,
+            delete_files_after: cost.delete_files,
+            ..Default::default()
         });
         info!(
             table = %out.table,
@@ -269,6 +286,11 @@ impl CompactHandler {
             delete_files_before = c.delete_files_before,
             delete_files_after = c.delete_files_after,
             bytes_rewritten = c.bytes_rewritten,
+            manifests = cost.manifests,
+            max_small_files = cost.max_small_files,
+            max_deletes_per_data_file = cost.max_deletes_per_data_file,
+            compacted_because = ?c.compacted_because,
+            manifests_rewritten = ?c.manifests_rewritten,
             snapshots_expired = out.snapshots_expired,
             orphans_deleted = out.orphans_deleted,
             duration_ms = table_started.elapsed().as_millis() as u64,
@@ -284,6 +306,13 @@ impl CompactHandler {
                     ("BytesRewritten", "Bytes", c.bytes_rewritten as f64),
                     ("DeleteFilesRemoved", "Count", c.delete_files_removed as f64),
                     ("DataFilesAfter", "Count", c.data_files_after as f64),
+                    ("Manifests", "Count", cost.manifests as f64),
+                    ("SmallFilesPerPartition", "Count", cost.max_small_files as f64),
+                    (
+                        "DeleteFilesPerDataFile",
+                        "Count",
+                        cost.max_deletes_per_data_file as f64
+                    ),
                     ("SnapshotsExpired", "Count", out.snapshots_expired as f64),
                     ("OrphansDeleted", "Count", out.orphans_deleted as f64),
                     (
@@ -295,5 +324,19 @@ impl CompactHandler {
             )
         );
         out
+    }
+}
+
+impl TableMaintenance {
+    fn of(table: String) -> TableMaintenance {
+        TableMaintenance {
+            table,
+            compaction: None,
+            read_cost: None,
+            snapshots_expired: 0,
+            files_expired: 0,
+            orphans_deleted: 0,
+            error: None,
+        }
     }
 }

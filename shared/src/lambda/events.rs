@@ -274,18 +274,37 @@ fn truncate(s: &str) -> String {
 }
 
 /// What a compaction invocation receives: a scheduled EventBridge event, or anything (an
-/// on-demand `aws lambda invoke` with `{}`): every payload means "run a pass now".
-#[derive(Debug, Clone, PartialEq)]
+/// on-demand `aws lambda invoke` with `{}`): every payload means "run a pass now". A payload
+/// with `"tasks": ["compact", "expire", "orphans"]` (the template's schedules set it) runs
+/// those only; any other runs all three.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct CompactEvent {
     /// The schedule's event, when it is one.
     pub schedule: Option<EventBridgeEvent>,
+    /// The tasks named, if any.
+    pub tasks: Option<Vec<String>>,
+}
+
+impl CompactEvent {
+    /// Whether the pass runs `task`.
+    pub fn runs(&self, task: &str) -> bool {
+        self.tasks.as_ref().is_none_or(|t| t.iter().any(|x| x == task))
+    }
 }
 
 impl<'de> Deserialize<'de> for CompactEvent {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let v = Value::deserialize(d)?;
+        let tasks = v.get("tasks").and_then(|t| {
+            t.as_array().map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+        });
         Ok(CompactEvent {
             schedule: serde_json::from_value(v).ok(),
+            tasks,
         })
     }
 }
@@ -423,5 +442,9 @@ mod tests {
         assert_eq!(s.schedule.unwrap().detail_type, "Scheduled Event");
         let any: CompactEvent = serde_json::from_value(json!({})).unwrap();
         assert!(any.schedule.is_none());
+        assert!(any.runs("compact") && any.runs("expire") && any.runs("orphans"));
+        let some: CompactEvent =
+            serde_json::from_value(json!({"tasks": ["compact"]})).unwrap();
+        assert!(some.runs("compact") && !some.runs("expire") && !some.runs("orphans"));
     }
 }

@@ -94,10 +94,11 @@ impl Lab {
     fn compact(&self) -> CompactHandler {
         let settings = CompactEnv {
             max_bytes: 1 << 30,
-            min_data_files: 8,
+            thresholds: Default::default(),
             concurrency: 2,
             retention_hours: 168.0,
             retain_last: 10,
+            retain_max: None,
             orphan_min_age_hours: 72.0,
             compaction: None,
         };

@@ -440,9 +440,13 @@ pub(crate) async fn write_position_deletes(
     let arrow_schema = Arc::new(schema_to_arrow_schema(&delete_schema)?);
     let files: Vec<(&String, &FileDeletes)> =
         deletes.iter().filter(|(_, d)| !d.positions.is_empty()).collect();
-    // Full paths as statistics so readers can prune delete files by `file_path` bounds.
+    // Full paths as statistics so readers can prune delete files by `file_path` bounds. The
+    // path is one value per file: a dictionary stores it once, where plain pages repeat it on
+    // every row for every reader to decompress and compare (a file's deletes accumulate to tens
+    // of thousands of rows between compactions).
     let props = base_properties(Encoding::Change)
         .set_statistics_truncate_length(None)
+        .set_column_dictionary_enabled(ColumnPath::from("file_path"), true)
         .build();
     // Concurrent uploads (bounded), as for data files.
     let files_ref = &files;

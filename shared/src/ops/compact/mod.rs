@@ -20,9 +20,10 @@ use tracing::info;
 
 use crate::catalog::Catalog;
 use crate::commit::{self, Added, Outcome, Plan, Planner};
+use crate::ops::maintain::RewriteManifests;
 use crate::error::{Error, Result};
-use crate::files::Fill;
 use crate::files::live::Scope;
+use crate::files::{Fill, ReadCost};
 use crate::table::LoadedTable;
 
 mod merge;
@@ -54,6 +55,13 @@ pub struct CompactOptions {
     pub max_bytes: u64,
     /// Wall time per run (a Lambda must finish before its timeout).
     pub time_budget: Duration,
+    /// A partition's small files are rewritten together once there are this many.
+    pub min_small_files: usize,
+    /// `true` (`compact` by hand): a file with any deleted rows is rewritten, so that no delete
+    /// file is left. `false` (compaction by read cost): only a file past `delete_ratio` or
+    /// `max_delete_files` is; a file with few deleted rows keeps its one delete file, which a
+    /// reader matches to it alone and reads cheaply.
+    pub shed_all_deletes: bool,
 }
 
 impl Default for CompactOptions {
@@ -67,6 +75,79 @@ impl Default for CompactOptions {
             max_group_files: 100,
             max_bytes: 1 << 30,
             time_budget: Duration::from_secs(600),
+            min_small_files: 2,
+            shed_all_deletes: true,
+        }
+    }
+}
+
+/// When a table's read cost ([`ReadCost`], measured from its metadata) calls for work: what
+/// the compaction function and `compact --if-needed` decide by. The defaults come from the read
+/// benchmark (bench/RESULTS.md, "Reading what we write"): DuckDB pays about a quarter of a
+/// millisecond per small file and per manifest on a local disk, a round trip each on S3, so a
+/// 1M-row table scans within 1.5x of one plain Parquet file while these hold.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Thresholds {
+    /// Small data files (below 75% of the target size) in one partition.
+    pub small_files: usize,
+    /// Delete files one data file is paired with (ours keep one; other engines may add more).
+    pub deletes_per_data_file: usize,
+    /// Fraction of a data file's rows deleted.
+    pub deleted_ratio: f64,
+    /// Manifests the current snapshot lists.
+    pub manifests: usize,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            small_files: 6,
+            deletes_per_data_file: 2,
+            deleted_ratio: 0.001,
+            manifests: 8,
+        }
+    }
+}
+
+impl Thresholds {
+    /// What `cost` passes: the reasons to compact (empty: nothing to do).
+    pub fn compaction_reasons(&self, cost: &ReadCost) -> Vec<String> {
+        let mut why = Vec::new();
+        if cost.max_small_files >= self.small_files.max(2) {
+            why.push(format!(
+                "{} small data files in one partition (threshold {})",
+                cost.max_small_files, self.small_files
+            ));
+        }
+        if cost.max_deletes_per_data_file >= self.deletes_per_data_file.max(1) {
+            why.push(format!(
+                "{} delete files on one data file (threshold {})",
+                cost.max_deletes_per_data_file, self.deletes_per_data_file
+            ));
+        }
+        if cost.max_deleted_ratio >= self.deleted_ratio {
+            why.push(format!(
+                "{:.0}% of a data file's rows deleted (threshold {:.0}%)",
+                cost.max_deleted_ratio * 100.0,
+                self.deleted_ratio * 100.0
+            ));
+        }
+        why
+    }
+
+    /// Whether the manifests call for a rewrite.
+    pub fn manifests_exceeded(&self, cost: &ReadCost) -> bool {
+        cost.manifests > self.manifests.max(1)
+    }
+
+    /// Compaction options that rewrite what these thresholds count.
+    pub fn options(&self, base: CompactOptions) -> CompactOptions {
+        CompactOptions {
+            delete_ratio: self.deleted_ratio,
+            max_delete_files: self.deletes_per_data_file.max(1),
+            min_small_files: self.small_files.max(2),
+            shed_all_deletes: false,
+            ..base
         }
     }
 }
@@ -94,6 +175,12 @@ pub struct CompactReport {
     pub groups_left: usize,
     /// Key indexes written for the large files the rewrite wrote.
     pub key_indexes_written: usize,
+    /// Compaction by read cost ([`Compact::by_read_cost`]): the cost measured first, and what
+    /// of it passed the thresholds (empty: nothing was rewritten).
+    pub read_cost: Option<ReadCost>,
+    pub compacted_because: Vec<String>,
+    /// Manifests before and after a manifest rewrite, when one ran.
+    pub manifests_rewritten: Option<(usize, usize)>,
     pub elapsed_ms: u64,
 }
 
@@ -101,6 +188,7 @@ pub struct Compact<'a> {
     catalog: &'a dyn Catalog,
     ident: TableIdent,
     options: CompactOptions,
+    by_read_cost: Option<Thresholds>,
 }
 
 impl<'a> Compact<'a> {
@@ -109,11 +197,23 @@ impl<'a> Compact<'a> {
             catalog,
             ident,
             options: CompactOptions::default(),
+            by_read_cost: None,
         }
     }
 
+    /// Options; with [`Compact::by_read_cost`] set after them, the thresholds' own override
+    /// what they count.
     pub fn options(mut self, options: CompactOptions) -> Self {
         self.options = options;
+        self
+    }
+
+    /// Compacts only when the table's read cost passes `thresholds`, and then what they count
+    /// (a file with few deleted rows keeps its delete file); rewrites the manifests when there
+    /// are more than they allow. What the compaction function runs.
+    pub fn by_read_cost(mut self, thresholds: Thresholds) -> Self {
+        self.options = thresholds.options(self.options);
+        self.by_read_cost = Some(thresholds);
         self
     }
 
@@ -123,8 +223,40 @@ impl<'a> Compact<'a> {
             table: self.ident.to_string(),
             ..Default::default()
         };
+        if let Some(th) = self.by_read_cost {
+            let cost = self.read_cost().await?;
+            report.compacted_because = th.compaction_reasons(&cost);
+            let files = (cost.data_files, cost.delete_files);
+            let manifests = th.manifests_exceeded(&cost);
+            report.read_cost = Some(cost);
+            if !report.compacted_because.is_empty() {
+                self.rewrite_groups(started, &mut report).await?;
+            } else {
+                (report.data_files_before, report.delete_files_before) = files;
+                (report.data_files_after, report.delete_files_after) = files;
+            }
+            // A compaction's own commits merge manifests by the table's settings; a table
+            // another engine fills may still list many.
+            if manifests {
+                let r = RewriteManifests::new(self.catalog, self.ident.clone())
+                    .above(th.manifests)
+                    .execute()
+                    .await?;
+                if r.snapshot_id.is_some() {
+                    report.manifests_rewritten = Some((r.manifests_before, r.manifests_after));
+                }
+            }
+        } else {
+            self.rewrite_groups(started, &mut report).await?;
+        }
+        report.elapsed_ms = started.elapsed().as_millis() as u64;
+        Ok(report)
+    }
+
+    /// The groups worth rewriting, one commit each, within the run's budget.
+    async fn rewrite_groups(&self, started: Instant, report: &mut CompactReport) -> Result<()> {
         let mut planner = GroupPlanner {
-            compact: &self,
+            compact: self,
             budget: self.options.max_bytes,
             started,
             first: true,
@@ -166,8 +298,7 @@ impl<'a> Compact<'a> {
             report.data_files_after = live.data().count();
             report.delete_files_after = live.position_deletes().count();
         }
-        report.elapsed_ms = started.elapsed().as_millis() as u64;
-        Ok(report)
+        Ok(())
     }
 
     /// Writes the key indexes of the large files a committed group wrote, so that the first
@@ -214,6 +345,17 @@ impl<'a> Compact<'a> {
             .unwrap_or(0))
     }
 
+    /// The table's read cost, small files counted below this compaction's small-file size.
+    pub async fn read_cost(&self) -> Result<ReadCost> {
+        let Some(t) = LoadedTable::load(self.catalog, &self.ident).await? else {
+            return Err(Error::NoSuchTable {
+                table: self.ident.to_string(),
+            });
+        };
+        let small = (self.target(&t.metadata) as f64 * self.options.min_file_ratio) as u64;
+        self.catalog.files().read_cost(&t.metadata, small).await
+    }
+
     fn target(&self, md: &TableMetadata) -> u64 {
         self.options.target_file_size.unwrap_or_else(|| {
             md.properties()
@@ -258,7 +400,7 @@ impl Planner for GroupPlanner<'_> {
             self.before = Some(self.counts);
             self.first = false;
         }
-        let mut groups = c.plan(&table.metadata, &data, &deletes);
+        let mut groups = c.plan(&table.metadata, &data);
         if groups.is_empty() && deletes.iter().any(|d| d.targets.is_empty()) {
             // Nothing to rewrite, but delete files point only at files gone: drop them.
             groups.push(Group {

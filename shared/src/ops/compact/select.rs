@@ -51,7 +51,6 @@ impl Compact<'_> {
         &self,
         md: &TableMetadata,
         data: &[LiveData],
-        deletes: &[LiveDelete],
     ) -> Vec<Group> {
         let target = self.target(md);
         let small = (target as f64 * self.options.min_file_ratio) as u64;
@@ -59,15 +58,7 @@ impl Compact<'_> {
         // before every change (see `write::FULL_LOAD_SUFFIX`).
         let mut by_partition: BTreeMap<(i32, String, bool), Vec<LiveData>> = BTreeMap::new();
         for f in data {
-            let deleted_ratio = if f.records == 0 {
-                1.0
-            } else {
-                f.deleted as f64 / f.records as f64
-            };
-            if f.size < small
-                || (f.deleted > 0 && deleted_ratio >= self.options.delete_ratio)
-                || f.delete_files >= self.options.max_delete_files.max(1)
-            {
+            if f.size < small || self.heavy(f) {
                 by_partition
                     .entry((
                         f.spec_id,
@@ -78,15 +69,34 @@ impl Compact<'_> {
                     .push(f.clone());
             }
         }
-        let with_deletes: BTreeSet<&str> = deletes
-            .iter()
-            .flat_map(|d| d.targets.iter().map(String::as_str))
-            .collect();
+        let heavy = |f: &LiveData| self.heavy(f);
         let mut groups: Vec<Group> = Vec::new();
         for (_, mut files) in by_partition {
             files.sort_by(|a, b| a.path.cmp(&b.path));
-            // Rewriting one file only pays if it sheds deletes.
-            if files.len() < 2 && !files.iter().any(|f| with_deletes.contains(f.path.as_str())) {
+            // Small files pay to rewrite together from `min_small_files` of them; otherwise a
+            // file is rewritten only to shed its deletes. A small file many times the size of
+            // the others together is left out (unless it sheds deletes): under continuous
+            // ingest it is what earlier runs merged, and rewriting it with every handful of new
+            // files would copy it again and again. It joins once the rest add up to an eighth
+            // of it, so files grow in tiers and each row is rewritten a few times, not hourly.
+            let mut small_files: Vec<&LiveData> = files.iter().filter(|f| f.size < small).collect();
+            small_files.sort_by_key(|f| f.size);
+            let mut rest: u64 = small_files.iter().map(|f| f.size).sum();
+            let mut done: BTreeSet<String> = BTreeSet::new();
+            while let Some(largest) = small_files.last() {
+                rest -= largest.size;
+                if largest.size <= TIER_FACTOR.saturating_mul(rest) {
+                    break;
+                }
+                done.insert(largest.path.clone());
+                small_files.pop();
+            }
+            if small_files.len() < self.options.min_small_files.max(2) {
+                files.retain(|f| heavy(f));
+            } else {
+                files.retain(|f| !done.contains(&f.path) || heavy(f));
+            }
+            if files.is_empty() {
                 continue;
             }
             let mut g = Group {
@@ -109,14 +119,10 @@ impl Compact<'_> {
                 g.bytes += f.size;
                 g.files.push(f);
             }
-            if g.files.len() >= 2
-                || g.files
-                    .iter()
-                    .any(|f| with_deletes.contains(f.path.as_str()))
-            {
-                groups.push(g);
-            }
+            groups.push(g);
         }
+        // A group of one file that sheds nothing would be rewritten as it is.
+        groups.retain(|g| g.files.len() >= 2 || g.files.iter().any(|f| heavy(f)));
         // Groups holding a file over the delete-file threshold first: under continuous ingest
         // there is always a fresh group of small change files, and a big full-load file that
         // every change adds a delete file to would otherwise wait behind them for ever.
@@ -126,6 +132,24 @@ impl Compact<'_> {
             (std::cmp::Reverse(over), std::cmp::Reverse(g.files.len()))
         });
         groups
+    }
+}
+
+/// How many times the other small files of a partition together a small file may be before it
+/// is left out of their rewrite (see [`Compact::plan`]).
+const TIER_FACTOR: u64 = 8;
+
+impl Compact<'_> {
+    /// Whether a file is rewritten for its deletes alone: any deleted row when every delete
+    /// file is to go, else past the deleted-row ratio or the delete-file count.
+    fn heavy(&self, f: &LiveData) -> bool {
+        let ratio = if f.records == 0 {
+            1.0
+        } else {
+            f.deleted as f64 / f.records as f64
+        };
+        (f.deleted > 0 && (self.options.shed_all_deletes || ratio >= self.options.delete_ratio))
+            || f.delete_files >= self.options.max_delete_files.max(1)
     }
 }
 

@@ -1,5 +1,6 @@
-//! Table maintenance: expire old snapshots (and delete the files only they referenced), and
-//! find or delete orphan files (in the table's folder, referenced by no snapshot or metadata).
+//! Table maintenance: expire old snapshots (and delete the files only they referenced), find or
+//! delete orphan files (in the table's folder, referenced by no snapshot or metadata), and
+//! rewrite a table's manifests into few.
 //! Both have a dry-run mode that lists what would go. Orphans younger than a safety age are
 //! never touched: they may belong to a commit in flight.
 //!
@@ -18,6 +19,7 @@
 
 mod expire;
 mod location;
+mod manifests;
 mod orphans;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,6 +31,7 @@ use crate::files::{Files, Fill};
 
 pub use expire::{ExpireReport, ExpireSnapshots};
 pub use location::{metadata_version, normalize_location};
+pub use manifests::{RewriteManifests, RewriteManifestsReport};
 pub use orphans::{OrphanFile, OrphanReport, Orphans};
 
 /// Every file snapshots reach (`only`: just those snapshots): manifest lists, manifests and the
