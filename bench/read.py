@@ -246,6 +246,10 @@ def replay(label: str, binary: Path, meta: dict, a, base: Path) -> dict:
     files = meta["change_files"]
     every = a.every_for.get(label, a.compact_every)
     stops = sorted(set(points) | set(range(every, len(files) + 1, every)))
+    expire_args = a.expire_for.get(label)
+    if expire_args is not None:
+        stops = sorted(set(stops) | set(range(a.expire_every, len(files) + 1, a.expire_every)))
+    out["expire_args"] = expire_args
     for stop in stops:
         if stop > done:
             wall, stdout = run([binary, "ingest", *files[done:stop], "--warehouse", wh,
@@ -263,12 +267,18 @@ def replay(label: str, binary: Path, meta: dict, a, base: Path) -> dict:
             log(f"{label}: checkpoint {stop} (before compaction)")
             out["points"].append(checkpoint(con, binary, case, wh, stop, "before", expected, a))
             log(f"  {summary(out['points'][-1])}")
+        maintained = False
         if stop > 0 and stop % every == 0:
             wall, stdout = run([binary, "compact", IDENT, "--warehouse", wh, "--format", "json",
                                 *compact_args])
             out["compactions"].append({"at": stop, "wall_s": wall})
+            maintained = True
+        if expire_args is not None and stop > 0 and stop % a.expire_every == 0:
+            run([binary, "expire", IDENT, "--warehouse", wh, *expire_args])
+            maintained = True
+        if maintained:
             if stop in points:
-                log(f"{label}: checkpoint {stop} (after compaction, {wall:.2f} s)")
+                log(f"{label}: checkpoint {stop} (after maintenance)")
                 out["points"].append(
                     checkpoint(con, binary, case, wh, stop, "after", expected, a))
                 log(f"  {summary(out['points'][-1])}")
@@ -329,6 +339,10 @@ def main() -> None:
     ap.add_argument("--checkpoints", default="0,60,120,300,480,1440")
     ap.add_argument("--compact-args", action="append", default=[],
                     help="extra arguments of `compact` (LABEL:ARGS for one binary only)")
+    ap.add_argument("--expire-args", action="append", default=[],
+                    help="LABEL:ARGS: run `expire TABLE ARGS` for that binary every "
+                         "--expire-every files (the hourly maintenance)")
+    ap.add_argument("--expire-every", type=int, default=60)
     ap.add_argument("--props", action="append", default=[],
                     help="LABEL=KEY:VALUE,...: table properties set at creation for one binary's "
                          "table (its config's `properties`)")
@@ -361,6 +375,10 @@ def main() -> None:
         else:
             every[""] = int(part)
     a.every_for = every
+    a.expire_for = {}
+    for c in a.expire_args:
+        label, args = c.split(":", 1)
+        a.expire_for[label] = args.split()
     a.compact_every = every.get("", 60)
     a.checkpoints = [c for c in a.checkpoints if c <= a.files]
     work = a.work

@@ -45,15 +45,21 @@ impl Files {
         let live = self.live_in(md, snapshot, Scope::All, Fill::Keep).await?;
         // Per data file: rows, delete files paired, rows deleted by file-scoped ones.
         let mut data: BTreeMap<&str, (u64, usize, u64)> = BTreeMap::new();
-        let mut small: HashMap<(i32, String), usize> = HashMap::new();
+        // Small files' sizes per partition (full-load files apart, as compaction groups them).
+        let mut small: HashMap<(i32, String, bool), Vec<u64>> = HashMap::new();
         for d in live.data() {
             let f = d.file();
             cost.data_files += 1;
             data.insert(f.file_path(), (f.record_count(), 0, 0));
             if f.file_size_in_bytes() < small_bytes {
-                *small
-                    .entry((d.spec_id, format!("{:?}", f.partition())))
-                    .or_default() += 1;
+                small
+                    .entry((
+                        d.spec_id,
+                        format!("{:?}", f.partition()),
+                        crate::write::is_full_load_file(f.file_path()),
+                    ))
+                    .or_default()
+                    .push(f.file_size_in_bytes());
             }
         }
         for x in live.position_deletes() {
@@ -94,7 +100,53 @@ impl Files {
                 cost.max_deleted_ratio = cost.max_deleted_ratio.max(*deleted as f64 / *rows as f64);
             }
         }
-        cost.max_small_files = small.values().copied().max().unwrap_or(0);
+        cost.max_small_files = small
+            .into_values()
+            .map(|mut sizes| {
+                sizes.sort_unstable();
+                sizes.len() - tiered_out(&sizes)
+            })
+            .max()
+            .unwrap_or(0);
         Ok(cost)
+    }
+}
+
+/// How many times the other small files of a partition together a small file may be before
+/// compaction leaves it out of their rewrite: under continuous ingest it is what earlier runs
+/// merged, and rewriting it with every handful of new files would copy it again and again. It
+/// joins once the rest add up to this fraction of it, so files grow in tiers and each row is
+/// rewritten a few times, not every run.
+pub(crate) const TIER_FACTOR: u64 = 8;
+
+/// Of small files' sizes in ascending order, how many of the largest are left out of their
+/// rewrite by [`TIER_FACTOR`] (counted as "done", not as small files to merge).
+pub(crate) fn tiered_out(ascending: &[u64]) -> usize {
+    let mut rest: u64 = ascending.iter().sum();
+    let mut out = 0;
+    for size in ascending.iter().rev() {
+        rest -= size;
+        if *size <= TIER_FACTOR.saturating_mul(rest) {
+            break;
+        }
+        out += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_files_far_larger_than_the_rest_together_are_left_out() {
+        assert_eq!(tiered_out(&[]), 0);
+        assert_eq!(tiered_out(&[10, 10, 10]), 0);
+        // 3,000 > 8 x 40: out; 40 <= 8 x 30: in.
+        assert_eq!(tiered_out(&[10, 10, 10, 40, 3_000]), 1);
+        // Two tiers above the new files.
+        assert_eq!(tiered_out(&[1, 1, 100, 10_000]), 2);
+        // A file alone has no others to join.
+        assert_eq!(tiered_out(&[5]), 1);
     }
 }

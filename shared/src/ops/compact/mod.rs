@@ -101,7 +101,7 @@ pub struct Thresholds {
 impl Default for Thresholds {
     fn default() -> Self {
         Thresholds {
-            small_files: 6,
+            small_files: 4,
             deletes_per_data_file: 2,
             deleted_ratio: 0.001,
             manifests: 8,

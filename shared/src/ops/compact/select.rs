@@ -9,6 +9,7 @@ use iceberg::spec::{Struct, TableMetadata};
 use crate::catalog::Catalog;
 use crate::error::Result;
 use crate::files::Fill;
+use crate::files::cost::tiered_out;
 use crate::files::deletes::DeletedPositions;
 use crate::files::live::Scope;
 use crate::write::is_full_load_file;
@@ -75,22 +76,15 @@ impl Compact<'_> {
             files.sort_by(|a, b| a.path.cmp(&b.path));
             // Small files pay to rewrite together from `min_small_files` of them; otherwise a
             // file is rewritten only to shed its deletes. A small file many times the size of
-            // the others together is left out (unless it sheds deletes): under continuous
-            // ingest it is what earlier runs merged, and rewriting it with every handful of new
-            // files would copy it again and again. It joins once the rest add up to an eighth
-            // of it, so files grow in tiers and each row is rewritten a few times, not hourly.
+            // the others together is left out, unless it sheds deletes (`tiered_out`).
             let mut small_files: Vec<&LiveData> = files.iter().filter(|f| f.size < small).collect();
             small_files.sort_by_key(|f| f.size);
-            let mut rest: u64 = small_files.iter().map(|f| f.size).sum();
-            let mut done: BTreeSet<String> = BTreeSet::new();
-            while let Some(largest) = small_files.last() {
-                rest -= largest.size;
-                if largest.size <= TIER_FACTOR.saturating_mul(rest) {
-                    break;
-                }
-                done.insert(largest.path.clone());
-                small_files.pop();
-            }
+            let sizes: Vec<u64> = small_files.iter().map(|f| f.size).collect();
+            let out = tiered_out(&sizes);
+            let done: BTreeSet<String> = small_files
+                .drain(small_files.len() - out..)
+                .map(|f| f.path.clone())
+                .collect();
             if small_files.len() < self.options.min_small_files.max(2) {
                 files.retain(|f| heavy(f));
             } else {
@@ -134,10 +128,6 @@ impl Compact<'_> {
         groups
     }
 }
-
-/// How many times the other small files of a partition together a small file may be before it
-/// is left out of their rewrite (see [`Compact::plan`]).
-const TIER_FACTOR: u64 = 8;
 
 impl Compact<'_> {
     /// Whether a file is rewritten for its deletes alone: any deleted row when every delete
