@@ -330,7 +330,10 @@ def markdown(res: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--binary", action="append", required=True, help="LABEL=PATH")
+    ap.add_argument("--binary", action="append", default=[],
+                    help="LABEL=PATH (default: after=target/release/dms2iceberg)")
+    ap.add_argument("--setup-json", help="bench/run's venv and build timings")
+    ap.add_argument("--command", help="how bench/run was invoked (recorded)")
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--changes", type=int, default=500)
     ap.add_argument("--files", type=int, default=1440)
@@ -353,6 +356,8 @@ def main() -> None:
                     / "d2i-read-bench")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
+    if not a.binary:
+        a.binary = [f"after={ROOT / 'target' / 'release' / 'dms2iceberg'}"]
     a.checkpoints = [int(x) for x in a.checkpoints.split(",") if x]
     a.props_for = {}
     for spec in a.props:
@@ -396,7 +401,8 @@ def main() -> None:
     import bench
     res = {"date": time.strftime("%Y-%m-%d"), "rows": a.rows, "changes": a.changes,
            "files": a.files, "compact_every": a.compact_every, "runs": a.runs,
-           "machine": bench.machine(), "versions": bench.versions(), "results": []}
+           "machine": bench.machine(), "versions": bench.versions(), "results": [],
+           "command": a.command or " ".join(sys.argv)}
     for spec in a.binary:
         label, path = spec.split("=", 1)
         log(f"{label}: {path} {a.props_for.get(label, '')}")

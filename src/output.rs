@@ -333,6 +333,14 @@ pub(crate) fn compact(out: &mut dyn Write, r: &CompactReport) -> std::io::Result
     Ok(())
 }
 
+/// A table's read cost in one line (`tables`).
+pub(crate) fn read_cost_line(c: &dms2iceberg::ReadCost) -> String {
+    format!(
+        "read cost: {} manifests, {} data files, {} delete files (at most {} on one data file)",
+        c.manifests, c.data_files, c.delete_files, c.max_deletes_per_data_file
+    )
+}
+
 pub(crate) fn rewrite_manifests(
     out: &mut dyn Write,
     r: &RewriteManifestsReport,

@@ -558,6 +558,18 @@ fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool) {
             &expected,
             &scan(&w, catalog, table, &[]),
         );
+        // Spark's merge-on-read deletes and ours: a data file our ingest deleted rows of keeps
+        // one delete file, holding both.
+        let tables = cli(&w, catalog, &["tables", "--format", "json"]).assert_success();
+        let cost = parse_json_lines(&tables.stdout, "tables")
+            .into_iter()
+            .find(|l| l["table"] == table)
+            .map(|l| l["read_cost"].clone())
+            .unwrap_or_default();
+        assert!(
+            cost["max_deletes_per_data_file"].as_u64().is_some_and(|n| n <= 1),
+            "{cost}"
+        );
     }
 
     // Our maintenance.

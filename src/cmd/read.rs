@@ -110,19 +110,30 @@ pub(crate) async fn tables(catalog: &CatalogArgs, a: TablesArgs) -> Result<bool>
     for t in tables {
         // Rejected-rows side tables and tables of other writers have no record.
         let record = ops_history::applied_record(catalog.as_ref(), &t).await?;
+        // What a reader's scan plan opens, from the metadata alone (see `compact --if-needed`).
+        let cost = dms2iceberg::ops::compact::Compact::new(catalog.as_ref(), t.clone())
+            .read_cost()
+            .await?;
         if json {
             #[derive(serde::Serialize)]
             struct Line<'a> {
                 table: String,
                 applied: Option<&'a ops_history::RecordView>,
+                read_cost: &'a dms2iceberg::ReadCost,
             }
             let line = Line {
                 table: t.to_string(),
                 applied: record.as_ref(),
+                read_cost: &cost,
             };
             writeln!(out, "{}", serde_json::to_string(&line)?)?;
         } else {
-            writeln!(out, "{t}\t{}", output::record_line(record.as_ref()))?;
+            writeln!(
+                out,
+                "{t}\t{}; {}",
+                output::record_line(record.as_ref()),
+                output::read_cost_line(&cost)
+            )?;
         }
     }
     Ok(true)

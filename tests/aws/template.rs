@@ -977,10 +977,11 @@ const COMMON_ENV: [&str; 8] = [
     "DMS2ICEBERG_MAX_FILES_PER_INVOCATION",
     "RUST_LOG",
 ];
-const COMPACT_ENV: [&str; 4] = [
+const COMPACT_ENV: [&str; 5] = [
     "DMS2ICEBERG_COMPACTION",
     "DMS2ICEBERG_COMPACT_MAX_BYTES",
     "DMS2ICEBERG_SNAPSHOT_RETENTION_HOURS",
+    "DMS2ICEBERG_SNAPSHOT_RETAIN_MAX",
     "DMS2ICEBERG_ORPHAN_MIN_AGE_HOURS",
 ];
 
@@ -1004,7 +1005,9 @@ fn functions_are_wired_as_documented() {
         ("MaxFilesPerCommit", json!(1)),
         ("MaxFilesPerInvocation", json!(100)),
         ("LogLevel", json!("info")),
-        ("CompactSchedule", json!("rate(1 hour)")),
+        ("CompactSchedule", json!("rate(5 minutes)")),
+        ("MaintenanceSchedule", json!("rate(1 hour)")),
+        ("SnapshotRetainMax", json!(500)),
         ("CompactMaxBytes", json!(1073741824)),
         ("SnapshotRetentionHours", json!(168)),
         ("OrphanMinAgeHours", json!(72)),
@@ -1187,10 +1190,29 @@ fn functions_are_wired_as_documented() {
                     == json!({"Fn::GetAtt": ["CompactFunction", "Arn"]})
         })
         .collect();
-    assert_eq!(schedules.len(), 1, "one schedule for CompactFunction");
+    // Two schedules: compaction by read cost often, expiry and orphans less often; each
+    // names its tasks (the function's event contract, `CompactEvent::tasks`).
+    assert_eq!(schedules.len(), 2, "two schedules for CompactFunction");
+    let mut wired: Vec<(Vec<String>, Value)> = schedules
+        .iter()
+        .map(|r| {
+            let input: Value = serde_json::from_str(
+                r["Properties"]["Targets"][0]["Input"].as_str().unwrap_or("{}"),
+            )
+            .expect("schedule input is JSON");
+            (render(&r["Properties"]["ScheduleExpression"]), input["tasks"].clone())
+        })
+        .collect();
+    wired.sort_by_key(|w| w.0.clone());
     assert_eq!(
-        render(&schedules[0]["Properties"]["ScheduleExpression"]),
-        ["${CompactSchedule}"]
+        wired,
+        [
+            (vec!["${CompactSchedule}".to_string()], json!(["compact"])),
+            (
+                vec!["${MaintenanceSchedule}".to_string()],
+                json!(["expire", "orphans"])
+            ),
+        ]
     );
 
     // Outputs operators need.

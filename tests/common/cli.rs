@@ -356,6 +356,35 @@ impl Work {
         self.cli(&["tables", "--warehouse", &wh])
     }
 
+    /// A table's read cost as `tables --format json` reports it (manifests, delete files per
+    /// data file, ...).
+    pub fn read_cost(&self, table: &str) -> Value {
+        let wh = self.wh().display().to_string();
+        let run = self
+            .cli(&["tables", "--warehouse", &wh, "--format", "json"])
+            .assert_success();
+        run.stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["table"] == table)
+            .map(|v| v["read_cost"].clone())
+            .unwrap_or_else(|| panic!("no table {table} in `tables`:\n{}", run.describe()))
+    }
+
+    /// Our commits keep one delete file per data file, and few manifests: checked from the
+    /// table's read cost. `manifests`: the most the current snapshot may list.
+    pub fn assert_cheap_to_read(&self, table: &str, manifests: u64) {
+        let c = self.read_cost(table);
+        assert!(
+            c["max_deletes_per_data_file"].as_u64().unwrap_or(99) <= 1,
+            "{table}: a data file has several delete files: {c}"
+        );
+        assert!(
+            c["manifests"].as_u64().unwrap_or(u64::MAX) <= manifests,
+            "{table}: more than {manifests} manifests: {c}"
+        );
+    }
+
     /// Writes rows as JSON lines into the work dir (e.g. an intermediate state for check_readers).
     pub fn write_jsonl(&self, name: &str, rows: &[Value]) -> PathBuf {
         let p = self.dir.join(name);

@@ -1660,3 +1660,253 @@ fn load_append_bounds_overlap_only_within_their_range() {
     let unknown = super::KeyBounds::of([&no_bounds], &[1]);
     assert!(unknown.may_overlap(&file(0, 1)));
 }
+
+/// The manifests the current snapshot lists, with how many of them list no live file.
+async fn manifest_counts(lab: &Lab) -> (usize, usize) {
+    let t = lab.table().await;
+    let s = t.metadata.current_snapshot().unwrap();
+    let list = lab.catalog.files().manifest_list(&t.metadata, s).await.unwrap();
+    let dead = list
+        .iter()
+        .filter(|m| {
+            m.added_files_count.unwrap_or(1) + m.existing_files_count.unwrap_or(1) == 0
+                && m.added_snapshot_id != s.snapshot_id()
+        })
+        .count();
+    (list.len(), dead)
+}
+
+/// Change file `f` of `keys_per_file` updates over 200 keys and one insert.
+fn churn(lab: &Lab, f: usize) -> FileInput {
+    let rows: String = (0..4)
+        .map(|i| format!("U,{},f{f}\n", (f * 37 + i * 53) % 200))
+        .chain(std::iter::once(format!("I,{},n{f}\n", 1000 + f)))
+        .collect();
+    lab.file(&format!("20220302-{:02}{:02}010000.csv", 11 + f / 60, f % 60), &rows)
+}
+
+#[tokio::test]
+async fn manifests_stay_few_over_many_commits_and_compactions() {
+    let lab = Lab::new("few-manifests");
+    let load: String = (0..200).map(|k| format!("I,{k},v{k}\n")).collect();
+    lab.ingest(vec![lab.file("LOAD00000001.csv", &load)]).await;
+    let mut expected: BTreeMap<i64, String> = (0..200).map(|k| (k, format!("v{k}"))).collect();
+    for f in 0..40 {
+        lab.ingest(vec![churn(&lab, f)]).await;
+        for i in 0..4 {
+            expected.insert(((f * 37 + i * 53) % 200) as i64, format!("f{f}"));
+        }
+        expected.insert(1000 + f as i64, format!("n{f}"));
+        if f % 5 == 4 {
+            Compact::new(&lab.catalog, lab.ident.clone())
+                .by_read_cost(crate::ops::compact::Thresholds::default())
+                .execute()
+                .await
+                .unwrap();
+        }
+        // Our tables merge on every commit: one data and one delete manifest, none dead.
+        let (listed, dead) = manifest_counts(&lab).await;
+        assert!(listed <= 2, "after file {f}: {listed} manifests");
+        assert_eq!(dead, 0, "after file {f}");
+        assert_one_delete_file_per_data_file(&lab).await;
+    }
+    let want: Vec<String> = expected.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut got = lab.rows().await;
+    got.sort_by_key(|r| r.split('=').next().unwrap().parse::<i64>().unwrap());
+    assert_eq!(got, want);
+}
+
+#[tokio::test]
+async fn with_javas_defaults_dead_manifests_go_and_a_rewrite_merges_the_rest() {
+    let mut lab = Lab::new("java-defaults");
+    // As a table another engine created: Java's defaults merge from 100 manifests.
+    lab.config = Config::from_toml(
+        "[tables.\"s.t\"]\nprimary_key = [\"id\"]\n\
+         properties = { \"commit.manifest.min-count-to-merge\" = \"100\", \
+         \"commit.manifest.target-size-bytes\" = \"8388608\" }\n",
+    )
+    .unwrap();
+    let load: String = (0..200).map(|k| format!("I,{k},v{k}\n")).collect();
+    lab.ingest(vec![lab.file("LOAD00000001.csv", &load)]).await;
+    for f in 0..20 {
+        lab.ingest(vec![churn(&lab, f)]).await;
+    }
+    let (listed, dead) = manifest_counts(&lab).await;
+    assert!(listed > 20, "{listed}");
+    assert_eq!(dead, 0);
+    let before = lab.rows().await;
+    // Compaction removes the change files: the manifests that listed them list none after the
+    // next commit (this one's are the compaction's own record of what it removed).
+    Compact::new(&lab.catalog, lab.ident.clone())
+        .execute()
+        .await
+        .unwrap();
+    lab.ingest(vec![churn(&lab, 20)]).await;
+    let (listed_after, dead) = manifest_counts(&lab).await;
+    assert_eq!(dead, 0);
+    assert!(listed_after <= 6, "{listed_after}");
+    let r = crate::ops::maintain::RewriteManifests::new(&lab.catalog, lab.ident.clone())
+        .execute()
+        .await
+        .unwrap();
+    assert!(r.manifests_after <= 2, "{r:?}");
+    assert_eq!(manifest_counts(&lab).await.0, r.manifests_after);
+    let rows = lab.rows().await;
+    assert_eq!(rows.len(), before.len() + 1);
+}
+
+/// Commits a snapshot as earlier versions did: the parent's manifest list carried whole, plus
+/// `extra` (their sequence numbers assigned), with no filtering or merging.
+async fn old_style_snapshot(lab: &Lab, extra: Vec<ManifestFile>) {
+    commit_metadata(&lab.catalog, &lab.ident, |md, loc| {
+        let parent = md.current_snapshot().unwrap();
+        let id = new_snapshot_id(Some(md));
+        let seq = md.last_sequence_number() + 1;
+        let list_path = format!("{}/metadata/snap-{id}-old.avro", md.location());
+        let io = lab.catalog.file_io().clone();
+        let parent_list = parent.manifest_list().to_string();
+        let extra = extra.clone();
+        let written = std::thread::scope(|s| {
+            s.spawn(|| {
+                tokio::runtime::Runtime::new().unwrap().block_on(async {
+                    let bytes = io.new_input(&parent_list)?.read().await?;
+                    let mut entries = iceberg::spec::ManifestList::parse_with_version(
+                        &bytes,
+                        iceberg::spec::FormatVersion::V2,
+                    )?
+                    .consume_entries()
+                    .into_iter()
+                    .collect::<Vec<_>>();
+                    for mut m in extra {
+                        m.sequence_number = seq - 1;
+                        m.min_sequence_number = 1;
+                        entries.push(m);
+                    }
+                    let mut w = iceberg::spec::ManifestListWriter::v2(
+                        io.new_output(&list_path)?.writer().await?,
+                        id,
+                        Some(parent.snapshot_id()),
+                        seq,
+                    );
+                    w.add_manifests(entries.into_iter())?;
+                    w.close().await?;
+                    Ok::<_, iceberg::Error>(())
+                })
+            })
+            .join()
+            .unwrap()
+        });
+        written?;
+        let snapshot = iceberg::spec::Snapshot::builder()
+            .with_snapshot_id(id)
+            .with_parent_snapshot_id(Some(parent.snapshot_id()))
+            .with_sequence_number(seq)
+            .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
+            .with_manifest_list(list_path)
+            .with_schema_id(md.current_schema_id())
+            .with_summary(iceberg::spec::Summary {
+                operation: iceberg::spec::Operation::Append,
+                additional_properties: Default::default(),
+            })
+            .build();
+        Ok(Some(
+            md.clone()
+                .into_builder(Some(loc.to_string()))
+                .set_branch_snapshot(snapshot, iceberg::spec::MAIN_BRANCH)?
+                .build()?
+                .metadata,
+        ))
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_table_an_earlier_version_bloated_is_repaired() {
+    let lab = loaded("bloated").await;
+    // What earlier versions left: every compaction's rewritten manifests, listing only the
+    // files it removed, carried into every later snapshot.
+    let md = lab.table().await.metadata;
+    let earlier = md.current_snapshot_id().unwrap();
+    let mut dead = Vec::new();
+    for _ in 0..30 {
+        let path = format!("{}/metadata/{}-dead.avro", md.location(), uuid::Uuid::new_v4());
+        let mut w = iceberg::spec::ManifestWriterBuilder::new(
+            lab.catalog.file_io().new_output(&path).unwrap(),
+            Some(earlier),
+            md.current_schema().clone(),
+            md.default_partition_spec().as_ref().clone(),
+        )
+        .build_v2_data();
+        let gone = iceberg::spec::DataFileBuilder::default()
+            .content(iceberg::spec::DataContentType::Data)
+            .file_path(format!("{}/data/{}-gone.parquet", md.location(), uuid::Uuid::new_v4()))
+            .file_format(iceberg::spec::DataFileFormat::Parquet)
+            .partition(iceberg::spec::Struct::empty())
+            .partition_spec_id(0)
+            .record_count(1)
+            .file_size_in_bytes(100)
+            .build()
+            .unwrap();
+        w.add_delete_file(gone, 1, Some(1)).unwrap();
+        dead.push(w.write_manifest_file().await.unwrap());
+    }
+    old_style_snapshot(&lab, dead).await;
+    old_style_snapshot(&lab, Vec::new()).await;
+    assert_eq!(manifest_counts(&lab).await.1, 30);
+    let before = lab.rows().await;
+    // Our next commit drops them; the rewrite merges what is left.
+    lab.ingest(vec![lab.file("20220302-1135010000.csv", "U,3,c2\n")])
+        .await;
+    let (listed, dead) = manifest_counts(&lab).await;
+    assert_eq!(dead, 0);
+    assert!(listed <= 4, "{listed}");
+    crate::ops::maintain::RewriteManifests::new(&lab.catalog, lab.ident.clone())
+        .execute()
+        .await
+        .unwrap();
+    assert!(manifest_counts(&lab).await.0 <= 2);
+    let mut want = before;
+    for r in &mut want {
+        if r == "3=c" {
+            *r = "3=c2".into();
+        }
+    }
+    assert_eq!(lab.rows().await, want);
+}
+
+#[tokio::test]
+async fn a_partition_scoped_delete_file_is_split_when_its_rows_change() {
+    let lab = loaded("split-deletes").await;
+    lab.ingest(vec![lab.file("20220302-1135010000.csv", "I,4,d\nI,5,e\n")])
+        .await;
+    // Another engine deletes key 1 (the full-load file) and key 4 (the change file) with one
+    // delete file naming both data files.
+    let md = lab.table().await.metadata;
+    let keys = arrow_array::RecordBatch::try_from_iter([(
+        "id",
+        Arc::new(arrow_array::Int64Array::from(vec![1i64, 4])) as arrow_array::ArrayRef,
+    )])
+    .unwrap();
+    let id = md.current_schema().field_id_by_name("id").unwrap();
+    let located = crate::lookup::locate_rows(lab.catalog.files(), &md, &keys, vec![id], None)
+        .await
+        .unwrap();
+    assert_eq!(located.deletes.len(), 2);
+    let deletes = crate::write::write_partition_scoped_deletes(
+        lab.catalog.file_io(),
+        &md,
+        &located.deletes,
+    )
+    .await
+    .unwrap();
+    assert_eq!(deletes.len(), 1);
+    foreign_commit(&lab, &[], &deletes).await;
+    // Our update of key 5 deletes from the change file: its one delete file holds key 4's
+    // position too, and the full-load file gets one of its own with key 1's; the shared one
+    // goes.
+    lab.ingest(vec![lab.file("20220302-1136010000.csv", "U,5,e2\n")])
+        .await;
+    assert_one_delete_file_per_data_file(&lab).await;
+    assert_eq!(lab.rows().await, ["2=b1", "3=c", "5=e2"]);
+}

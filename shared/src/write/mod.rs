@@ -469,6 +469,43 @@ pub(crate) async fn write_position_deletes(
     Ok(written.into_iter().flatten().collect())
 }
 
+/// One position-delete file for every data file in `deletes` (one partition), as v2 writers
+/// that scope deletes to a partition write them (Iceberg Java before 1.5, Spark with
+/// `write.delete.granularity=partition`): the tests' other engine.
+#[cfg(test)]
+pub(crate) async fn write_partition_scoped_deletes(
+    file_io: &FileIO,
+    metadata: &TableMetadata,
+    deletes: &BTreeMap<String, FileDeletes>,
+) -> Result<Vec<(i32, DataFile)>> {
+    let delete_schema = Arc::new(
+        Schema::builder()
+            .with_fields(vec![
+                Arc::new(NestedField::required(
+                    DELETE_FILE_PATH_ID,
+                    "file_path",
+                    Type::Primitive(PrimitiveType::String),
+                )),
+                Arc::new(NestedField::required(
+                    DELETE_POS_ID,
+                    "pos",
+                    Type::Primitive(PrimitiveType::Long),
+                )),
+            ])
+            .build()?,
+    );
+    let ds = DeleteSchema {
+        props: base_properties(Encoding::Change)
+            .set_statistics_truncate_length(None)
+            .build(),
+        arrow: Arc::new(schema_to_arrow_schema(&delete_schema)?),
+        schema: delete_schema,
+    };
+    let files: Vec<(&String, &FileDeletes)> = deletes.iter().collect();
+    let (spec_id, partition) = (files[0].1.spec_id, files[0].1.partition.clone());
+    write_delete_file(file_io, metadata, ds, (spec_id, &partition), &files).await
+}
+
 /// Rows of a position-delete file written at once.
 const DELETE_CHUNK_ROWS: usize = 64 * 1024;
 
