@@ -567,7 +567,9 @@ fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool) {
             .map(|l| l["read_cost"].clone())
             .unwrap_or_default();
         assert!(
-            cost["max_deletes_per_data_file"].as_u64().is_some_and(|n| n <= 1),
+            cost["max_deletes_per_data_file"]
+                .as_u64()
+                .is_some_and(|n| n <= 1),
             "{cost}"
         );
     }

@@ -99,12 +99,19 @@ pub(crate) struct RewriteManifestsArgs {
     pub format: output::TextOrJson,
 }
 
-pub(crate) async fn rewrite_manifests(catalog: &CatalogArgs, a: RewriteManifestsArgs) -> Result<bool> {
+pub(crate) async fn rewrite_manifests(
+    catalog: &CatalogArgs,
+    a: RewriteManifestsArgs,
+) -> Result<bool> {
     let catalog = open_catalog(catalog, &a.warehouse, true).await?;
     let r = RewriteManifests::new(catalog.as_ref(), parse_ident(&a.table)?)
         .execute()
         .await?;
-    output::report(&r, output::json_or(a.format, false), output::rewrite_manifests)?;
+    output::report(
+        &r,
+        output::json_or(a.format, false),
+        output::rewrite_manifests,
+    )?;
     Ok(true)
 }
 

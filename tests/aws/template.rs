@@ -1197,10 +1197,15 @@ fn functions_are_wired_as_documented() {
         .iter()
         .map(|r| {
             let input: Value = serde_json::from_str(
-                r["Properties"]["Targets"][0]["Input"].as_str().unwrap_or("{}"),
+                r["Properties"]["Targets"][0]["Input"]
+                    .as_str()
+                    .unwrap_or("{}"),
             )
             .expect("schedule input is JSON");
-            (render(&r["Properties"]["ScheduleExpression"]), input["tasks"].clone())
+            (
+                render(&r["Properties"]["ScheduleExpression"]),
+                input["tasks"].clone(),
+            )
         })
         .collect();
     wired.sort_by_key(|w| w.0.clone());

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-use iceberg::spec::{DataFile, ManifestFile, Struct, TableMetadata};
+use iceberg::spec::{DataFile, Struct, TableMetadata};
 
 use crate::error::{Error, Result};
 use crate::files::Files;
@@ -305,7 +305,7 @@ impl RowMap {
 
 /// The delete files and manifests one attempt adds to carry `deletes` over.
 pub(super) struct Carried {
-    pub manifests: Vec<ManifestFile>,
+    pub manifests: super::manifests::Encoded,
     pub files: Vec<DataFile>,
     /// Every path written (deleted if the attempt loses).
     pub(crate) written: Prepared,
@@ -322,7 +322,7 @@ pub(super) async fn write(
 ) -> Result<Carried> {
     let translated = map.translate(deletes)?;
     let mut out = Carried {
-        manifests: Vec::new(),
+        manifests: Default::default(),
         files: Vec::new(),
         written: Prepared::default(),
     };
@@ -339,7 +339,7 @@ pub(super) async fn write(
     match super::write_manifests(files, md, snapshot_id, &[], &deletes_written, None).await {
         Ok(m) => {
             out.written
-                .extend(m.iter().map(|m| m.manifest_path.clone()));
+                .extend(m.manifests.iter().map(|m| m.manifest_path.clone()));
             out.manifests = m;
         }
         Err(e) => {

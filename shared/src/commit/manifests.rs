@@ -109,7 +109,9 @@ impl Out {
         content: ManifestContentType,
     ) -> Result<Out> {
         let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
-            Error::Table(format!("partition spec {spec_id} is not in the table metadata"))
+            Error::Table(format!(
+                "partition spec {spec_id} is not in the table metadata"
+            ))
         })?;
         let path = format!(
             "{}/metadata/{}-m0.avro",
@@ -200,7 +202,9 @@ impl Out {
         let written = writer.write_manifest_file().await?;
         let bytes = memory.new_input(&path)?.read().await?;
         let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
-            Error::Table(format!("partition spec {spec_id} is not in the table metadata"))
+            Error::Table(format!(
+                "partition spec {spec_id} is not in the table metadata"
+            ))
         })?;
         let schema = md.current_schema().clone();
         let metadata = ManifestMetadata::builder()
@@ -226,8 +230,24 @@ fn numbers(e: &ManifestEntry) -> Result<(i64, i64, Option<i64>)> {
     }
 }
 
-/// Writes the manifests for `data` and `deletes` (one per partition spec and content), in
-/// flight together. Data sequence numbers are left unassigned (the manifest list gives the
+/// Manifests encoded for a commit, not stored: the attempt whose manifest list names one stores
+/// it with the list and metadata.json ([`super::Staged::held`]); one a merge takes in is never
+/// stored.
+#[derive(Debug, Default)]
+pub(crate) struct Encoded {
+    pub manifests: Vec<ManifestFile>,
+    pub held: Vec<Upload>,
+}
+
+impl Encoded {
+    pub(crate) fn extend(&mut self, other: Encoded) {
+        self.manifests.extend(other.manifests);
+        self.held.extend(other.held);
+    }
+}
+
+/// Encodes the manifests for `data` and `deletes` (one per partition spec and content), as
+/// [`Encoded`]. Data sequence numbers are left unassigned (the manifest list gives the
 /// snapshot's), except for rewritten data, which keeps the sequence number of the snapshot it
 /// was read from (`data_sequence_number`).
 pub(crate) async fn write_manifests(
@@ -237,7 +257,7 @@ pub(crate) async fn write_manifests(
     data: &[(i32, DataFile)],
     deletes: &[(i32, DataFile)],
     data_sequence_number: Option<i64>,
-) -> Result<Vec<ManifestFile>> {
+) -> Result<Encoded> {
     let mut jobs: BTreeMap<(bool, i32), Vec<DataFile>> = BTreeMap::new();
     for (is_delete, of_kind) in [(false, data), (true, deletes)] {
         for (spec, f) in of_kind {
@@ -263,12 +283,14 @@ pub(crate) async fn write_manifests(
             for f in of_kind {
                 out.added(snapshot_id, f.clone(), seq)?;
             }
-            let (manifest, (path, bytes)) = out.finish(files, metadata).await?;
-            files.io().new_output(&path)?.write(bytes).await?;
-            Ok::<_, Error>(manifest)
+            out.finish(files, metadata).await
         })
         .buffered(crate::write::WRITE_CONCURRENCY)
-        .try_collect()
+        .try_fold(Encoded::default(), |mut e, (m, upload)| async move {
+            e.manifests.push(m);
+            e.held.push(upload);
+            Ok(e)
+        })
         .await
 }
 
@@ -355,8 +377,7 @@ pub(crate) async fn filter(
                 continue;
             }
             if (removing.remove)(e.data_file()) {
-                out.removed
-                    .push((e.content_type(), e.data_file().clone()));
+                out.removed.push((e.content_type(), e.data_file().clone()));
                 w.deleted(snapshot_id, e)?;
             } else {
                 w.existing(e)?;
@@ -460,9 +481,14 @@ pub(crate) async fn merge(
                     out.extend(members.into_iter().cloned());
                     continue;
                 }
-                let (merged, upload) =
-                    merge_bin(files, md, (snapshot_id, spec_id, content), &members, pending)
-                        .await?;
+                let (merged, upload) = merge_bin(
+                    files,
+                    md,
+                    (snapshot_id, spec_id, content),
+                    &members,
+                    pending,
+                )
+                .await?;
                 written.push(upload);
                 out.push(merged);
             }
@@ -516,7 +542,10 @@ mod tests {
 
     #[test]
     fn packing_from_the_end_leaves_the_first_bin_under_filled() {
-        assert_eq!(pack_end(&[1, 1, 1, 1, 1], 2), vec![vec![0], vec![1, 2], vec![3, 4]]);
+        assert_eq!(
+            pack_end(&[1, 1, 1, 1, 1], 2),
+            vec![vec![0], vec![1, 2], vec![3, 4]]
+        );
         assert_eq!(pack_end(&[5, 1, 1], 2), vec![vec![0], vec![1, 2]]);
         // An item over the target gets a bin of its own.
         assert_eq!(pack_end(&[1, 9, 1], 2), vec![vec![0], vec![1], vec![2]]);

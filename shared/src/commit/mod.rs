@@ -308,6 +308,9 @@ pub(crate) struct Staged {
     pub snapshot_id: i64,
     pub change: Change,
     pub manifests: Vec<ManifestFile>,
+    /// `manifests` encoded, not stored yet: an attempt stores those its list names, with the
+    /// list and metadata.json; one a merge takes in is never stored.
+    pub held: Vec<manifests::Upload>,
     /// Every file prepared for this commit (data, deletes, manifests): deleted if abandoned.
     pub(crate) files: Prepared,
     pub added: Added,

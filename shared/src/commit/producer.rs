@@ -15,9 +15,9 @@ use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
 use super::record::{AppliedRecord, PROPERTY};
 use super::{Base, Change, CommitError, Staged, failpoint, manifests, summary};
 use crate::error::{Error, Result};
+use crate::files::Files;
 use crate::files::metadata::Refs;
 use crate::files::prepared::Prepared;
-use crate::files::Files;
 use crate::table::LoadedTable;
 
 /// Files one attempt wrote: deleted if the attempt loses.
@@ -88,12 +88,20 @@ async fn attempt_manifests(
         // Another writer replaced or removed a delete file this commit's merged deletes hold.
         let gone = replaced_deletes
             .iter()
-            .find(|p| !filtered.removed.iter().any(|(_, f)| f.file_path() == p.as_str()))
+            .find(|p| {
+                !filtered
+                    .removed
+                    .iter()
+                    .any(|(_, f)| f.file_path() == p.as_str())
+            })
             .cloned()
             .unwrap_or_default();
-        return Err(CommitError::Conflict(super::Conflict::DeleteFileReplaced { file: gone }));
+        return Err(CommitError::Conflict(super::Conflict::DeleteFileReplaced {
+            file: gone,
+        }));
     }
     let mut ours = staged.manifests.clone();
+    let mut held = staged.held.clone();
     if let Change::Rewrite {
         row_map: Some(map), ..
     } = &staged.change
@@ -106,7 +114,8 @@ async fn attempt_manifests(
             added.position_deletes += f.record_count();
             added.delete_files_size += f.file_size_in_bytes();
         }
-        ours.extend(c.manifests);
+        ours.extend(c.manifests.manifests);
+        held.extend(c.manifests.held);
     }
     let mut policy = manifests::MergePolicy::of(base_md);
     if matches!(staged.change, Change::RewriteManifests) {
@@ -119,15 +128,17 @@ async fn attempt_manifests(
         base_md,
         staged.snapshot_id,
         (ours, filtered.manifests),
-        &filtered.written,
+        &[filtered.written.as_slice(), held.as_slice()].concat(),
         policy,
     )
     .await?;
-    // Stored with the list and metadata.json (only what the list names).
+    // Stored with the list and metadata.json (only what the list names): filtered and merged
+    // manifests, and the commit's own held ones it lists as they are.
     let uploads: Vec<manifests::Upload> = filtered
         .written
         .into_iter()
         .chain(merged)
+        .chain(held)
         .filter(|(p, _)| list.iter().any(|m| m.manifest_path == *p))
         .collect();
     Ok((list, uploads))

@@ -215,6 +215,7 @@ async fn validate_after_replace(
             row_map: None,
         },
         manifests: Vec::new(),
+        held: Vec::new(),
         files: Default::default(),
         added: Added::default(),
         summary: Default::default(),
@@ -365,11 +366,15 @@ async fn a_base_expired_from_history_needs_a_replan() {
 
 /// Another engine's commit (an empty append): it carries our record forward unchanged.
 async fn foreign_append(lab: &Lab, snapshot_id: i64) {
-    foreign_append_of(lab, snapshot_id, vec![]).await;
+    foreign_append_of(lab, snapshot_id, Default::default()).await;
 }
 
 /// Another engine's append of `manifests` (written for `snapshot_id`).
-async fn foreign_append_of(lab: &Lab, snapshot_id: i64, manifests: Vec<ManifestFile>) {
+async fn foreign_append_of(
+    lab: &Lab,
+    snapshot_id: i64,
+    manifests: crate::commit::manifests::Encoded,
+) {
     let t = lab.table().await;
     let foreign = Staged {
         ident: lab.ident.clone(),
@@ -378,7 +383,8 @@ async fn foreign_append_of(lab: &Lab, snapshot_id: i64, manifests: Vec<ManifestF
         schema_id: t.metadata.current_schema_id(),
         snapshot_id,
         change: Change::Append,
-        manifests,
+        manifests: manifests.manifests,
+        held: manifests.held,
         files: Default::default(),
         added: Added::default(),
         summary: Default::default(),
@@ -566,7 +572,11 @@ async fn assert_one_delete_file_per_data_file(lab: &Lab) {
     let live = lab
         .catalog
         .files()
-        .live(&md, crate::files::live::Scope::All, crate::files::Fill::Pass)
+        .live(
+            &md,
+            crate::files::live::Scope::All,
+            crate::files::Fill::Pass,
+        )
         .await
         .unwrap();
     for d in live.data() {
@@ -652,6 +662,7 @@ async fn equality_deletes_from_another_engine_are_refused() {
         snapshot_id: 99,
         change: Change::Append,
         manifests: vec![],
+        held: vec![],
         files: Default::default(),
         added: Added::default(),
         summary: [("added-equality-delete-files".to_string(), "1".to_string())].into(),
@@ -1596,6 +1607,7 @@ async fn validation_hands_the_record_it_read_to_the_attempt() {
         snapshot_id: 5,
         change: Change::Append,
         manifests: vec![],
+        held: vec![],
         files: Default::default(),
         added: Added::default(),
         summary: Default::default(),
@@ -1665,7 +1677,12 @@ fn load_append_bounds_overlap_only_within_their_range() {
 async fn manifest_counts(lab: &Lab) -> (usize, usize) {
     let t = lab.table().await;
     let s = t.metadata.current_snapshot().unwrap();
-    let list = lab.catalog.files().manifest_list(&t.metadata, s).await.unwrap();
+    let list = lab
+        .catalog
+        .files()
+        .manifest_list(&t.metadata, s)
+        .await
+        .unwrap();
     let dead = list
         .iter()
         .filter(|m| {
@@ -1682,7 +1699,10 @@ fn churn(lab: &Lab, f: usize) -> FileInput {
         .map(|i| format!("U,{},f{f}\n", (f * 37 + i * 53) % 200))
         .chain(std::iter::once(format!("I,{},n{f}\n", 1000 + f)))
         .collect();
-    lab.file(&format!("20220302-{:02}{:02}010000.csv", 11 + f / 60, f % 60), &rows)
+    lab.file(
+        &format!("20220302-{:02}{:02}010000.csv", 11 + f / 60, f % 60),
+        &rows,
+    )
 }
 
 #[tokio::test]
@@ -1830,7 +1850,11 @@ async fn a_table_an_earlier_version_bloated_is_repaired() {
     let earlier = md.current_snapshot_id().unwrap();
     let mut dead = Vec::new();
     for _ in 0..30 {
-        let path = format!("{}/metadata/{}-dead.avro", md.location(), uuid::Uuid::new_v4());
+        let path = format!(
+            "{}/metadata/{}-dead.avro",
+            md.location(),
+            uuid::Uuid::new_v4()
+        );
         let mut w = iceberg::spec::ManifestWriterBuilder::new(
             lab.catalog.file_io().new_output(&path).unwrap(),
             Some(earlier),
@@ -1840,7 +1864,11 @@ async fn a_table_an_earlier_version_bloated_is_repaired() {
         .build_v2_data();
         let gone = iceberg::spec::DataFileBuilder::default()
             .content(iceberg::spec::DataContentType::Data)
-            .file_path(format!("{}/data/{}-gone.parquet", md.location(), uuid::Uuid::new_v4()))
+            .file_path(format!(
+                "{}/data/{}-gone.parquet",
+                md.location(),
+                uuid::Uuid::new_v4()
+            ))
             .file_format(iceberg::spec::DataFileFormat::Parquet)
             .partition(iceberg::spec::Struct::empty())
             .partition_spec_id(0)
@@ -1893,13 +1921,10 @@ async fn a_partition_scoped_delete_file_is_split_when_its_rows_change() {
         .await
         .unwrap();
     assert_eq!(located.deletes.len(), 2);
-    let deletes = crate::write::write_partition_scoped_deletes(
-        lab.catalog.file_io(),
-        &md,
-        &located.deletes,
-    )
-    .await
-    .unwrap();
+    let deletes =
+        crate::write::write_partition_scoped_deletes(lab.catalog.file_io(), &md, &located.deletes)
+            .await
+            .unwrap();
     assert_eq!(deletes.len(), 1);
     foreign_commit(&lab, &[], &deletes).await;
     // Our update of key 5 deletes from the change file: its one delete file holds key 4's

@@ -591,7 +591,9 @@ async fn rewrite_still_valid(
     }
     let live = live_data_files(now, files).await?;
     if let Some(gone) = removed_data_files.iter().find(|f| !live.contains(*f)) {
-        return Err(conflict(Conflict::ReferencedFileRemoved { file: gone.clone() }));
+        return Err(conflict(Conflict::ReferencedFileRemoved {
+            file: gone.clone(),
+        }));
     }
     for s in intervening {
         for manifest in files.added_by(now, s, ManifestContentType::Deletes).await? {

@@ -307,7 +307,11 @@ impl CompactHandler {
                     ("DeleteFilesRemoved", "Count", c.delete_files_removed as f64),
                     ("DataFilesAfter", "Count", c.data_files_after as f64),
                     ("Manifests", "Count", cost.manifests as f64),
-                    ("SmallFilesPerPartition", "Count", cost.max_small_files as f64),
+                    (
+                        "SmallFilesPerPartition",
+                        "Count",
+                        cost.max_small_files as f64
+                    ),
                     (
                         "DeleteFilesPerDataFile",
                         "Count",

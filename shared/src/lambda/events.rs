@@ -288,7 +288,9 @@ pub struct CompactEvent {
 impl CompactEvent {
     /// Whether the pass runs `task`.
     pub fn runs(&self, task: &str) -> bool {
-        self.tasks.as_ref().is_none_or(|t| t.iter().any(|x| x == task))
+        self.tasks
+            .as_ref()
+            .is_none_or(|t| t.iter().any(|x| x == task))
     }
 }
 
@@ -443,8 +445,7 @@ mod tests {
         let any: CompactEvent = serde_json::from_value(json!({})).unwrap();
         assert!(any.schedule.is_none());
         assert!(any.runs("compact") && any.runs("expire") && any.runs("orphans"));
-        let some: CompactEvent =
-            serde_json::from_value(json!({"tasks": ["compact"]})).unwrap();
+        let some: CompactEvent = serde_json::from_value(json!({"tasks": ["compact"]})).unwrap();
         assert!(some.runs("compact") && !some.runs("expire") && !some.runs("orphans"));
     }
 }

@@ -193,9 +193,10 @@ impl Planner for RejectedPlanner<'_> {
             files: data
                 .iter()
                 .map(|(_, f)| f.file_path().to_string())
-                .chain(manifests.iter().map(|m| m.manifest_path.clone()))
+                .chain(manifests.manifests.iter().map(|m| m.manifest_path.clone()))
                 .collect(),
-            manifests,
+            manifests: manifests.manifests,
+            held: manifests.held,
             added,
             summary,
             record: Some(RecordUpdate {

@@ -188,6 +188,7 @@ impl Planner for TruncatePlanner<'_> {
             snapshot_id,
             change: Change::Reload,
             manifests: Vec::new(),
+            held: Vec::new(),
             files: Default::default(),
             added: Added::default(),
             summary,

@@ -438,8 +438,10 @@ pub(crate) async fn write_position_deletes(
             .build()?,
     );
     let arrow_schema = Arc::new(schema_to_arrow_schema(&delete_schema)?);
-    let files: Vec<(&String, &FileDeletes)> =
-        deletes.iter().filter(|(_, d)| !d.positions.is_empty()).collect();
+    let files: Vec<(&String, &FileDeletes)> = deletes
+        .iter()
+        .filter(|(_, d)| !d.positions.is_empty())
+        .collect();
     // Full paths as statistics so readers can prune delete files by `file_path` bounds. The
     // path is one value per file: a dictionary stores it once, where plain pages repeat it on
     // every row for every reader to decompress and compare (a file's deletes accumulate to tens
@@ -459,8 +461,14 @@ pub(crate) async fn write_position_deletes(
             };
             async move {
                 let (path, d) = files_ref[i];
-                write_delete_file(file_io, metadata, ds, (d.spec_id, &d.partition), &[(path, d)])
-                    .await
+                write_delete_file(
+                    file_io,
+                    metadata,
+                    ds,
+                    (d.spec_id, &d.partition),
+                    &[(path, d)],
+                )
+                .await
             }
         })
         .buffered(WRITE_CONCURRENCY)

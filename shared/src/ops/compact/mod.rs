@@ -20,10 +20,10 @@ use tracing::info;
 
 use crate::catalog::Catalog;
 use crate::commit::{self, Added, Outcome, Plan, Planner};
-use crate::ops::maintain::RewriteManifests;
 use crate::error::{Error, Result};
 use crate::files::live::Scope;
 use crate::files::{Fill, ReadCost};
+use crate::ops::maintain::RewriteManifests;
 use crate::table::LoadedTable;
 
 mod merge;
@@ -109,6 +109,13 @@ impl Default for Thresholds {
     }
 }
 
+/// A fraction as a percentage with the digits it needs (0.1, 12.5, 50).
+fn percent(x: f64) -> String {
+    let p = x * 100.0;
+    let s = format!("{p:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 impl Thresholds {
     /// What `cost` passes: the reasons to compact (empty: nothing to do).
     pub fn compaction_reasons(&self, cost: &ReadCost) -> Vec<String> {
@@ -127,9 +134,9 @@ impl Thresholds {
         }
         if cost.max_deleted_ratio >= self.deleted_ratio {
             why.push(format!(
-                "{:.0}% of a data file's rows deleted (threshold {:.0}%)",
-                cost.max_deleted_ratio * 100.0,
-                self.deleted_ratio * 100.0
+                "{}% of a data file's rows deleted (threshold {}%)",
+                percent(cost.max_deleted_ratio),
+                percent(self.deleted_ratio)
             ));
         }
         why

@@ -97,7 +97,7 @@ impl Compact<'_> {
                 return Err(e);
             }
         };
-        prepared.extend(manifests.iter().map(|m| m.manifest_path.clone()));
+        prepared.extend(manifests.manifests.iter().map(|m| m.manifest_path.clone()));
 
         let mut added = Added::default();
         for (_, f) in &written {
@@ -122,7 +122,8 @@ impl Compact<'_> {
                 removed_delete_files: removed_deletes.clone(),
                 row_map: map,
             },
-            manifests,
+            manifests: manifests.manifests,
+            held: manifests.held,
             files: prepared,
             added: added.clone(),
             summary,

@@ -48,11 +48,7 @@ pub(super) struct Group {
 
 impl Compact<'_> {
     /// Groups worth rewriting, most files first.
-    pub(super) fn plan(
-        &self,
-        md: &TableMetadata,
-        data: &[LiveData],
-    ) -> Vec<Group> {
+    pub(super) fn plan(&self, md: &TableMetadata, data: &[LiveData]) -> Vec<Group> {
         let target = self.target(md);
         let small = (target as f64 * self.options.min_file_ratio) as u64;
         // Full-load files are rewritten only with each other, so their rows keep their place

@@ -60,8 +60,12 @@ impl<'a> RewriteManifests<'a> {
             if let Some(t) = LoadedTable::load(self.catalog, &self.ident).await?
                 && let Some(s) = t.metadata.current_snapshot()
             {
-                report.manifests_after =
-                    self.catalog.files().manifest_list(&t.metadata, s).await?.len();
+                report.manifests_after = self
+                    .catalog
+                    .files()
+                    .manifest_list(&t.metadata, s)
+                    .await?
+                    .len();
             }
         }
         Ok(report)
@@ -112,6 +116,7 @@ impl Planner for ManifestsPlanner<'_, '_> {
                 snapshot_id: commit::new_snapshot_id(Some(&md)),
                 change: Change::RewriteManifests,
                 manifests: Vec::new(),
+                held: Vec::new(),
                 files: Default::default(),
                 added: Added::default(),
                 summary,

@@ -134,7 +134,7 @@ impl IngestPlanner<'_> {
                 return Err(e);
             }
         };
-        prepared.extend(manifests.iter().map(|m| m.manifest_path.clone()));
+        prepared.extend(manifests.manifests.iter().map(|m| m.manifest_path.clone()));
         timings.write_us = micros(write_started);
         let mut report = CommitReport::passed_over(&self.planned, Status::Applied, self.started);
         report.rows_read = done.rows + done.rejected.len();

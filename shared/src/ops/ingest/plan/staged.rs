@@ -44,7 +44,7 @@ pub(super) struct Written {
     pub(super) data: Vec<(i32, DataFile)>,
     pub(super) deletes: Vec<(i32, DataFile)>,
     pub(super) snapshot_id: i64,
-    pub(super) manifests: Vec<iceberg::spec::ManifestFile>,
+    pub(super) manifests: crate::commit::manifests::Encoded,
     pub(super) prepared: Prepared,
     /// Data files the delete files hold positions of: the plan's, and those whose deletes
     /// were merged with them (one delete file per data file).
@@ -153,7 +153,8 @@ impl IngestPlanner<'_> {
             schema_id: planned.current_schema_id(),
             snapshot_id: written.snapshot_id,
             change,
-            manifests: written.manifests,
+            manifests: written.manifests.manifests,
+            held: written.manifests.held,
             files: written.prepared,
             added: added(&written.data, &written.deletes),
             summary,

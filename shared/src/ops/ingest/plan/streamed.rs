@@ -291,7 +291,7 @@ impl IngestPlanner<'_> {
                 None,
             )
             .await?;
-            prepared.extend(manifests.iter().map(|m| m.manifest_path.clone()));
+            prepared.extend(manifests.manifests.iter().map(|m| m.manifest_path.clone()));
             failpoint("after-manifests").await?;
             Ok::<_, Error>((delete_files, manifests, merged))
         }

@@ -19,7 +19,7 @@ use crate::write::{write_data_files_seen, write_position_deletes};
 
 use super::*;
 
-pub(super) type Manifests = Vec<iceberg::spec::ManifestFile>;
+pub(super) type Manifests = crate::commit::manifests::Encoded;
 
 /// The data files of a speculative write ([`IngestPlanner::speculate`]), with the rows of each
 /// file that holds a whole partition (for the lookup cache).
@@ -112,7 +112,7 @@ impl IngestPlanner<'_> {
                 None,
             )
             .await?;
-            prepared.extend(manifests.iter().map(|m| m.manifest_path.clone()));
+            prepared.extend(manifests.manifests.iter().map(|m| m.manifest_path.clone()));
             Ok::<_, Error>((data, manifests))
         }
         .await;
@@ -121,7 +121,13 @@ impl IngestPlanner<'_> {
             DeleteBranch::failed(Error::Internal(format!("writing delete files: {e}")))
         });
         prepared.extend(deletes.files.iter().map(|(_, f)| f.file_path().to_string()));
-        prepared.extend(deletes.manifests.iter().map(|m| m.manifest_path.clone()));
+        prepared.extend(
+            deletes
+                .manifests
+                .manifests
+                .iter()
+                .map(|m| m.manifest_path.clone()),
+        );
         if !deletes.files.is_empty() {
             self.remember_deletes(&deletes.files, &deletes.merged.deletes);
         }
