@@ -463,7 +463,8 @@ async fn row_delta_still_valid(
 ) -> std::result::Result<(), CommitError> {
     use futures::{StreamExt, TryStreamExt};
     // A file the plan read rows of that is gone (rewritten) is the first thing to say.
-    if !intervening.is_empty() && !(reads.referenced.is_empty() && reads.kept.is_empty()) {
+    let read_rows = !(reads.referenced.is_empty() && reads.kept.is_empty());
+    if !intervening.is_empty() && read_rows {
         let live = live_data_files(now, files).await?;
         if let Some(gone) = reads
             .referenced

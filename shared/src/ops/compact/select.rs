@@ -112,7 +112,7 @@ impl Compact<'_> {
             groups.push(g);
         }
         // A group of one file that sheds nothing would be rewritten as it is.
-        groups.retain(|g| g.files.len() >= 2 || g.files.iter().any(|f| heavy(f)));
+        groups.retain(|g| g.files.len() >= 2 || g.files.iter().any(&heavy));
         // Groups holding a file over the delete-file threshold first: under continuous ingest
         // there is always a fresh group of small change files, and a big full-load file that
         // every change adds a delete file to would otherwise wait behind them for ever.
