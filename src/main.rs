@@ -40,8 +40,11 @@ struct Cli {
 fn main() {
     dms2iceberg::process::tune_allocator();
     let cli = Cli::parse();
+    // Off EC2 the SDK's region lookup fails at the instance metadata service and logs the
+    // whole HTTP response as a warning; a missing region is reported by us, in one line naming
+    // AWS_REGION, where a command needs it (`-v` shows the SDK's account again).
     let level = match cli.verbose {
-        0 => "warn",
+        0 => "warn,aws_config::imds=error",
         1 => "info",
         _ => "debug",
     };

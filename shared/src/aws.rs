@@ -106,107 +106,20 @@ impl Aws {
         }
     }
 
-    /// The REST catalog at `uri`, authenticated as the environment says
-    /// ([`Aws::rest_auth_from_env`]); its tables' files on S3 (these AWS settings under the
-    /// server's `s3.*` properties) or a local `file://` warehouse.
-    pub async fn rest_catalog(
-        &self,
-        uri: &str,
-        warehouse: Option<String>,
-        cache: Arc<TableCache>,
-    ) -> Result<crate::catalog::RestCatalog> {
-        let base: Vec<(String, String)> = self.storage_props();
-        let storage: crate::catalog::StorageFor = Box::new(move |props| {
-            let mut all = base.clone();
-            all.extend(
-                props
-                    .iter()
-                    .filter(|(k, _)| k.starts_with("s3.") || k.starts_with("client."))
-                    .map(|(k, v)| (k.clone(), v.clone())),
-            );
-            FileIOBuilder::new(Arc::new(
-                iceberg_storage_opendal::OpenDalResolvingStorageFactory::new(),
-            ))
-            .with_props(all)
-            .build()
-        });
-        let config = crate::catalog::RestConfig {
-            uri: uri.to_string(),
-            warehouse,
-            auth: self.rest_auth_from_env()?,
-            properties: HashMap::new(),
-            vended_credentials: env_flag("DMS2ICEBERG_REST_VENDED_CREDENTIALS")?,
-        };
-        crate::catalog::RestCatalog::connect(config, storage, cache).await
-    }
-
-    /// How REST requests authenticate, from the environment (at most one of):
-    /// `DMS2ICEBERG_REST_TOKEN` (a bearer token); `DMS2ICEBERG_REST_CREDENTIAL`
-    /// (`client_id:client_secret`, OAuth2 client credentials, with `DMS2ICEBERG_REST_SCOPE`,
-    /// default `catalog`, and `DMS2ICEBERG_REST_OAUTH2_URI`, default `<uri>/v1/oauth/tokens`);
-    /// `DMS2ICEBERG_REST_SIGV4` (`glue` or `s3tables`: AWS SigV4 with the standard credential
-    /// chain and region). None: unauthenticated.
-    pub fn rest_auth_from_env(&self) -> Result<crate::catalog::RestAuth> {
-        use crate::catalog::RestAuth;
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let token = var("DMS2ICEBERG_REST_TOKEN");
-        let credential = var("DMS2ICEBERG_REST_CREDENTIAL");
-        let sigv4 = var("DMS2ICEBERG_REST_SIGV4");
-        let set = [token.is_some(), credential.is_some(), sigv4.is_some()];
-        if set.iter().filter(|s| **s).count() > 1 {
-            return Err(Error::Config(
-                "set one of DMS2ICEBERG_REST_TOKEN, DMS2ICEBERG_REST_CREDENTIAL and DMS2ICEBERG_REST_SIGV4".into(),
-            ));
-        }
-        if let Some(t) = token {
-            return Ok(RestAuth::Bearer(t));
-        }
-        if let Some(c) = credential {
-            let (client_id, client_secret) = c.split_once(':').ok_or_else(|| {
-                Error::Config("DMS2ICEBERG_REST_CREDENTIAL must be client_id:client_secret".into())
-            })?;
-            return Ok(RestAuth::OAuth2 {
-                client_id: client_id.to_string(),
-                client_secret: client_secret.to_string(),
-                scope: var("DMS2ICEBERG_REST_SCOPE").unwrap_or_else(|| "catalog".into()),
-                token_uri: var("DMS2ICEBERG_REST_OAUTH2_URI"),
-            });
-        }
-        if let Some(service) = sigv4 {
-            if !matches!(service.as_str(), "glue" | "s3tables") {
-                return Err(Error::Config(format!(
-                    "DMS2ICEBERG_REST_SIGV4=`{service}`: use `glue` (Glue's Iceberg endpoint) or `s3tables`"
-                )));
-            }
-            let credentials = self.sdk.credentials_provider().ok_or_else(|| {
-                Error::Config("SigV4: no AWS credentials provider in this environment".into())
-            })?;
-            let region = self
-                .sdk
-                .region()
-                .ok_or_else(|| Error::Config("SigV4: no AWS region (set AWS_REGION)".into()))?;
-            return Ok(RestAuth::SigV4(crate::catalog::SigV4Signer::new(
-                credentials,
-                region.as_ref(),
-                &service,
-            )));
-        }
-        Ok(RestAuth::None)
-    }
-
     /// Storage properties for `s3://` table files from these settings.
     fn storage_props(&self) -> Vec<(String, String)> {
-        let mut props: Vec<(String, String)> = vec![(
-            iceberg::io::S3_PATH_STYLE_ACCESS.into(),
-            self.settings.path_style.to_string(),
-        )];
-        if let Some(region) = self.sdk.region() {
-            props.push((iceberg::io::S3_REGION.into(), region.to_string()));
+        storage_props(&self.settings, self.sdk.region().map(|r| r.to_string()))
+    }
+
+    /// Fails, in one line naming `AWS_REGION`, when the environment gives no region: every AWS
+    /// client needs one, and the SDK's own error comes only at the first request.
+    pub fn require_region(&self) -> Result<()> {
+        match self.sdk.region() {
+            Some(_) => Ok(()),
+            None => Err(Error::Config(
+                "no AWS region: set AWS_REGION (or a region in the AWS profile)".into(),
+            )),
         }
-        if let Some(e) = &self.settings.s3_endpoint {
-            props.push((iceberg::io::S3_ENDPOINT.into(), e.clone()));
-        }
-        props
     }
 
     /// `FileIO` for `s3://` table files.
@@ -273,6 +186,127 @@ impl Aws {
             }
         })
     }
+}
+
+/// Storage properties for `s3://` table files: the settings, and `region` when known.
+fn storage_props(settings: &AwsSettings, region: Option<String>) -> Vec<(String, String)> {
+    let mut props: Vec<(String, String)> = vec![(
+        iceberg::io::S3_PATH_STYLE_ACCESS.into(),
+        settings.path_style.to_string(),
+    )];
+    if let Some(region) = region {
+        props.push((iceberg::io::S3_REGION.into(), region));
+    }
+    if let Some(e) = &settings.s3_endpoint {
+        props.push((iceberg::io::S3_ENDPOINT.into(), e.clone()));
+    }
+    props
+}
+
+/// The REST catalog at `uri`, authenticated as the environment says ([`rest_auth_from_env`]);
+/// its tables' files on S3 (the environment's S3 settings under the server's `s3.*`
+/// properties) or a local `file://` warehouse.
+///
+/// The AWS environment is loaded only for SigV4: a REST catalog on a laptop (a bearer token, a
+/// `file://` warehouse) must not wait for, or warn about, the instance metadata service. Table
+/// files on S3 take the region from `AWS_REGION`/`AWS_DEFAULT_REGION` or the server's
+/// properties, and credentials from the server (vended) or the standard chain, when first read.
+pub async fn rest_catalog(
+    uri: &str,
+    warehouse: Option<String>,
+    cache: Arc<TableCache>,
+) -> Result<crate::catalog::RestCatalog> {
+    let auth = rest_auth_from_env().await?;
+    let region = match &auth {
+        crate::catalog::RestAuth::SigV4(s) => Some(s.region().to_string()),
+        _ => env_region(),
+    };
+    let base: Vec<(String, String)> = storage_props(&AwsSettings::from_env(), region);
+    let storage: crate::catalog::StorageFor = Box::new(move |props| {
+        let mut all = base.clone();
+        all.extend(
+            props
+                .iter()
+                .filter(|(k, _)| k.starts_with("s3.") || k.starts_with("client."))
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        FileIOBuilder::new(Arc::new(
+            iceberg_storage_opendal::OpenDalResolvingStorageFactory::new(),
+        ))
+        .with_props(all)
+        .build()
+    });
+    let config = crate::catalog::RestConfig {
+        uri: uri.to_string(),
+        warehouse,
+        auth,
+        properties: HashMap::new(),
+        vended_credentials: env_flag("DMS2ICEBERG_REST_VENDED_CREDENTIALS")?,
+    };
+    crate::catalog::RestCatalog::connect(config, storage, cache).await
+}
+
+/// `AWS_REGION`, else `AWS_DEFAULT_REGION`.
+fn env_region() -> Option<String> {
+    ["AWS_REGION", "AWS_DEFAULT_REGION"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+}
+
+/// How REST requests authenticate, from the environment (at most one of):
+/// `DMS2ICEBERG_REST_TOKEN` (a bearer token); `DMS2ICEBERG_REST_CREDENTIAL`
+/// (`client_id:client_secret`, OAuth2 client credentials, with `DMS2ICEBERG_REST_SCOPE`,
+/// default `catalog`, and `DMS2ICEBERG_REST_OAUTH2_URI`, default `<uri>/v1/oauth/tokens`);
+/// `DMS2ICEBERG_REST_SIGV4` (`glue` or `s3tables`: AWS SigV4 with the standard credential
+/// chain and region, the AWS environment loaded for it). None: unauthenticated.
+pub async fn rest_auth_from_env() -> Result<crate::catalog::RestAuth> {
+    use crate::catalog::RestAuth;
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let token = var("DMS2ICEBERG_REST_TOKEN");
+    let credential = var("DMS2ICEBERG_REST_CREDENTIAL");
+    let sigv4 = var("DMS2ICEBERG_REST_SIGV4");
+    let set = [token.is_some(), credential.is_some(), sigv4.is_some()];
+    if set.iter().filter(|s| **s).count() > 1 {
+        return Err(Error::Config(
+            "set one of DMS2ICEBERG_REST_TOKEN, DMS2ICEBERG_REST_CREDENTIAL and DMS2ICEBERG_REST_SIGV4".into(),
+        ));
+    }
+    if let Some(t) = token {
+        return Ok(RestAuth::Bearer(t));
+    }
+    if let Some(c) = credential {
+        let (client_id, client_secret) = c.split_once(':').ok_or_else(|| {
+            Error::Config("DMS2ICEBERG_REST_CREDENTIAL must be client_id:client_secret".into())
+        })?;
+        return Ok(RestAuth::OAuth2 {
+            client_id: client_id.to_string(),
+            client_secret: client_secret.to_string(),
+            scope: var("DMS2ICEBERG_REST_SCOPE").unwrap_or_else(|| "catalog".into()),
+            token_uri: var("DMS2ICEBERG_REST_OAUTH2_URI"),
+        });
+    }
+    if let Some(service) = sigv4 {
+        if !matches!(service.as_str(), "glue" | "s3tables") {
+            return Err(Error::Config(format!(
+                "DMS2ICEBERG_REST_SIGV4=`{service}`: use `glue` (Glue's Iceberg endpoint) or `s3tables`"
+            )));
+        }
+        let sdk = aws_config::defaults(BehaviorVersion::latest()).load().await;
+        let credentials = sdk.credentials_provider().ok_or_else(|| {
+            Error::Config("SigV4: no AWS credentials provider in this environment".into())
+        })?;
+        let region = sdk.region().ok_or_else(|| {
+            Error::Config(
+                "SigV4 needs an AWS region: set AWS_REGION (or a region in the AWS profile)".into(),
+            )
+        })?;
+        return Ok(RestAuth::SigV4(crate::catalog::SigV4Signer::new(
+            credentials,
+            region.as_ref(),
+            &service,
+        )));
+    }
+    Ok(RestAuth::None)
 }
 
 /// DMS objects in S3.

@@ -134,7 +134,7 @@ pub enum Error {
          rewritten by another engine, or its history was expired before dms2iceberg kept the \
          record in a table property); applying the DMS files again would revert newer rows. \
          Declare what it holds: `dms2iceberg mark-applied {table} --through <the last DMS file \
-         it holds>`"
+         it holds>`, or `--none` if it holds none (every DMS file then applies on top of its rows)"
     )]
     NoRecord { table: String },
 

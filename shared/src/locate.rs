@@ -46,6 +46,33 @@ impl OrderKey {
     pub fn parse(s: &str) -> Option<OrderKey> {
         (s.starts_with("0/") || s.starts_with("1/")).then(|| OrderKey(s.to_string()))
     }
+
+    /// The place as people name it, for messages: the DMS file name it stands for, without the
+    /// extension (`20220302-1134010000`, `LOAD00000001`, `SEGMENT2_LOAD00000003`), the
+    /// fraction of a change file's time as DMS writes it (at least four digits).
+    pub fn file_stem(&self) -> String {
+        if let Some(stem) = self.0.strip_prefix("1/") {
+            return match stem.split_once('-') {
+                Some((date, time)) if time.len() >= 6 => {
+                    let (hms, fraction) = time.split_at(6);
+                    let fraction = fraction.trim_end_matches('0');
+                    format!("{date}-{hms}{fraction:0<4}")
+                }
+                _ => stem.to_string(),
+            };
+        }
+        if let Some(rest) = self.0.strip_prefix("0/") {
+            let (hex, segment) = rest.split_once('/').unwrap_or((rest, ""));
+            let counter = u64::from_str_radix(hex, 16).unwrap_or_default();
+            let name = format!("LOAD{counter:08X}");
+            return match segment.rsplit('/').find(|s| s.starts_with("SEGMENT")) {
+                Some(seg) => format!("{seg}_{name}"),
+                None if segment.is_empty() => name,
+                None => format!("{segment}/{name}"),
+            };
+        }
+        self.0.clone()
+    }
 }
 
 impl Ord for OrderKey {
@@ -550,6 +577,23 @@ mod tests {
         let p = loc("sales/product/20220302-1135010000.parquet").unwrap();
         assert_eq!(p.format, FileFormat::Parquet);
         assert!(c.order < p.order);
+    }
+
+    #[test]
+    fn an_order_reads_as_the_file_it_stands_for() {
+        for (key, stem) in [
+            ("s/t/20220302-1134010000.csv", "20220302-1134010000"),
+            ("s/t/20220302-113300000.csv", "20220302-1133000000"),
+            (
+                "s/t/20220302-113401123456789.parquet",
+                "20220302-113401123456789",
+            ),
+            ("s/t/LOAD00000001.csv", "LOAD00000001"),
+            ("s/t/LOAD0000000A.csv", "LOAD0000000A"),
+            ("s/t/SEGMENT2_LOAD00000003.csv", "SEGMENT2_LOAD00000003"),
+        ] {
+            assert_eq!(loc(key).unwrap().order.file_stem(), stem, "{key}");
+        }
     }
 
     #[test]

@@ -217,13 +217,18 @@ pub(crate) async fn orphans(catalog: &CatalogArgs, a: OrphansArgs) -> Result<boo
 }
 
 /// Declare which DMS files a table holds, for a table with data but no record of them
-/// (created or rewritten by another engine): every file up to `--through` counts as applied.
+/// (created or rewritten by another engine): every file up to `--through` counts as applied,
+/// or, with `--none`, none does.
 #[derive(clap::Args)]
 pub(crate) struct MarkAppliedArgs {
     pub table: String,
     /// The last DMS file the table holds (file name, path or S3 key).
+    #[arg(long, conflicts_with = "none", required_unless_present = "none")]
+    pub through: Option<String>,
+    /// The table holds no DMS file (filled another way before DMS wrote anything for it):
+    /// every DMS file, full load included, applies on top of its rows.
     #[arg(long)]
-    pub through: String,
+    pub none: bool,
     #[arg(long, default_value = super::DEFAULT_WAREHOUSE)]
     pub warehouse: String,
     /// Replace the record the table already has.
@@ -235,24 +240,32 @@ pub(crate) async fn mark_applied(catalog: &CatalogArgs, a: MarkAppliedArgs) -> R
     let MarkAppliedArgs {
         table,
         through,
+        none: _,
         warehouse,
         force,
     } = a;
     let catalog = open_catalog(catalog, &warehouse, true).await?;
-    let r = MarkApplied::new(catalog.as_ref(), parse_ident(&table)?, through)
-        .force(force)
-        .execute()
-        .await?;
-    println!(
-        "{}: every DMS file up to {} now counts as applied{}",
-        r.table,
-        r.through,
-        if r.replaced.is_some() {
-            " (the previous record was replaced)"
-        } else {
-            ""
-        }
-    );
+    let ident = parse_ident(&table)?;
+    let op = match through {
+        Some(file) => MarkApplied::new(catalog.as_ref(), ident, file),
+        None => MarkApplied::none(catalog.as_ref(), ident),
+    };
+    let r = op.force(force).execute().await?;
+    let replaced = if r.replaced {
+        " (the previous record was replaced)"
+    } else {
+        ""
+    };
+    match &r.through {
+        Some(file) => println!(
+            "{}: {file} and every DMS file before it now count as applied{replaced}",
+            r.table
+        ),
+        None => println!(
+            "{}: the table holds no DMS file; every DMS file applies on top of its rows{replaced}",
+            r.table
+        ),
+    }
     Ok(true)
 }
 

@@ -101,6 +101,7 @@ pub(crate) async fn open_catalog(
                 );
             }
             let aws = dms2iceberg::aws::Aws::from_env().await;
+            aws.require_region()?;
             Ok(Box::new(aws.glue_catalog(warehouse)?))
         }
         CatalogKind::S3tables => {
@@ -110,6 +111,7 @@ pub(crate) async fn open_catalog(
                 );
             }
             let aws = dms2iceberg::aws::Aws::from_env().await;
+            aws.require_region()?;
             Ok(Box::new(aws.s3tables_catalog(warehouse)?))
         }
         CatalogKind::Rest => {
@@ -124,9 +126,7 @@ pub(crate) async fn open_catalog(
             // `--warehouse` defaults to the SQLite folder `warehouse`: left at that, the
             // server's default warehouse is used.
             let warehouse = (warehouse != DEFAULT_WAREHOUSE).then(|| warehouse.to_string());
-            let aws = dms2iceberg::aws::Aws::from_env().await;
-            let catalog = aws
-                .rest_catalog(uri, warehouse, Default::default())
+            let catalog = dms2iceberg::aws::rest_catalog(uri, warehouse, Default::default())
                 .await
                 .with_context(|| format!("connecting to the REST catalog at {uri}"))?;
             Ok(Box::new(catalog))

@@ -399,15 +399,23 @@ fn a_table_with_data_but_no_record_is_refused_until_declared() {
     // The operator declares what the table holds; the next file applies, nothing else.
     let wh = w.wh().display().to_string();
     let last = files[2].file_name().unwrap().to_string_lossy().to_string();
-    w.cli(&[
-        "mark-applied",
-        "s.t",
-        "--warehouse",
-        &wh,
-        "--through",
-        &last,
-    ])
-    .assert_success();
+    let r = w
+        .cli(&[
+            "mark-applied",
+            "s.t",
+            "--warehouse",
+            &wh,
+            "--through",
+            &last,
+        ])
+        .assert_success();
+    // The answer names the file as the user wrote it, not the internal order key.
+    assert_eq!(
+        r.stdout.trim(),
+        format!("s.t: {last} and every DMS file before it now count as applied"),
+        "{}",
+        r.describe()
+    );
     d.changes(
         "20220302-1200000000.csv",
         &mut state,
@@ -417,6 +425,81 @@ fn a_table_with_data_but_no_record_is_refused_until_declared() {
     let applied: Vec<&Value> = r.iter().filter(|c| c["status"] == "applied").collect();
     assert_eq!(applied.len(), 1, "{r:?}");
     w.assert_table_rows("s.t", &rows(&state), "declared");
+}
+
+#[test]
+fn a_table_filled_elsewhere_before_any_dms_file_is_declared_with_none() {
+    let w = Work::new("declared_none");
+    let mut d = Dms::new(&w);
+    std::fs::create_dir_all(w.wh()).unwrap();
+    // Another engine created and filled the table (an archive, a copy of the source) before
+    // DMS wrote anything for it.
+    let py = format!(
+        "import pyarrow as pa\n\
+         from pyiceberg.catalog.sql import SqlCatalog\n\
+         from pyiceberg.schema import Schema\n\
+         from pyiceberg.types import NestedField, LongType, StringType\n\
+         c = SqlCatalog('default', uri='sqlite:///{wh}/catalog.db', warehouse='file://{wh}')\n\
+         c.create_namespace('s')\n\
+         schema = Schema(NestedField(1, 'id', LongType(), required=True), NestedField(2, 'v', StringType()), NestedField(3, 'n', LongType()), identifier_field_ids=[1])\n\
+         t = c.create_table('s.t', schema)\n\
+         t.append(pa.table({{'id': pa.array([1, 2, 3, 4, 5, 50], pa.int64()), 'v': ['f1', 'f2', 'f3', 'f4', 'f5', 'archive'], 'n': pa.array([1, 2, 3, 4, 5, 500], pa.int64())}}, schema=t.schema().as_arrow()))\n",
+        wh = w.wh().display()
+    );
+    common::run(&common::python(), ["-c", &py]).assert_success();
+    let mut state: State = [
+        (1, "f1", 1),
+        (2, "f2", 2),
+        (3, "f3", 3),
+        (4, "f4", 4),
+        (5, "f5", 5),
+    ]
+    .into_iter()
+    .chain([(50, "archive", 500)])
+    .map(|(k, v, n)| (k, (v.to_string(), n)))
+    .collect();
+    let foreign = state.clone();
+    // Then the DMS task: a full load of what the source holds now, and changes.
+    let loaded: State = (1..=5).map(|i| (i, (format!("src{i}"), i * 10))).collect();
+    let all: Vec<(i64, &(String, i64))> = loaded.iter().map(|(k, v)| (*k, v)).collect();
+    d.load("LOAD00000001.csv", &all);
+    state.extend(loaded.clone());
+    d.changes(
+        "20220302-1100000000.csv",
+        &mut state,
+        &[('U', 4, "c4", 44), ('D', 5, "f5", 5), ('I', 60, "new", 600)],
+    );
+    // Refused, and the refusal says what to pass when the table holds no DMS file.
+    let r = w.ingest();
+    assert_eq!(r.status.code(), Some(1), "{}", r.describe());
+    assert!(r.output().contains("--none"), "{}", r.describe());
+    w.assert_table_rows("s.t", &rows(&foreign), "refused");
+    let wh = w.wh().display().to_string();
+    let r = w
+        .cli(&["mark-applied", "s.t", "--warehouse", &wh, "--none"])
+        .assert_success();
+    assert!(r.stdout.contains("holds no DMS file"), "{}", r.describe());
+    // Every DMS file applies on top of the table's rows, by key: the load's rows replace those
+    // with their keys, the foreign rows it lacks stay.
+    let r = ingest_json(&w, &[w.dms()]);
+    let applied = r.iter().filter(|c| c["status"] == "applied").count();
+    assert_eq!(applied, 2, "{r:?}");
+    w.assert_table_rows("s.t", &rows(&state), "declared_none");
+    // A second declaration would throw the record away: refused without --force.
+    let r = w.cli(&["mark-applied", "s.t", "--warehouse", &wh, "--none"]);
+    assert_eq!(r.status.code(), Some(1), "{}", r.describe());
+    assert!(r.output().contains("--force"), "{}", r.describe());
+    // `--through` and `--none` together make no sense.
+    let r = w.cli(&[
+        "mark-applied",
+        "s.t",
+        "--warehouse",
+        &wh,
+        "--none",
+        "--through",
+        "20220302-1100000000.csv",
+    ]);
+    assert_eq!(r.status.code(), Some(2), "{}", r.describe());
 }
 
 #[test]

@@ -73,6 +73,40 @@ fn a_dms_tree_applies_exactly_through_a_rest_catalog() {
     assert_eq!(applied(&reports(&again)), 0, "{}", again.describe());
     let tables = server.cli(&["tables"]).assert_success();
     assert!(tables.stdout.contains(TABLE), "{}", tables.describe());
+    // Nothing here uses AWS (a bearer token, a file:// warehouse): on a host with no AWS
+    // variables and no instance metadata, no command says a word about AWS.
+    let no_aws = [
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_EC2_METADATA_DISABLED",
+        "AWS_PROFILE",
+        "AWS_ENDPOINT_URL",
+    ];
+    for args in [
+        vec!["tables"],
+        vec!["scan", TABLE, "--limit", "1"],
+        vec!["ingest", &dms, "--config", &config],
+    ] {
+        let r = server.cli_with(&args, &[], &no_aws).assert_success();
+        assert!(
+            !r.stderr.contains("WARN") && !r.stderr.contains("IMDS"),
+            "{}",
+            r.describe()
+        );
+    }
+    // SigV4 does need AWS: without a region, one line says which variable to set.
+    let r = server.cli_with(
+        &["tables"],
+        &[("DMS2ICEBERG_REST_SIGV4", "glue")],
+        &[&no_aws[..], &["DMS2ICEBERG_REST_TOKEN"]].concat(),
+    );
+    assert_eq!(r.status.code(), Some(1), "{}", r.describe());
+    assert!(r.stderr.contains("AWS_REGION"), "{}", r.describe());
+    assert!(
+        !r.stderr.contains("WARN") && r.stderr.trim().lines().count() <= 2,
+        "one clear error, no SDK dump:\n{}",
+        r.describe()
+    );
 
     // Metadata-only commits (expiry) go as updates too: the old snapshots leave, rows stay.
     let expire = server

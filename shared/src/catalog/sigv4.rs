@@ -26,6 +26,11 @@ impl Signer {
         }
     }
 
+    /// The region requests are signed for (the table files' region too).
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
     /// Adds the signature headers (`authorization`, `x-amz-date`, the session token if any)
     /// to `req`, over its method, URL, headers and body.
     pub async fn sign(&self, req: &mut reqwest::Request) -> Result<()> {

@@ -199,7 +199,12 @@ impl Out {
             writer,
             entries,
         } = self;
-        let written = writer.write_manifest_file().await?;
+        // Encoded by a task of its own: a commit encodes several manifests at once (its own,
+        // the filtered, the merged; thousands of entries on a partitioned table), and the
+        // encoding is CPU that every core the function has can share.
+        let written = tokio::spawn(writer.write_manifest_file())
+            .await
+            .map_err(|e| Error::Internal(format!("manifest writer: {e}")))??;
         let bytes = memory.new_input(&path)?.read().await?;
         let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
             Error::Table(format!(
@@ -366,9 +371,12 @@ pub(crate) async fn filter(
         }
     }
     let mut out = Filtered::default();
+    // The parent's order, each manifest kept or rewritten; the rewritten ones encoded at once.
+    let mut kept: Vec<Option<ManifestFile>> = Vec::with_capacity(live.len());
+    let mut rewrites = Vec::new();
     for m in live {
         let Some(manifest) = touched.get(m.manifest_path.as_str()) else {
-            out.manifests.push(m.clone());
+            kept.push(Some(m.clone()));
             continue;
         };
         let mut w = Out::new(files, md, snapshot_id, m.partition_spec_id, m.content)?;
@@ -383,9 +391,21 @@ pub(crate) async fn filter(
                 w.existing(e)?;
             }
         }
-        let (manifest, upload) = w.finish(files, md).await?;
-        out.written.push(upload);
-        out.manifests.push(manifest);
+        kept.push(None);
+        rewrites.push(w.finish(files, md));
+    }
+    let mut rewritten = futures::future::try_join_all(rewrites).await?.into_iter();
+    for k in kept {
+        match k {
+            Some(m) => out.manifests.push(m),
+            None => {
+                let (manifest, upload) = rewritten
+                    .next()
+                    .ok_or_else(|| Error::Internal("filtered manifests out of step".into()))?;
+                out.written.push(upload);
+                out.manifests.push(manifest);
+            }
+        }
     }
     Ok(out)
 }
@@ -454,8 +474,9 @@ pub(crate) async fn merge(
     if !policy.enabled {
         return Ok((all, Vec::new()));
     }
-    let mut out = Vec::with_capacity(all.len());
-    let mut written = Vec::new();
+    // The list in order, each entry a manifest kept or a bin merged; the bins merged at once.
+    let mut out: Vec<Option<ManifestFile>> = Vec::with_capacity(all.len());
+    let mut bins = Vec::new();
     for content in [ManifestContentType::Data, ManifestContentType::Deletes] {
         let of_content: Vec<&ManifestFile> = all.iter().filter(|m| m.content == content).collect();
         let Some(first) = of_content.first().map(|m| m.manifest_path.clone()) else {
@@ -478,23 +499,40 @@ pub(crate) async fn merge(
                 let members: Vec<&ManifestFile> = bin.iter().map(|&i| group[i]).collect();
                 let holds_first = members.iter().any(|m| m.manifest_path == first);
                 if members.len() == 1 || (holds_first && members.len() < policy.min_count) {
-                    out.extend(members.into_iter().cloned());
+                    out.extend(members.into_iter().cloned().map(Some));
                     continue;
                 }
-                let (merged, upload) = merge_bin(
-                    files,
-                    md,
-                    (snapshot_id, spec_id, content),
-                    &members,
-                    pending,
-                )
-                .await?;
-                written.push(upload);
-                out.push(merged);
+                let members: Vec<ManifestFile> = members.into_iter().cloned().collect();
+                out.push(None);
+                bins.push(async move {
+                    merge_bin(
+                        files,
+                        md,
+                        (snapshot_id, spec_id, content),
+                        &members,
+                        pending,
+                    )
+                    .await
+                });
             }
         }
     }
-    Ok((out, written))
+    let mut merged = futures::future::try_join_all(bins).await?.into_iter();
+    let mut list = Vec::with_capacity(out.len());
+    let mut written = Vec::new();
+    for m in out {
+        match m {
+            Some(m) => list.push(m),
+            None => {
+                let (m, upload) = merged
+                    .next()
+                    .ok_or_else(|| Error::Internal("merged manifests out of step".into()))?;
+                written.push(upload);
+                list.push(m);
+            }
+        }
+    }
+    Ok((list, written))
 }
 
 /// One manifest holding the entries of `members`: this snapshot's ADDED and DELETED entries as
@@ -503,7 +541,7 @@ async fn merge_bin(
     files: &Files,
     md: &TableMetadata,
     (snapshot_id, spec_id, content): (i64, i32, ManifestContentType),
-    members: &[&ManifestFile],
+    members: &[ManifestFile],
     pending: &[Upload],
 ) -> Result<(ManifestFile, Upload)> {
     let mut w = Out::new(files, md, snapshot_id, spec_id, content)?;

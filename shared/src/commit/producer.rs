@@ -44,9 +44,7 @@ impl Built {
 
     /// Once the attempt landed: deletes the prepared manifests its merge took in.
     pub(super) async fn delete_unlisted(&self, file_io: &FileIO) {
-        for p in &self.unlisted {
-            let _ = file_io.delete(p).await;
-        }
+        futures::future::join_all(self.unlisted.iter().map(|p| file_io.delete(p))).await;
     }
 
     pub(super) fn commit(&self) -> crate::catalog::TableCommit<'_> {
@@ -242,11 +240,13 @@ pub(super) async fn build_attempt(
         }
     };
     written.extend(uploads.iter().map(|(p, _)| p.clone()));
-    // The commit's own manifests a merge took in: nothing will list them once it lands.
+    // The commit's own manifests a merge took in that were stored before the attempt (held ones
+    // never are): nothing will list them once it lands.
     let unlisted: Vec<String> = staged
         .manifests
         .iter()
         .filter(|m| !listed.iter().any(|l| l.manifest_path == m.manifest_path))
+        .filter(|m| !staged.held.iter().any(|(p, _)| *p == m.manifest_path))
         .map(|m| m.manifest_path.clone())
         .collect();
 

@@ -455,10 +455,12 @@ impl AppliedRecord {
             && h > floor
         {
             return Err(Error::Order(format!(
-                "{order} arrived after files that the applied-file record no longer lists \
-                 (it keeps the last {} change files, up to {h}): it cannot be merged in order; \
+                "{} arrived after files that the applied-file record no longer lists \
+                 (it keeps the last {} change files, up to {}): it cannot be merged in order; \
                  reload the table from DMS, or raise `applied_record_files`",
-                self.files.len()
+                order.file_stem(),
+                self.files.len(),
+                h.file_stem()
             )));
         }
         let mut out: Vec<(OrderKey, String)> = self

@@ -14,13 +14,24 @@ impl Prepared {
         self.0.push(path.into());
     }
 
-    /// Deletes every file (a failure is logged: the file is an orphan then, never wrong data).
+    /// Deletes every file (a failure is logged: the file is an orphan then, never wrong data),
+    /// many at once: an attempt on a partitioned table can leave hundreds (a data and a delete
+    /// file per partition and data file it touched), one round trip each on object storage.
     pub(crate) async fn abandon(&self, file_io: &FileIO) {
-        for f in &self.0 {
-            if let Err(e) = file_io.delete(f).await {
-                tracing::warn!(file = %f, error = %e, "could not delete an abandoned file");
-            }
-        }
+        use futures::StreamExt as _;
+        // By index: a closure over borrowed items trips rustc's higher-ranked Send check when
+        // the caller's future is boxed as `Send`.
+        let files = &self.0;
+        futures::stream::iter(0..files.len())
+            .map(|i| async move { (i, file_io.delete(&files[i]).await) })
+            .buffer_unordered(crate::write::SMALL_FILE_CONCURRENCY)
+            .for_each(|(i, r)| async move {
+                if let Err(e) = r {
+                    let file = &files[i];
+                    tracing::warn!(%file, error = %e, "could not delete an abandoned file");
+                }
+            })
+            .await;
     }
 }
 

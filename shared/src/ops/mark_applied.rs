@@ -4,7 +4,8 @@
 //! Ingest refuses such a table rather than apply its DMS history again over newer rows.
 //!
 //! One metadata commit (no snapshot): the table property [`crate::commit::record::PROPERTY`]
-//! says every DMS file up to `through` is applied.
+//! says every DMS file up to `through` is applied, or ([`MarkApplied::none`]) that the table
+//! holds no DMS file, so that every one applies on top of its rows.
 
 use iceberg::TableIdent;
 use serde::Serialize;
@@ -19,16 +20,17 @@ use crate::locate::{OrderKey, locate};
 #[derive(Debug, Clone, Serialize)]
 pub struct MarkAppliedReport {
     pub table: String,
-    /// DMS order position every file up to which now counts as applied.
-    pub through: String,
-    /// The record the table had before (`None`: none).
-    pub replaced: Option<String>,
+    /// The DMS file, as given, up to which every file now counts as applied; `None`: the table
+    /// was declared to hold no DMS file.
+    pub through: Option<String>,
+    /// Whether the table had a record before (replaced with `force`).
+    pub replaced: bool,
 }
 
 pub struct MarkApplied<'a> {
     catalog: &'a dyn Catalog,
     ident: TableIdent,
-    through: String,
+    through: Option<String>,
     force: bool,
 }
 
@@ -38,7 +40,18 @@ impl<'a> MarkApplied<'a> {
         MarkApplied {
             catalog,
             ident,
-            through: through.into(),
+            through: Some(through.into()),
+            force: false,
+        }
+    }
+
+    /// The table holds no DMS file (it was filled another way before DMS wrote anything for
+    /// it): every DMS file, full load included, applies on top of its rows, by key.
+    pub fn none(catalog: &'a dyn Catalog, ident: TableIdent) -> Self {
+        MarkApplied {
+            catalog,
+            ident,
+            through: None,
             force: false,
         }
     }
@@ -50,22 +63,30 @@ impl<'a> MarkApplied<'a> {
     }
 
     pub async fn execute(self) -> Result<MarkAppliedReport> {
-        let through = order_of(&self.through)?;
-        let now = chrono::Utc::now().timestamp_millis();
-        let encoded = AppliedRecord::declared(&through, now).encode()?;
-        let replaced = std::sync::Mutex::new(None);
+        let record = match &self.through {
+            Some(file) => {
+                let now = chrono::Utc::now().timestamp_millis();
+                AppliedRecord::declared(&order_of(file)?, now)
+            }
+            // What a table we created holds before its first file: nothing applied.
+            None => AppliedRecord::default(),
+        };
+        let encoded = record.encode()?;
+        let declared = match &self.through {
+            Some(file) => format!("{file} and every DMS file before it"),
+            None => "no DMS file".to_string(),
+        };
+        let replaced = std::sync::atomic::AtomicBool::new(false);
         let ident = self.ident.clone();
         commit_metadata(self.catalog, &self.ident, |md, location| {
-            let existing = md.properties().get(PROPERTY).cloned();
-            if existing.is_some() && !self.force {
+            let existing = md.properties().contains_key(PROPERTY);
+            if existing && !self.force {
                 return Err(Error::Config(format!(
                     "table {ident} already records which DMS files it holds; `--force` replaces \
-                     that record (files it lists individually are then only known up to {through})"
+                     that record (with: the table holds {declared})"
                 )));
             }
-            if let Ok(mut r) = replaced.lock() {
-                *r = existing;
-            }
+            replaced.store(existing, std::sync::atomic::Ordering::Relaxed);
             Ok(Some(
                 md.clone()
                     .into_builder(Some(location.to_string()))
@@ -77,8 +98,8 @@ impl<'a> MarkApplied<'a> {
         .await?;
         Ok(MarkAppliedReport {
             table: self.ident.to_string(),
-            through: through.to_string(),
-            replaced: replaced.into_inner().ok().flatten(),
+            through: self.through,
+            replaced: replaced.into_inner(),
         })
     }
 }

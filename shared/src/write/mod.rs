@@ -34,6 +34,11 @@ use crate::error::{Error, Result};
 /// partition's encoded file.
 pub(crate) const WRITE_CONCURRENCY: usize = 64;
 
+/// Small files written or deleted at once: a commit writes a delete file per data file it
+/// touches (a 200-partition table with a few files per partition: hundreds), each a few KB, and
+/// an abandoned attempt deletes what it wrote; the bound is round trips, not memory.
+pub(crate) const SMALL_FILE_CONCURRENCY: usize = 256;
+
 /// Rows per Parquet row group: the unit that statistics and bloom filters let a lookup skip.
 pub(crate) const ROW_GROUP_ROWS: usize = 128 * 1024;
 
@@ -180,21 +185,26 @@ pub(crate) async fn write_data_files_seen(
     let batch = RecordBatch::try_new(plan.arrow_schema.clone(), rows.columns().to_vec())?;
     let parts: Vec<(Option<PartitionKey>, RecordBatch)> = plan.split(&batch)?;
     // One file (or more) per partition, uploaded concurrently (bounded): with many partitions,
-    // one PUT after another is most of a commit's time on object storage.
-    // By index: a closure over borrowed items trips rustc's higher-ranked Send check when the
-    // caller's future is boxed as `Send` (the commit loop's planners are).
-    let (parts_ref, plan_ref) = (&parts, &plan);
-    let written: Vec<Vec<(i32, DataFile)>> = futures::stream::iter(0..parts.len())
-        .map(|i| {
+    // one PUT after another is most of a commit's time on object storage. Each is encoded and
+    // uploaded by a task of its own, so that encoding (about a millisecond per partition's
+    // file) is shared by every core the function has.
+    let plan_ref = &plan;
+    let written: Vec<Vec<(i32, DataFile)>> = futures::stream::iter(parts)
+        .map(|(pk, part)| {
             let mut w = plan_ref.builder.build();
             async move {
-                let (pk, part) = &parts_ref[i];
-                w.write(pk, part).await?;
-                let out = plan_ref.finish(pk, w.close().await?)?;
+                let (pk, part, builders) = tokio::spawn(async move {
+                    w.write(&pk, &part).await?;
+                    let builders = w.close().await?;
+                    Ok::<_, Error>((pk, part, builders))
+                })
+                .await
+                .map_err(|e| Error::Internal(format!("data file writer: {e}")))??;
+                let out = plan_ref.finish(&pk, builders)?;
                 if let [(_, f)] = out.as_slice()
                     && f.record_count() == part.num_rows() as u64
                 {
-                    seen(f.file_path(), part);
+                    seen(f.file_path(), &part);
                 }
                 Ok::<_, Error>(out)
             }
@@ -446,32 +456,53 @@ pub(crate) async fn write_position_deletes(
     // path is one value per file: a dictionary stores it once, where plain pages repeat it on
     // every row for every reader to decompress and compare (a file's deletes accumulate to tens
     // of thousands of rows between compactions).
+    // Positions delta-encoded (they are sorted: a few bits each) and no compression codec: a
+    // commit writes one small delete file per data file it touches (on a 200-partition table,
+    // hundreds), and the zstd writer's contexts, created per column of every file (and per
+    // column by every reader), cost more CPU than compressing these few KB could save.
     let props = base_properties(Encoding::Change)
+        .set_compression(Compression::UNCOMPRESSED)
         .set_statistics_truncate_length(None)
         .set_column_dictionary_enabled(ColumnPath::from("file_path"), true)
+        .set_column_encoding(
+            ColumnPath::from("pos"),
+            parquet::basic::Encoding::DELTA_BINARY_PACKED,
+        )
         .build();
-    // Concurrent uploads (bounded), as for data files.
-    let files_ref = &files;
-    let written: Vec<Vec<(i32, DataFile)>> = futures::stream::iter(0..files.len())
-        .map(|i| {
+    // Concurrent uploads (bounded), each file encoded and uploaded by a task of its own: a
+    // commit to a partitioned table writes hundreds, and their encoding (a few hundred
+    // microseconds each) is then shared by every core the function has.
+    let metadata = Arc::new(metadata.clone());
+    // Owned: a closure over borrowed items trips rustc's higher-ranked Send check when the
+    // caller's future is boxed as `Send`.
+    let files: Vec<(String, FileDeletes)> = files
+        .into_iter()
+        .map(|(p, d)| (p.clone(), d.clone()))
+        .collect();
+    let written: Vec<Vec<(i32, DataFile)>> = futures::stream::iter(files)
+        .map(|(path, d)| {
             let ds = DeleteSchema {
                 props: props.clone(),
                 schema: delete_schema.clone(),
                 arrow: arrow_schema.clone(),
             };
+            let (file_io, metadata) = (file_io.clone(), metadata.clone());
             async move {
-                let (path, d) = files_ref[i];
-                write_delete_file(
-                    file_io,
-                    metadata,
-                    ds,
-                    (d.spec_id, &d.partition),
-                    &[(path, d)],
-                )
+                tokio::spawn(async move {
+                    write_delete_file(
+                        &file_io,
+                        &metadata,
+                        ds,
+                        (d.spec_id, &d.partition),
+                        &[(&path, &d)],
+                    )
+                    .await
+                })
                 .await
+                .map_err(|e| Error::Internal(format!("delete file writer: {e}")))?
             }
         })
-        .buffered(WRITE_CONCURRENCY)
+        .buffered(SMALL_FILE_CONCURRENCY)
         .try_collect()
         .await?;
     Ok(written.into_iter().flatten().collect())

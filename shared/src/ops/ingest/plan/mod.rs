@@ -166,7 +166,7 @@ fn beyond_record_note(record: &AppliedRecord, loud: bool) -> String {
     let horizon = record
         .horizon
         .as_ref()
-        .map_or_else(String::new, |h| format!(" (up to {h})"));
+        .map_or_else(String::new, |h| format!(" (up to {})", h.file_stem()));
     if loud {
         format!(
             "older than the files the table's applied-file record lists{horizon}, and changed \
