@@ -614,7 +614,9 @@ async fn cleanup_expired(file_io: &FileIO, base: Option<&LoadedTable>, new: &Tab
         .map(|l| l.metadata_file.as_str())
         .collect();
     for old in base.metadata.metadata_log() {
-        if !kept.contains(old.metadata_file.as_str()) {
+        if !kept.contains(old.metadata_file.as_str())
+            && !crate::files::refuses_deletes(&old.metadata_file)
+        {
             let _ = file_io.delete(&old.metadata_file).await;
         }
     }

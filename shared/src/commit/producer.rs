@@ -44,7 +44,11 @@ impl Built {
 
     /// Once the attempt landed: deletes the prepared manifests its merge took in.
     pub(super) async fn delete_unlisted(&self, file_io: &FileIO) {
-        futures::future::join_all(self.unlisted.iter().map(|p| file_io.delete(p))).await;
+        let deletable = self
+            .unlisted
+            .iter()
+            .filter(|p| !crate::files::refuses_deletes(p));
+        futures::future::join_all(deletable.map(|p| file_io.delete(p))).await;
     }
 
     pub(super) fn commit(&self) -> crate::catalog::TableCommit<'_> {

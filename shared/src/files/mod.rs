@@ -21,6 +21,7 @@ use iceberg::io::FileIO;
 
 pub use cache::{CacheLimits, DEFAULT_KEY_CACHE_BYTES, FileReads, TableCache};
 pub use cost::ReadCost;
+pub(crate) use prepared::refuses_deletes;
 
 use crate::error::Error;
 
