@@ -14,6 +14,9 @@ pub(crate) mod metadata;
 pub(crate) mod parquet;
 pub(crate) mod prepared;
 pub(crate) mod probe;
+// Iceberg v3 deletion vectors: the codec and Puffin layout, ahead of reading and writing v3 tables.
+#[allow(dead_code)]
+pub(crate) mod dv;
 
 use std::sync::Arc;
 
