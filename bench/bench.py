@@ -45,7 +45,7 @@ GEN = str(HERE / "gen.py")
 CLI = Path(os.environ.get("BENCH_DMS2ICEBERG", ROOT / "target" / "release" / "dms2iceberg"))
 LAMBDA = Path(os.environ.get("BENCH_DMS2ICEBERG_INGEST", ROOT / "target" / "release" / "dms2iceberg-ingest"))
 LAMBDA_BUDGET_MB = 1769
-PEER_TOOLS = ["pyiceberg", "delta"]
+PEER_TOOLS = ["pyiceberg", "delta", "duckdb"]
 CONFIG = '[tables."shop.orders"]\nprimary_key = ["order_id"]\n'
 
 
@@ -695,7 +695,7 @@ def markdown(res: dict) -> str:
              "wall s/file: the measured process's wall clock divided by K (warm, peers: includes "
              "process start, imports and opening the table once), or the median wall clock of "
              "one process per file (dms2iceberg cold). Peak RSS: that process (max over the K "
-             "processes for cold). Ratios: against the faster of PyIceberg and delta-rs in the "
+             "processes for cold). Ratios: against the fastest of PyIceberg, delta-rs and DuckDB in the "
              "same case.\n")
     L.append("\nDuckDB read: `iceberg_scan` (Iceberg tables) / `delta_scan` (Delta), extensions "
              "loaded offline from the PyPI packages; median of 3 reads of every column. "

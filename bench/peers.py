@@ -2,11 +2,11 @@
 """peers.py: what people use today to apply DMS change files, one process per phase so that the
 orchestrator (bench.py) measures each phase's wall clock and peak RSS from outside.
 
-  peers.py load     --tool pyiceberg|delta --table DIR --meta META.json
-  peers.py changes  --tool pyiceberg|delta --table DIR --meta META.json
-  peers.py verify   --tool pyiceberg|delta|dms2iceberg --table DIR --meta META.json [--full]
-  peers.py duckdb   --tool pyiceberg|delta|dms2iceberg --table DIR --meta META.json [--runs 3]
-  peers.py files    --tool pyiceberg|delta|dms2iceberg --table DIR
+  peers.py load     --tool pyiceberg|delta|duckdb --table DIR --meta META.json
+  peers.py changes  --tool pyiceberg|delta|duckdb --table DIR --meta META.json
+  peers.py verify   --tool pyiceberg|delta|duckdb|dms2iceberg --table DIR --meta META.json [--full]
+  peers.py duckdb   --tool pyiceberg|delta|duckdb|dms2iceberg --table DIR --meta META.json [--runs 3]
+  peers.py files    --tool pyiceberg|delta|duckdb|dms2iceberg --table DIR
 
 Every command prints one JSON object on its last stdout line.
 
@@ -20,6 +20,12 @@ lost), then one commit:
   order_id.
 - delta-rs: `merge(source, "t.order_id = s.order_id")` with delete when s.op = 'D', update all
   and insert all otherwise.
+- DuckDB 1.5 (iceberg extension) on an Iceberg table in a REST catalog (rustberg, the server the
+  tests run, file:// warehouse, started by this process): in one transaction, `MERGE INTO`
+  (update all / insert all) of the I and U rows, then `DELETE ... WHERE order_id IN` the D keys.
+  DuckDB 1.5.5 refuses a MERGE with both an UPDATE and a DELETE action on Iceberg ("only
+  supports a single UPDATE/DELETE action"), hence two statements. The full load is one
+  `INSERT ... SELECT` per LOAD file from DuckDB's own CSV reader.
 The per-file time covers read + dedupe + commit, measured in the process.
 """
 from __future__ import annotations
@@ -176,6 +182,164 @@ def delta_changes(table_dir: Path, meta: dict) -> dict:
     return {"per_file_s": times, "details": details}
 
 
+# ---------------------------------------------------------------------------------------------
+# DuckDB on an Iceberg REST catalog
+
+
+def rustberg_bin() -> str:
+    """The REST server the tests build (scripts/test caches it), or DMS2ICEBERG_RUSTBERG."""
+    env = os.environ.get("DMS2ICEBERG_RUSTBERG")
+    if env:
+        return env
+    cache = os.environ.get("DMS2ICEBERG_CACHE", os.path.expanduser("~/.cache/dms2iceberg"))
+    found = sorted(glob.glob(os.path.join(cache, "rustberg-*", "bin", "rustberg")))
+    if not found:
+        raise SystemExit("no rustberg binary: run scripts/test once (it builds and caches it) "
+                         "or set DMS2ICEBERG_RUSTBERG")
+    return found[-1]
+
+
+class Rustberg:
+    """rustberg on a free port, its catalog and file:// warehouse under table_dir (kept across
+    the load and changes processes)."""
+
+    TOKEN = "rb_bench_token"
+
+    def __init__(self, table_dir: Path):
+        import socket
+        import subprocess
+        data, wh = table_dir / "catalog", table_dir / "warehouse"
+        data.mkdir(parents=True, exist_ok=True)
+        wh.mkdir(parents=True, exist_ok=True)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        config = table_dir / "rustberg.toml"
+        config.write_text(f"""[server]
+host = "127.0.0.1"
+port = {self.port}
+[server.auth]
+api_key_enabled = true
+jwt_enabled = false
+[[server.auth.api_keys]]
+name = "bench"
+tenant = "default"
+roles = ["admin"]
+key_env = "RUSTBERG_BENCH_KEY"
+[tls]
+enabled = false
+insecure_http = true
+[rate_limit]
+enabled = false
+[logging]
+level = "warn"
+[storage]
+catalog_url = "file://{data}"
+warehouse_location = "file://{wh}"
+""")
+        log = open(table_dir / "rustberg.log", "ab")
+        self.proc = subprocess.Popen(
+            [rustberg_bin(), "--config", str(config), "--insecure-http"],
+            env={**os.environ, "RUSTBERG_BENCH_KEY": self.TOKEN},
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        self.uri = f"http://127.0.0.1:{self.port}"
+        import urllib.request
+        end = time.time() + 30
+        while time.time() < end:
+            try:
+                urllib.request.urlopen(f"{self.uri}/ready", timeout=1)
+                return
+            except Exception:  # noqa: BLE001 - not up yet
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+        raise SystemExit(f"rustberg did not start; see {table_dir / 'rustberg.log'}")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def duckdb_rest(table_dir: Path):
+    server = Rustberg(table_dir)
+    con = duckdb_connect(httpfs=True)
+    con.execute(f"CREATE SECRET rest_token (TYPE iceberg, TOKEN '{Rustberg.TOKEN}')")
+    con.execute("ATTACH '' AS cat (TYPE iceberg, ENDPOINT ?, SECRET rest_token)", [server.uri])
+    return server, con
+
+
+DUCK_COLUMNS = ("order_id BIGINT NOT NULL, customer_id BIGINT, status VARCHAR, "
+                "amount DECIMAL(38,2), note VARCHAR, updated_at TIMESTAMP")
+DATA_COLUMNS = ["order_id", "customer_id", "status", "amount", "note", "updated_at"]
+
+
+def duckdb_load(table_dir: Path, meta: dict) -> dict:
+    server, con = duckdb_rest(table_dir)
+    try:
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS cat.{NS}")
+        con.execute(f"CREATE TABLE cat.{NS}.{TABLE} ({DUCK_COLUMNS})")
+        types = {k: str(v) for k, v in {
+            "Op": "VARCHAR", "order_id": "BIGINT", "customer_id": "BIGINT", "status": "VARCHAR",
+            "amount": "DECIMAL(38,2)", "note": "VARCHAR", "updated_at": "TIMESTAMP"}.items()}
+        times = []
+        for f in meta["load_files"]:
+            s = time.perf_counter()
+            con.execute(f"""INSERT INTO cat.{NS}.{TABLE}
+                SELECT {', '.join(DATA_COLUMNS)} FROM read_csv(?, header = true, columns = ?)""",
+                        [f, types])
+            times.append(time.perf_counter() - s)
+        return {"per_file_s": times}
+    finally:
+        server.close()
+
+
+def duckdb_changes(table_dir: Path, meta: dict) -> dict:
+    server, con = duckdb_rest(table_dir)
+    t_name = f"cat.{NS}.{TABLE}"
+    sets = ", ".join(f"{c} = s.{c}" for c in DATA_COLUMNS if c != KEY)
+    values = ", ".join(f"s.{c}" for c in DATA_COLUMNS)
+    times, details = [], []
+    try:
+        for f in meta["change_files"]:
+            s = time.perf_counter()
+            t = dedupe_last(read_dms_csv(f))
+            is_del = pc.equal(t["Op"], "D")
+            upserts = rows_only(t.filter(pc.invert(is_del)))
+            deletes = pa.table({KEY: t.filter(is_del)[KEY]})
+            con.register("upserts", upserts)
+            con.register("deletes", deletes)
+            con.execute("BEGIN")
+            merged = con.execute(f"""MERGE INTO {t_name} AS t USING upserts AS s
+                ON t.{KEY} = s.{KEY}
+                WHEN MATCHED THEN UPDATE SET {sets}
+                WHEN NOT MATCHED THEN INSERT VALUES ({values})""").fetchall()
+            deleted = con.execute(
+                f"DELETE FROM {t_name} WHERE {KEY} IN (SELECT {KEY} FROM deletes)").fetchall()
+            con.execute("COMMIT")
+            con.unregister("upserts")
+            con.unregister("deletes")
+            times.append(time.perf_counter() - s)
+            details.append({"merged": merged[0][0] if merged else None,
+                            "deleted": deleted[0][0] if deleted else None})
+        return {"per_file_s": times, "details": details}
+    finally:
+        server.close()
+
+
+def duckdb_metadata_location(table_dir: Path) -> str:
+    """The table's newest metadata file (the server writes them numbered), read statically."""
+    found = glob.glob(str(table_dir / "warehouse" / "**" / "metadata" / "*.metadata.json"),
+                      recursive=True)
+    if not found:
+        raise SystemExit(f"no metadata under {table_dir / 'warehouse'}")
+    return max(found, key=lambda p: int(os.path.basename(p).split("-")[0]))
+
+
+def static_table(table_dir: Path):
+    from pyiceberg.table import StaticTable
+    return StaticTable.from_metadata(duckdb_metadata_location(table_dir))
+
+
 def read_schema_names() -> list[str]:
     return list(COLUMN_TYPES)
 
@@ -218,6 +382,8 @@ def read_with_own_reader(tool: str, table_dir: Path) -> pa.Table:
     if tool == "delta":
         from deltalake import DeltaTable
         return DeltaTable(str(table_dir)).to_pyarrow_table()
+    if tool == "duckdb":
+        return static_table(table_dir).scan().to_arrow()
     return iceberg_catalog(table_dir).load_table(f"{NS}.{TABLE}").scan().to_arrow()
 
 
@@ -228,13 +394,13 @@ NORMALISED = """
 """
 
 
-def duckdb_connect():
+def duckdb_connect(httpfs: bool = False):
     import duckdb
     con = duckdb.connect(config={"allow_unsigned_extensions": "true",
                                  "autoinstall_known_extensions": "false",
                                  "autoload_known_extensions": "false"})
     import importlib.util
-    for ext in ("avro", "iceberg", "delta"):
+    for ext in ("avro", *(["httpfs"] if httpfs else []), "iceberg", "delta"):
         spec = importlib.util.find_spec(f"duckdb_extension_{ext}")
         if spec is None:
             continue
@@ -278,7 +444,8 @@ def verify(tool: str, table_dir: Path, meta_path: Path, full: bool) -> dict:
         compared = "full (every row and column)"
     return {"ok": not problems, "problems": problems, "compared": compared,
             "reader": "deltalake" if tool == "delta" else
-            ("pyiceberg GlueCatalog" if GLUE_ENDPOINT else "pyiceberg"), **checks}
+            ("pyiceberg GlueCatalog" if GLUE_ENDPOINT else
+             "pyiceberg StaticTable" if tool == "duckdb" else "pyiceberg"), **checks}
 
 
 def duckdb_read(tool: str, table_dir: Path, meta_path: Path, runs: int) -> dict:
@@ -293,7 +460,9 @@ def duckdb_read(tool: str, table_dir: Path, meta_path: Path, runs: int) -> dict:
             con.register("dt", DeltaTable(str(table_dir)).to_pyarrow_dataset())
             src, reader = "dt", f"deltalake dataset via duckdb ({e.__class__.__name__})"
     else:
-        src, reader = f"iceberg_scan('{metadata_location(table_dir)}')", "duckdb iceberg_scan"
+        location = (duckdb_metadata_location(table_dir) if tool == "duckdb"
+                    else metadata_location(table_dir))
+        src, reader = f"iceberg_scan('{location}')", "duckdb iceberg_scan"
     # every column is read; the sums double as a check independent of the writer's own reader
     q = f"""select count(*), sum(customer_id), sum((amount * 100)::BIGINT), max(status),
                    max(note), sum(epoch_us(updated_at)) from {src}"""
@@ -318,7 +487,8 @@ def count_files(tool: str, table_dir: Path) -> dict:
         size = sum(os.path.getsize(f.removeprefix("file://")) for f in files)
         return {"data_files": len(files), "delete_files": 0, "data_bytes": size,
                 "versions": dt.version() + 1}
-    tbl = iceberg_catalog(table_dir).load_table(f"{NS}.{TABLE}")
+    tbl = (static_table(table_dir) if tool == "duckdb"
+           else iceberg_catalog(table_dir).load_table(f"{NS}.{TABLE}"))
     f = tbl.inspect.files().select(["content", "file_size_in_bytes"]).to_pylist()
     data = [r for r in f if r["content"] == 0]
     pos = [r for r in f if r["content"] == 1]
@@ -334,7 +504,8 @@ def count_files(tool: str, table_dir: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", choices=["load", "changes", "verify", "duckdb", "files"])
-    ap.add_argument("--tool", required=True, choices=["pyiceberg", "delta", "dms2iceberg"])
+    ap.add_argument("--tool", required=True,
+                    choices=["pyiceberg", "delta", "duckdb", "dms2iceberg"])
     ap.add_argument("--table", required=True, type=Path)
     ap.add_argument("--meta", type=Path)
     ap.add_argument("--full", action="store_true")
@@ -348,9 +519,11 @@ def main() -> None:
     table_dir = a.table.resolve()
     meta = json.loads(a.meta.read_text()) if a.meta else {}
     if a.cmd == "load":
-        out = {"pyiceberg": pyiceberg_load, "delta": delta_load}[a.tool](table_dir, meta)
+        out = {"pyiceberg": pyiceberg_load, "delta": delta_load,
+               "duckdb": duckdb_load}[a.tool](table_dir, meta)
     elif a.cmd == "changes":
-        out = {"pyiceberg": pyiceberg_changes, "delta": delta_changes}[a.tool](table_dir, meta)
+        out = {"pyiceberg": pyiceberg_changes, "delta": delta_changes,
+               "duckdb": duckdb_changes}[a.tool](table_dir, meta)
     elif a.cmd == "verify":
         out = verify(a.tool, table_dir, a.meta, a.full)
     elif a.cmd == "duckdb":
