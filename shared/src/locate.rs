@@ -1,7 +1,7 @@
 //! locate: an object key (S3 key or local path) → which DMS table it belongs to, whether it is a
 //! full-load or change file, and its place in DMS order.
 //!
-//! Layout (see README "Input"): `[bucket_folder/]<schema>/<table>/[date folders/]` then
+//! Layout (see docs/configuration.md, "Input"): `[bucket_folder/]<schema>/<table>/[date folders/]` then
 //! `LOAD<hex>` (optionally `SEGMENTn_`-prefixed, or one `<segment>/` folder deeper with parallel
 //! load) or `YYYYMMDD-HHMMSS<fraction>` change files, `.csv`/`.parquet`, optionally `.gz`.
 //! Keys are validated strictly: no `..` or empty segments, no control characters. Schema and

@@ -632,7 +632,7 @@ pub(crate) fn new_snapshot_id(metadata: Option<&TableMetadata>) -> i64 {
     }
 }
 
-/// Format version for new tables: v2 (position deletes, read by every engine; see README).
+/// Format version for new tables: v2 (position deletes, read by every engine; see docs/how-it-works.md).
 pub(crate) const FORMAT_VERSION: FormatVersion = FormatVersion::V2;
 
 /// Commits a metadata-only change (no new snapshot), such as expiring snapshots or declaring

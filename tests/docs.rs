@@ -1,0 +1,131 @@
+//! The README and docs/ link to each other and to files in the repository: every relative link
+//! must name a file that exists, and every `#anchor` a heading of the page it points to (as
+//! GitHub renders headings into anchors), so that nothing is lost when a page moves.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+fn anchors(page: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(page).unwrap_or_default();
+    let mut in_code = false;
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        }
+        if !in_code && line.starts_with('#') {
+            out.insert(anchor(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// `(target, line)` of every inline Markdown link outside code blocks.
+fn links(text: &str) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    let mut in_code = false;
+    for (n, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(i) = rest.find("](") {
+            let after = &rest[i + 2..];
+            let Some(end) = after.find(')') else { break };
+            out.push((after[..end].to_string(), n + 1));
+            rest = &after[end..];
+        }
+    }
+    out
+}
+
+#[test]
+fn every_relative_link_in_the_readme_and_docs_resolves() {
+    let root = root();
+    let mut pages = vec![root.join("README.md"), root.join("infra/README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("docs entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    assert!(docs.len() >= 8, "docs/ holds the reference pages: {docs:?}");
+    pages.extend(docs);
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("page");
+        for (target, line) in links(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (file, frag) = match target.split_once('#') {
+                Some((f, a)) => (f, Some(a)),
+                None => (target.as_str(), None),
+            };
+            let dest = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().expect("a folder").join(file)
+            };
+            let place = format!("{}:{line}: ({target})", page.display());
+            if !dest.exists() {
+                broken.push(format!("{place}: no such file"));
+                continue;
+            }
+            if let Some(a) = frag
+                && dest.extension().is_some_and(|e| e == "md")
+                && !anchors(&dest).contains(a)
+            {
+                broken.push(format!("{place}: no heading with that anchor"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_readme_is_short_and_names_the_two_commands() {
+    let text = std::fs::read_to_string(root().join("README.md")).expect("README");
+    let lines = text.lines().count();
+    assert!(
+        lines <= 250,
+        "README.md has {lines} lines: reference material goes to docs/"
+    );
+    assert!(text.contains("scripts/test"), "the test command");
+    assert!(
+        text.contains("cargo run -q -- ingest examples/dms"),
+        "the main job"
+    );
+}
+
+#[test]
+fn anchors_are_made_as_github_makes_them() {
+    assert_eq!(
+        anchor(" Quick start (fresh machine: Rust toolchain, Python 3)"),
+        "quick-start-fresh-machine-rust-toolchain-python-3"
+    );
+    assert_eq!(
+        anchor("Exactly once: the applied-file record"),
+        "exactly-once-the-applied-file-record"
+    );
+    assert_eq!(anchor("`dms2iceberg` on S3"), "dms2iceberg-on-s3");
+}
