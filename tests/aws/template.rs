@@ -1446,3 +1446,147 @@ fn helpers_behave() {
     );
     assert!(Path::new(&root()).join("template.yaml").exists());
 }
+
+/// Every metric name the functions emit in their EMF lines, from their source: the
+/// `("Name", "Unit", value)` tuples in shared/src/lambda/ (whitespace and line breaks allowed).
+fn emitted_metric_names() -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let dir = root().join("shared/src/lambda");
+    for e in std::fs::read_dir(&dir).expect("shared/src/lambda") {
+        let path = e.expect("entry").path();
+        if path.extension().is_none_or(|x| x != "rs") || path.ends_with("tests.rs") {
+            continue;
+        }
+        let text: String = std::fs::read_to_string(&path)
+            .expect("source")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        for unit in ["Count", "Seconds", "Milliseconds", "Bytes"] {
+            let tail = format!("\", \"{unit}\",");
+            let mut rest = text.as_str();
+            while let Some(i) = rest.find(&tail) {
+                let before = &rest[..i];
+                if let Some(quote) = before.rfind('"') {
+                    let name = &before[quote + 1..];
+                    let opens_tuple = before[..quote].trim_end().ends_with('(');
+                    if opens_tuple
+                        && !name.is_empty()
+                        && name.chars().all(|c| c.is_ascii_alphanumeric())
+                    {
+                        names.insert(name.to_string());
+                    }
+                }
+                rest = &rest[i + tail.len()..];
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn the_dashboard_shows_only_metrics_the_functions_emit() {
+    let raw = &loaded().raw;
+    assert_eq!(
+        raw["Parameters"]["Dashboard"]["Default"], "true",
+        "on by default"
+    );
+    let dash = &raw["Resources"]["OperationsDashboard"];
+    assert_eq!(dash["Type"], "AWS::CloudWatch::Dashboard");
+    assert_eq!(dash["Condition"], "CreateDashboard");
+    assert!(
+        condition(raw, &json!({"Condition": "CreateDashboard"}), &[]),
+        "created with the defaults"
+    );
+    assert!(
+        !condition(
+            raw,
+            &json!({"Condition": "CreateDashboard"}),
+            &[("Dashboard", "false")]
+        ),
+        "Dashboard=false turns it off"
+    );
+    let body = dash["Properties"]["DashboardBody"]["Fn::Sub"]
+        .as_str()
+        .expect("DashboardBody: !Sub of a JSON string");
+    // `${...}` are the stack's own names (region, queues, functions): each must exist.
+    let mut text = String::new();
+    let mut rest = body;
+    while let Some(i) = rest.find("${") {
+        text.push_str(&rest[..i]);
+        let end = rest[i..].find('}').expect("closed ${") + i;
+        let name = &rest[i + 2..end];
+        let resource = name.split('.').next().unwrap_or_default();
+        assert!(
+            name.starts_with("AWS::") || raw["Resources"].get(resource).is_some(),
+            "${{{name}}} names no resource"
+        );
+        text.push('x');
+        rest = &rest[end + 1..];
+    }
+    text.push_str(rest);
+    let body: Value = serde_json::from_str(&text).expect("the dashboard body is JSON");
+    let widgets = body["widgets"].as_array().expect("widgets");
+    let emitted = emitted_metric_names();
+    for must in ["FilesApplied", "LagSeconds", "CommitConflicts", "Manifests"] {
+        assert!(
+            emitted.contains(must),
+            "the scan of the source found {emitted:?}"
+        );
+    }
+    let mut shown = BTreeSet::new();
+    let mut aws = BTreeSet::new();
+    for w in widgets {
+        for m in w["properties"]["metrics"].as_array().into_iter().flatten() {
+            let items = m.as_array().expect("a metric row");
+            match items.first() {
+                Some(Value::String(ns)) => {
+                    aws.insert(format!("{ns} {}", items[1].as_str().unwrap_or_default()));
+                }
+                _ => {
+                    for e in items {
+                        let expr = e["expression"].as_str().unwrap_or_default();
+                        assert!(
+                            !expr.contains("SEARCH(")
+                                || expr.contains("{dms2iceberg,Function,Table}"),
+                            "a search outside our namespace and dimensions: {expr}"
+                        );
+                        for part in expr.split("MetricName=\"").skip(1) {
+                            shown.insert(part.split('"').next().unwrap_or_default().to_string());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let unknown: Vec<&String> = shown.difference(&emitted).collect();
+    assert!(
+        unknown.is_empty(),
+        "the dashboard names metrics nobody emits: {unknown:?}"
+    );
+    // What the issue asks the dashboard to show.
+    for needed in [
+        "LagSeconds",
+        "FilesApplied",
+        "RowsInserted",
+        "FilesFailed",
+        "CommitConflicts",
+        "CommitAttempts",
+        "ReadMilliseconds",
+        "CommitMilliseconds",
+        "FilesRewritten",
+        "DeleteFilesPerDataFile",
+        "Manifests",
+    ] {
+        assert!(shown.contains(needed), "{needed} not on the dashboard");
+    }
+    for needed in [
+        "AWS/SQS ApproximateNumberOfMessagesVisible",
+        "AWS/Lambda Errors",
+    ] {
+        assert!(
+            aws.contains(needed),
+            "{needed} not on the dashboard: {aws:?}"
+        );
+    }
+}
