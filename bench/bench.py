@@ -295,10 +295,45 @@ def check_reports(reps: list[dict], meta: dict) -> None:
         raise SystemExit(f"dms2iceberg did not apply every change file once: {reps}")
 
 
-def run_peer(tool: str, meta: dict, case: Path, timeout: float) -> list[dict]:
+def run_peer(tool: str, meta: dict, case: Path, timeout: float, cold: bool = False) -> list[dict]:
     logs = case / f"{tool}.log"
     table = case / tool
     mp = Path(meta["dir"]) / "meta.json"
+    rows = run_peer_warm(tool, meta, table, mp, logs, timeout)
+    if cold and tool == "duckdb":
+        rows += run_peer_cold(tool, meta, case / f"{tool}-cold", mp, logs, timeout)
+    return rows
+
+
+def run_peer_cold(tool: str, meta: dict, table: Path, mp: Path, logs: Path,
+                  timeout: float) -> list[dict]:
+    """A fresh process per change file, as a function that starts cold would run the peer:
+    the in-process time (read + dedupe + commit, after connecting) and the process's wall clock
+    (which for DuckDB also starts its local REST server)."""
+    load = measure([PY, PEERS, "load", "--tool", tool, "--table", table, "--meta", mp], timeout,
+                   logfile=logs)
+    if not load.ok:
+        return [failed(tool, "load (cold)", load)]
+    per, walls, rss = [], [], []
+    for i in range(len(meta["change_files"])):
+        r = measure([PY, PEERS, "changes", "--tool", tool, "--table", table, "--meta", mp,
+                     "--only", str(i)], timeout, logfile=logs)
+        if not r.ok:
+            return [failed(tool, "changes (cold)", r)]
+        per += r.last_json()["per_file_s"]
+        walls.append(r.wall_s)
+        rss.append(r.rss_mib)
+    return [{
+        "tool": tool, "mode": "cold (1 process per file)",
+        "load_s": load.wall_s, "load_rss_mib": load.rss_mib,
+        "per_file_s": per, "median_s": median(per), "per_file_wall_s": walls,
+        "wall_per_file_s": median(walls), "peak_rss_mib": max(rss),
+        **read_back(tool, table, meta, logs, timeout),
+    }]
+
+
+def run_peer_warm(tool: str, meta: dict, table: Path, mp: Path, logs: Path,
+                  timeout: float) -> list[dict]:
     load = measure([PY, PEERS, "load", "--tool", tool, "--table", table, "--meta", mp], timeout,
                    logfile=logs)
     if not load.ok:
@@ -856,7 +891,7 @@ def main() -> None:
                 if t == "dms2iceberg":
                     rows = run_dms2iceberg(meta, case, a.timeout, not a.no_cold)
                 else:
-                    rows = run_peer(t, meta, case, a.timeout)
+                    rows = run_peer(t, meta, case, a.timeout, cold=not a.no_cold)
                 for r in rows:
                     log(f"    {r['tool']} {r['mode']}: median {fmt(r.get('median_s'))} s/file, "
                         f"peak RSS {fmt(r.get('peak_rss_mib'), 0)} MiB, verified "

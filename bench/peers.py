@@ -294,6 +294,8 @@ def duckdb_load(table_dir: Path, meta: dict) -> dict:
 
 
 def duckdb_changes(table_dir: Path, meta: dict) -> dict:
+    if ONLY is not None:
+        meta = {**meta, "change_files": [meta["change_files"][ONLY]]}
     server, con = duckdb_rest(table_dir)
     t_name = f"cat.{NS}.{TABLE}"
     sets = ", ".join(f"{c} = s.{c}" for c in DATA_COLUMNS if c != KEY)
@@ -371,6 +373,7 @@ def glue_catalog(endpoint: str):
 
 
 GLUE_ENDPOINT: str | None = None
+ONLY: int | None = None
 GLUE_TABLE = f"{NS}.{TABLE}"
 
 
@@ -510,12 +513,14 @@ def main() -> None:
     ap.add_argument("--meta", type=Path)
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--only", type=int, help="changes (duckdb): apply only the change file at "
+                    "this index (a cold process per file)")
     ap.add_argument("--glue-endpoint", help="verify: read the table through Glue + S3 there")
     ap.add_argument("--glue-table", default=f"{NS}.{TABLE}",
                     help="verify through Glue: the table (database.table)")
     a = ap.parse_args()
-    global GLUE_ENDPOINT, GLUE_TABLE
-    GLUE_ENDPOINT, GLUE_TABLE = a.glue_endpoint, a.glue_table
+    global GLUE_ENDPOINT, GLUE_TABLE, ONLY
+    GLUE_ENDPOINT, GLUE_TABLE, ONLY = a.glue_endpoint, a.glue_table, a.only
     table_dir = a.table.resolve()
     meta = json.loads(a.meta.read_text()) if a.meta else {}
     if a.cmd == "load":
