@@ -74,6 +74,12 @@ pub enum CatalogTarget {
     Glue { warehouse: String },
     /// An Amazon S3 Tables table bucket (`arn:aws:s3tables:<region>:<account>:bucket/<name>`).
     S3Tables { bucket_arn: String },
+    /// An Iceberg REST catalog at `uri` (before `/v1`), its `warehouse` if given; authenticated
+    /// as [`rest_auth_from_env`] says.
+    Rest {
+        uri: String,
+        warehouse: Option<String>,
+    },
 }
 
 /// Clients for one process.
@@ -163,7 +169,7 @@ impl Aws {
     /// The catalog `target` names, its table files read through `cache` (the owner's: a warm
     /// function's); `only_database`: list that Glue database alone (a function granted one
     /// database cannot list the others).
-    pub fn catalog(
+    pub async fn catalog(
         &self,
         target: &CatalogTarget,
         cache: Option<Arc<TableCache>>,
@@ -184,6 +190,11 @@ impl Aws {
                     None => Arc::new(c),
                 }
             }
+            CatalogTarget::Rest { uri, warehouse } => Arc::new(
+                rest_catalog(uri, warehouse.clone(), cache.unwrap_or_default())
+                    .await?
+                    .only_namespace(only_database),
+            ),
         })
     }
 }

@@ -95,6 +95,8 @@ pub struct RestCatalog {
     /// The vended credentials of the tables loaded so far, which `files` routes by.
     vended: Arc<super::vended::Vended>,
     vended_credentials: bool,
+    /// List this namespace's tables alone (a function granted one namespace).
+    only_namespace: Option<String>,
 }
 
 /// An OAuth2 token and when to stop using it.
@@ -207,6 +209,12 @@ enum Failure {
 }
 
 impl RestCatalog {
+    /// Lists the tables of `namespace` alone (`None`: every namespace the server lists).
+    pub fn only_namespace(mut self, namespace: Option<String>) -> Self {
+        self.only_namespace = namespace;
+        self
+    }
+
     /// Connects: the token (OAuth2) and `/v1/config`, whose prefix every route then carries.
     pub async fn connect(
         config: RestConfig,
@@ -244,6 +252,7 @@ impl RestCatalog {
             storage,
             vended,
             vended_credentials: config.vended_credentials,
+            only_namespace: None,
         };
         let query = match &config.warehouse {
             Some(w) => format!("config?warehouse={}", encode(w)),
@@ -640,7 +649,10 @@ impl Catalog for RestCatalog {
     async fn list_tables(&self) -> Result<Vec<TableIdent>> {
         let mut namespaces = Vec::new();
         let mut page: Option<String> = None;
-        loop {
+        if let Some(ns) = &self.only_namespace {
+            namespaces.push(vec![ns.clone()]);
+        }
+        while self.only_namespace.is_none() {
             let route = match &page {
                 Some(p) => format!("namespaces?pageToken={}", encode(p)),
                 None => "namespaces".to_string(),

@@ -79,7 +79,8 @@ where
 #[derive(Debug, Clone)]
 pub struct FunctionEnv {
     /// `DMS2ICEBERG_CATALOG`: `glue` (the default; `DMS2ICEBERG_WAREHOUSE`, `s3://bucket/prefix`,
-    /// holds new tables) or `s3tables` (`DMS2ICEBERG_TABLE_BUCKET_ARN`).
+    /// holds new tables), `s3tables` (`DMS2ICEBERG_TABLE_BUCKET_ARN`) or `rest`
+    /// (`DMS2ICEBERG_REST_URI`, `DMS2ICEBERG_REST_WAREHOUSE`, auth as the CLI's).
     pub catalog: crate::aws::CatalogTarget,
     /// `DMS2ICEBERG_GLUE_DATABASE`: every table goes to this Glue database (S3 Tables: this
     /// namespace).
@@ -123,9 +124,17 @@ impl FunctionEnv {
                     )
                 })?,
             },
+            Some("rest") => crate::aws::CatalogTarget::Rest {
+                uri: var("DMS2ICEBERG_REST_URI").ok_or_else(|| {
+                    Error::Config(
+                        "DMS2ICEBERG_REST_URI (the catalog's base URI, before /v1) is not set (DMS2ICEBERG_CATALOG=rest)".into(),
+                    )
+                })?,
+                warehouse: var("DMS2ICEBERG_REST_WAREHOUSE"),
+            },
             Some(other) => {
                 return Err(Error::Config(format!(
-                    "DMS2ICEBERG_CATALOG=`{other}`: use `glue` or `s3tables`"
+                    "DMS2ICEBERG_CATALOG=`{other}`: use `glue`, `s3tables` or `rest`"
                 )));
             }
         };

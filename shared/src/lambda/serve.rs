@@ -28,7 +28,7 @@ pub async fn ingest() -> Result<(), lambda_runtime::Error> {
         let cache = Arc::new(TableCache::new(CacheLimits {
             key_bytes: env.key_cache_bytes,
         }));
-        let catalog = aws.catalog(&env.catalog, Some(cache), None)?;
+        let catalog = aws.catalog(&env.catalog, Some(cache), None).await?;
         let objects = Arc::new(S3Objects::new(aws.s3.clone(), env.spool.clone()));
         Ok(IngestHandler::new(env, catalog, objects).await?)
     })
@@ -53,7 +53,9 @@ pub async fn compact() -> Result<(), lambda_runtime::Error> {
         check_ca_store()?;
         let aws = Aws::from_env().await;
         // A function granted one database cannot list the others (GetDatabases).
-        let catalog = aws.catalog(&env.catalog, None, env.database.clone())?;
+        let catalog = aws
+            .catalog(&env.catalog, None, env.database.clone())
+            .await?;
         Ok(CompactHandler::new(catalog, &env, settings))
     })
     .await?;
