@@ -599,7 +599,8 @@ impl Catalog for RestCatalog {
         _base: Option<&Pointer>,
         commit: &TableCommit<'_>,
     ) -> std::result::Result<Landed, SwapError> {
-        if commit.requirements.contains(&TableRequirement::NotExist) {
+        let creates = commit.requirements.contains(&TableRequirement::NotExist);
+        if creates {
             let md = commit.metadata;
             // Created by another writer first: a lost swap, planned again on its table.
             if self
@@ -632,6 +633,12 @@ impl Catalog for RestCatalog {
                 "{ident}: empty answer to the commit"
             ))),
             Err(Failure::Status(s, _)) if s == reqwest::StatusCode::CONFLICT => {
+                Err(SwapError::Conflict)
+            }
+            // A create whose staged table another writer's create took in between (rustberg
+            // keeps one staging per name and answers "was not staged"): that writer created
+            // the table, so this is a lost swap like a 409, planned again on its table.
+            Err(Failure::Status(s, _)) if creates && s == reqwest::StatusCode::NOT_FOUND => {
                 Err(SwapError::Conflict)
             }
             // The spec: 500, 502, 504 and other 5xx leave the commit's state unknown.
