@@ -215,32 +215,14 @@ class Rustberg:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         config = table_dir / "rustberg.toml"
-        config.write_text(f"""[server]
-host = "127.0.0.1"
-port = {self.port}
-[server.auth]
-api_key_enabled = true
-jwt_enabled = false
-[[server.auth.api_keys]]
-name = "bench"
-tenant = "default"
-roles = ["admin"]
-key_env = "RUSTBERG_BENCH_KEY"
-[tls]
-enabled = false
-insecure_http = true
-[rate_limit]
-enabled = false
-[logging]
-level = "warn"
-[storage]
-catalog_url = "file://{data}"
-warehouse_location = "file://{wh}"
-""")
+        template = (Path(__file__).resolve().parent.parent / "tests" / "support"
+                    / "rustberg.toml").read_text()
+        config.write_text(template.replace("@PORT@", str(self.port)).replace("@DATA@", str(data))
+                          + f'warehouse_location = "file://{wh}"\n')
         log = open(table_dir / "rustberg.log", "ab")
         self.proc = subprocess.Popen(
             [rustberg_bin(), "--config", str(config), "--insecure-http"],
-            env={**os.environ, "RUSTBERG_BENCH_KEY": self.TOKEN},
+            env={**os.environ, "RUSTBERG_KEY": self.TOKEN},
             stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         self.uri = f"http://127.0.0.1:{self.port}"
         import urllib.request

@@ -656,23 +656,11 @@ fn racing_functions_end_exact() {
     let mut a = Function::start(&lab, "ingest-a", &[]);
     let mut b = Function::start(&lab, "ingest-b", &[]);
 
-    let race = |a: &mut Function, b: &mut Function, ea: Value, eb: Value| -> (Outcome, Outcome) {
-        std::thread::scope(|s| {
-            let ha = s.spawn(move || a.invoke(&ea));
-            let hb = s.spawn(move || b.invoke(&eb));
-            (ha.join().unwrap(), hb.join().unwrap())
-        })
-    };
     // 1. Both create the table from the full load at the same time (CreateTable races).
     lab.upload(&files[0]);
     let ev = lab.s3_event(&files[0]);
     let (oa, ob) = race(&mut a, &mut b, ev.clone(), ev);
-    assert!(
-        oa.is_response() && ob.is_response(),
-        "a: {oa:?}\nb: {ob:?}\nlog a:\n{}\nlog b:\n{}",
-        tail(&a.log(), 4000),
-        tail(&b.log(), 4000)
-    );
+    assert_both_answered(&oa, &ob, &a, &b);
     lab.assert_table_rows("shop.orders", &lab.work.asof("shop.orders")[0].rows, "load");
 
     // 2. Six change files, both functions apply the backlog at once. Every UpdateTable waits
@@ -686,20 +674,10 @@ fn racing_functions_end_exact() {
         .as_i64()
         .unwrap();
     let last = lab.s3_event(files.last().unwrap());
-    let batch = sqs_event(
-        &files[1..]
-            .iter()
-            .map(|k| sqs_record(&lab.s3_event(k).to_string()).1)
-            .collect::<Vec<_>>(),
-    );
+    let batch = lab.sqs_batch(&files[1..]);
     let (oa, ob) = race(&mut a, &mut b, last, batch);
     lab.moto.set_update_table_delay_ms(0);
-    assert!(
-        oa.is_response() && ob.is_response(),
-        "a: {oa:?}\nb: {ob:?}\nlog a:\n{}\nlog b:\n{}",
-        tail(&a.log(), 4000),
-        tail(&b.log(), 4000)
-    );
+    assert_both_answered(&oa, &ob, &a, &b);
     assert!(ob.batch_item_failures().is_empty(), "{}", ob.body);
     let stats = lab.moto.stats();
     let refused = stats["update_table"]["refused"].as_i64().unwrap() - refused_before;

@@ -182,39 +182,17 @@ fn functions_on_a_rest_catalog_race_and_end_exact() {
     ];
     let mut a = Function::start(&lab, "ingest-a", &env);
     let mut b = Function::start(&lab, "ingest-b", &env);
-    let race = |a: &mut Function, b: &mut Function, ea: Value, eb: Value| -> (Outcome, Outcome) {
-        std::thread::scope(|s| {
-            let ha = s.spawn(move || a.invoke(&ea));
-            let hb = s.spawn(move || b.invoke(&eb));
-            (ha.join().unwrap(), hb.join().unwrap())
-        })
-    };
     lab.upload(&files[0]);
     let ev = lab.s3_event(&files[0]);
     let (oa, ob) = race(&mut a, &mut b, ev.clone(), ev);
-    assert!(
-        oa.is_response() && ob.is_response(),
-        "a: {oa:?}\nb: {ob:?}\nlog a:\n{}\nlog b:\n{}",
-        tail(&a.log(), 4000),
-        tail(&b.log(), 4000)
-    );
+    assert_both_answered(&oa, &ob, &a, &b);
     for k in &files[1..] {
         lab.upload(k);
     }
     let last = lab.s3_event(files.last().unwrap());
-    let batch = sqs_event(
-        &files[1..]
-            .iter()
-            .map(|k| sqs_record(&lab.s3_event(k).to_string()).1)
-            .collect::<Vec<_>>(),
-    );
+    let batch = lab.sqs_batch(&files[1..]);
     let (oa, ob) = race(&mut a, &mut b, last, batch);
-    assert!(
-        oa.is_response() && ob.is_response(),
-        "a: {oa:?}\nb: {ob:?}\nlog a:\n{}\nlog b:\n{}",
-        tail(&a.log(), 4000),
-        tail(&b.log(), 4000)
-    );
+    assert_both_answered(&oa, &ob, &a, &b);
     assert!(ob.batch_item_failures().is_empty(), "{}", ob.body);
     let expected = lab.work.expected(TABLE);
     server.assert_table(&lab.work, TABLE, &expected);

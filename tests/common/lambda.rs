@@ -834,6 +834,26 @@ pub fn sqs_record(body: &str) -> (String, Value) {
     (id, rec)
 }
 
+/// Invokes `a` with `ea` and `b` with `eb` at the same time (two functions racing).
+pub fn race(a: &mut Function, b: &mut Function, ea: Value, eb: Value) -> (Outcome, Outcome) {
+    std::thread::scope(|s| {
+        let ha = s.spawn(move || a.invoke(&ea));
+        let hb = s.spawn(move || b.invoke(&eb));
+        (ha.join().unwrap(), hb.join().unwrap())
+    })
+}
+
+/// Both invocations of a [`race`] answered (neither failed, timed out or crashed), with both
+/// functions' logs in the message if not.
+pub fn assert_both_answered(oa: &Outcome, ob: &Outcome, a: &Function, b: &Function) {
+    assert!(
+        oa.is_response() && ob.is_response(),
+        "a: {oa:?}\nb: {ob:?}\nlog a:\n{}\nlog b:\n{}",
+        tail(&a.log(), 4000),
+        tail(&b.log(), 4000)
+    );
+}
+
 pub fn sqs_event(records: &[Value]) -> Value {
     json!({ "Records": records })
 }
@@ -1025,6 +1045,16 @@ impl Lab {
             }
             None => format!("[source]\n{line}\n{text}"),
         }
+    }
+
+    /// One SQS batch carrying the S3 events of `keys`.
+    pub fn sqs_batch(&self, keys: &[String]) -> Value {
+        sqs_event(
+            &keys
+                .iter()
+                .map(|k| sqs_record(&self.s3_event(k).to_string()).1)
+                .collect::<Vec<_>>(),
+        )
     }
 
     pub fn upload_config(&self, extra: &[(&str, &str)]) {

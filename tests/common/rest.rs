@@ -98,31 +98,11 @@ duration_seconds = 900
         let port = free_port();
         let token = format!("rb_test_{}", uuid_like());
         let config = dir.join("config.toml");
-        // Rate limiting off: concurrent writers send more than its default 100 requests/s.
-        // `[storage]` comes last: its properties table may follow it.
         let text = format!(
-            r#"[server]
-host = "127.0.0.1"
-port = {port}
-[server.auth]
-api_key_enabled = true
-jwt_enabled = false
-[[server.auth.api_keys]]
-name = "dms2iceberg-tests"
-tenant = "default"
-roles = ["admin"]
-key_env = "RUSTBERG_TEST_KEY"
-[tls]
-enabled = false
-insecure_http = true
-[rate_limit]
-enabled = false
-[logging]
-level = "warn"
-[storage]
-catalog_url = "file://{data}"
-{storage}"#,
-            data = data.display(),
+            "{}{storage}",
+            include_str!("../support/rustberg.toml")
+                .replace("@PORT@", &port.to_string())
+                .replace("@DATA@", &data.display().to_string())
         );
         std::fs::File::create(&config)
             .and_then(|mut f| f.write_all(text.as_bytes()))
@@ -131,7 +111,7 @@ catalog_url = "file://{data}"
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new(&bin)
             .args(["--config", &config.display().to_string(), "--insecure-http"])
-            .env("RUSTBERG_TEST_KEY", &token)
+            .env("RUSTBERG_KEY", &token)
             .envs(env.iter().copied())
             .stdout(out.try_clone().unwrap())
             .stderr(out)

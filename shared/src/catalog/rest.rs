@@ -215,6 +215,28 @@ impl RestCatalog {
         self
     }
 
+    /// Every namespace the server lists, page by page.
+    async fn list_namespaces(&self) -> Result<Vec<Vec<String>>> {
+        let mut namespaces = Vec::new();
+        let mut page: Option<String> = None;
+        loop {
+            let route = match &page {
+                Some(p) => format!("namespaces?pageToken={}", encode(p)),
+                None => "namespaces".to_string(),
+            };
+            let r: ListNamespacesResponse = self
+                .send(reqwest::Method::GET, &route, None)
+                .await
+                .map_err(|f| catalog_error(f, "list namespaces"))?
+                .ok_or_else(|| Error::Catalog("list namespaces: empty answer".into()))?;
+            namespaces.extend(r.namespaces);
+            page = r.next_page_token.filter(|p| !p.is_empty());
+            if page.is_none() {
+                return Ok(namespaces);
+            }
+        }
+    }
+
     /// Connects: the token (OAuth2) and `/v1/config`, whose prefix every route then carries.
     pub async fn connect(
         config: RestConfig,
@@ -654,27 +676,10 @@ impl Catalog for RestCatalog {
     }
 
     async fn list_tables(&self) -> Result<Vec<TableIdent>> {
-        let mut namespaces = Vec::new();
-        let mut page: Option<String> = None;
-        if let Some(ns) = &self.only_namespace {
-            namespaces.push(vec![ns.clone()]);
-        }
-        while self.only_namespace.is_none() {
-            let route = match &page {
-                Some(p) => format!("namespaces?pageToken={}", encode(p)),
-                None => "namespaces".to_string(),
-            };
-            let r: ListNamespacesResponse = self
-                .send(reqwest::Method::GET, &route, None)
-                .await
-                .map_err(|f| catalog_error(f, "list namespaces"))?
-                .ok_or_else(|| Error::Catalog("list namespaces: empty answer".into()))?;
-            namespaces.extend(r.namespaces);
-            page = r.next_page_token.filter(|p| !p.is_empty());
-            if page.is_none() {
-                break;
-            }
-        }
+        let namespaces = match &self.only_namespace {
+            Some(ns) => vec![vec![ns.clone()]],
+            None => self.list_namespaces().await?,
+        };
         let mut out = Vec::new();
         for ns in namespaces {
             let ns = NamespaceIdent::from_vec(ns)

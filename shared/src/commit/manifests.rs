@@ -24,6 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::future::Either;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::spec::{
     DataContentType, DataFile, FormatVersion, Manifest, ManifestContentType, ManifestEntry,
@@ -371,12 +372,12 @@ pub(crate) async fn filter(
         }
     }
     let mut out = Filtered::default();
-    // The parent's order, each manifest kept or rewritten; the rewritten ones encoded at once.
-    let mut kept: Vec<Option<ManifestFile>> = Vec::with_capacity(live.len());
-    let mut rewrites = Vec::new();
+    // In the parent's order, each manifest kept as it is or rewritten; the rewrites encoded at
+    // once.
+    let mut listed = Vec::with_capacity(live.len());
     for m in live {
         let Some(manifest) = touched.get(m.manifest_path.as_str()) else {
-            kept.push(Some(m.clone()));
+            listed.push(Either::Left(futures::future::ok((m.clone(), None))));
             continue;
         };
         let mut w = Out::new(files, md, snapshot_id, m.partition_spec_id, m.content)?;
@@ -391,21 +392,14 @@ pub(crate) async fn filter(
                 w.existing(e)?;
             }
         }
-        kept.push(None);
-        rewrites.push(w.finish(files, md));
+        listed.push(Either::Right(async move {
+            let (m, upload) = w.finish(files, md).await?;
+            Ok::<_, Error>((m, Some(upload)))
+        }));
     }
-    let mut rewritten = futures::future::try_join_all(rewrites).await?.into_iter();
-    for k in kept {
-        match k {
-            Some(m) => out.manifests.push(m),
-            None => {
-                let (manifest, upload) = rewritten
-                    .next()
-                    .ok_or_else(|| Error::Internal("filtered manifests out of step".into()))?;
-                out.written.push(upload);
-                out.manifests.push(manifest);
-            }
-        }
+    for (m, upload) in futures::future::try_join_all(listed).await? {
+        out.manifests.push(m);
+        out.written.extend(upload);
     }
     Ok(out)
 }
@@ -474,9 +468,9 @@ pub(crate) async fn merge(
     if !policy.enabled {
         return Ok((all, Vec::new()));
     }
-    // The list in order, each entry a manifest kept or a bin merged; the bins merged at once.
-    let mut out: Vec<Option<ManifestFile>> = Vec::with_capacity(all.len());
-    let mut bins = Vec::new();
+    // The list in order, each entry a manifest kept as it is or a bin merged; the bins merged
+    // at once.
+    let mut listed = Vec::with_capacity(all.len());
     for content in [ManifestContentType::Data, ManifestContentType::Deletes] {
         let of_content: Vec<&ManifestFile> = all.iter().filter(|m| m.content == content).collect();
         let Some(first) = of_content.first().map(|m| m.manifest_path.clone()) else {
@@ -499,38 +493,27 @@ pub(crate) async fn merge(
                 let members: Vec<&ManifestFile> = bin.iter().map(|&i| group[i]).collect();
                 let holds_first = members.iter().any(|m| m.manifest_path == first);
                 if members.len() == 1 || (holds_first && members.len() < policy.min_count) {
-                    out.extend(members.into_iter().cloned().map(Some));
+                    listed.extend(
+                        members
+                            .into_iter()
+                            .map(|m| Either::Left(futures::future::ok((m.clone(), None)))),
+                    );
                     continue;
                 }
                 let members: Vec<ManifestFile> = members.into_iter().cloned().collect();
-                out.push(None);
-                bins.push(async move {
-                    merge_bin(
-                        files,
-                        md,
-                        (snapshot_id, spec_id, content),
-                        &members,
-                        pending,
-                    )
-                    .await
-                });
+                listed.push(Either::Right(async move {
+                    let of = (snapshot_id, spec_id, content);
+                    let (m, upload) = merge_bin(files, md, of, &members, pending).await?;
+                    Ok::<_, Error>((m, Some(upload)))
+                }));
             }
         }
     }
-    let mut merged = futures::future::try_join_all(bins).await?.into_iter();
-    let mut list = Vec::with_capacity(out.len());
+    let mut list = Vec::with_capacity(listed.len());
     let mut written = Vec::new();
-    for m in out {
-        match m {
-            Some(m) => list.push(m),
-            None => {
-                let (m, upload) = merged
-                    .next()
-                    .ok_or_else(|| Error::Internal("merged manifests out of step".into()))?;
-                written.push(upload);
-                list.push(m);
-            }
-        }
+    for (m, upload) in futures::future::try_join_all(listed).await? {
+        list.push(m);
+        written.extend(upload);
     }
     Ok((list, written))
 }

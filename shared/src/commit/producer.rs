@@ -34,7 +34,7 @@ pub(super) struct Built {
     /// the metadata file if we wrote it.
     written: Prepared,
     /// The commit's prepared manifests this attempt's merge took in (listed by none).
-    unlisted: Vec<String>,
+    unlisted: Prepared,
 }
 
 impl Built {
@@ -44,11 +44,7 @@ impl Built {
 
     /// Once the attempt landed: deletes the prepared manifests its merge took in.
     pub(super) async fn delete_unlisted(&self, file_io: &FileIO) {
-        let deletable = self
-            .unlisted
-            .iter()
-            .filter(|p| !crate::files::refuses_deletes(p));
-        futures::future::join_all(deletable.map(|p| file_io.delete(p))).await;
+        self.unlisted.abandon(file_io).await;
     }
 
     pub(super) fn commit(&self) -> crate::catalog::TableCommit<'_> {
@@ -246,7 +242,7 @@ pub(super) async fn build_attempt(
     written.extend(uploads.iter().map(|(p, _)| p.clone()));
     // The commit's own manifests a merge took in that were stored before the attempt (held ones
     // never are): nothing will list them once it lands.
-    let unlisted: Vec<String> = staged
+    let unlisted: Prepared = staged
         .manifests
         .iter()
         .filter(|m| !listed.iter().any(|l| l.manifest_path == m.manifest_path))

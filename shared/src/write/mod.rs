@@ -472,6 +472,9 @@ pub(crate) async fn write_position_deletes(
     // Concurrent uploads (bounded), each file encoded and uploaded by a task of its own: a
     // commit to a partitioned table writes hundreds, and their encoding (a few hundred
     // microseconds each) is then shared by every core the function has.
+    if files.is_empty() {
+        return Ok(Vec::new());
+    }
     let metadata = Arc::new(metadata.clone());
     // Owned: a closure over borrowed items trips rustc's higher-ranked Send check when the
     // caller's future is boxed as `Send`.
