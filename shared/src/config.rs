@@ -113,6 +113,10 @@ pub struct TableSettings {
     /// was truncated or dropped, with the task's DDL handling on), empty the table once. Default
     /// true.
     pub truncate_on_source_delete: Option<bool>,
+    /// Iceberg format version of a table this creates: 2 (the default: every engine reads it,
+    /// Athena among them) or 3 (deletion vectors and row lineage; Athena cannot read it). An
+    /// existing table keeps its version.
+    pub format_version: Option<u8>,
 }
 
 pub use crate::types::TimeType;
@@ -193,7 +197,8 @@ impl TableSettings {
             properties,
             applied_record_files,
             mode,
-            truncate_on_source_delete
+            truncate_on_source_delete,
+            format_version
         )
     }
 }
@@ -232,6 +237,7 @@ pub struct TableConfig {
     pub applied_record_files: usize,
     pub mode: TableMode,
     pub truncate_on_source_delete: bool,
+    pub format_version: iceberg::spec::FormatVersion,
 }
 
 impl TableConfig {
@@ -437,6 +443,15 @@ impl Config {
             applied_record_files: s.applied_record_files.unwrap_or(DEFAULT_WINDOW).max(1),
             mode: s.mode.unwrap_or_default(),
             truncate_on_source_delete: s.truncate_on_source_delete.unwrap_or(true),
+            format_version: match s.format_version {
+                None | Some(2) => iceberg::spec::FormatVersion::V2,
+                Some(3) => iceberg::spec::FormatVersion::V3,
+                Some(v) => {
+                    return Err(Error::Config(format!(
+                        "[tables.\"{matched}\"] format_version = {v}: use 2 or 3"
+                    )));
+                }
+            },
         })
     }
 }

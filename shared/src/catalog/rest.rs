@@ -483,7 +483,8 @@ impl RestCatalog {
         let mut properties = metadata.map(|m| m.properties().clone()).unwrap_or_default();
         properties.insert(
             "format-version".into(),
-            (crate::commit::FORMAT_VERSION as u8).to_string(),
+            (metadata.map_or(crate::commit::FORMAT_VERSION, |m| m.format_version()) as u8)
+                .to_string(),
         );
         let request = StageCreate {
             name: ident.name(),

@@ -32,6 +32,7 @@ use iceberg::spec::{
     TableMetadata, UNASSIGNED_SEQUENCE_NUMBER,
 };
 
+use super::lineage;
 use crate::error::{Error, Result};
 use crate::files::{Files, Fill};
 
@@ -127,9 +128,11 @@ impl Out {
             md.current_schema().clone(),
             spec.as_ref().clone(),
         );
-        let writer = match content {
-            ManifestContentType::Data => builder.build_v2_data(),
-            ManifestContentType::Deletes => builder.build_v2_deletes(),
+        let writer = match (content, lineage::tracks(md)) {
+            (ManifestContentType::Data, false) => builder.build_v2_data(),
+            (ManifestContentType::Deletes, false) => builder.build_v2_deletes(),
+            (ManifestContentType::Data, true) => builder.build_v3_data(),
+            (ManifestContentType::Deletes, true) => builder.build_v3_deletes(),
         };
         Ok(Out {
             memory,
@@ -156,35 +159,43 @@ impl Out {
         Ok(())
     }
 
-    /// A live entry of an earlier snapshot, carried as EXISTING with its numbers.
-    fn existing(&mut self, e: &ManifestEntry) -> Result<()> {
+    /// A live entry of an earlier snapshot, carried as EXISTING with its numbers and the
+    /// `first_row_id` it inherited.
+    fn existing(&mut self, e: &ManifestEntry, first_row_id: Option<i64>) -> Result<()> {
         let (sid, seq, file_seq) = numbers(e)?;
+        let f = lineage::with_first_row_id(e.data_file(), self.spec_id, first_row_id)?;
         self.writer
-            .add_existing_file(e.data_file().clone(), sid, seq, file_seq)?;
+            .add_existing_file(f.clone(), sid, seq, file_seq)?;
         self.entries.push(
             ManifestEntry::builder()
                 .status(ManifestStatus::Existing)
                 .snapshot_id(sid)
                 .sequence_number(seq)
                 .file_sequence_number_opt(file_seq)
-                .data_file(e.data_file().clone())
+                .data_file(f)
                 .build(),
         );
         Ok(())
     }
 
     /// A file this snapshot removes (`e` as it was live), or removed (`e` already DELETED by it).
-    fn deleted(&mut self, snapshot_id: i64, e: &ManifestEntry) -> Result<()> {
+    /// `first_row_id`: what it inherited, as for [`Out::existing`].
+    fn deleted(
+        &mut self,
+        snapshot_id: i64,
+        e: &ManifestEntry,
+        first_row_id: Option<i64>,
+    ) -> Result<()> {
         let (_, seq, file_seq) = numbers(e)?;
-        self.writer
-            .add_delete_file(e.data_file().clone(), seq, file_seq)?;
+        let f = lineage::with_first_row_id(e.data_file(), self.spec_id, first_row_id)?;
+        self.writer.add_delete_file(f.clone(), seq, file_seq)?;
         self.entries.push(
             ManifestEntry::builder()
                 .status(ManifestStatus::Deleted)
                 .snapshot_id(snapshot_id)
                 .sequence_number(seq)
                 .file_sequence_number_opt(file_seq)
-                .data_file(e.data_file().clone())
+                .data_file(f)
                 .build(),
         );
         Ok(())
@@ -217,7 +228,7 @@ impl Out {
             .schema_id(schema.schema_id())
             .schema(schema)
             .partition_spec(spec.as_ref().clone())
-            .format_version(FormatVersion::V2)
+            .format_version(md.format_version().max(FormatVersion::V2))
             .content(content)
             .build();
         files.remember_manifest(&path, Manifest::new(metadata, entries));
@@ -381,15 +392,16 @@ pub(crate) async fn filter(
             continue;
         };
         let mut w = Out::new(files, md, snapshot_id, m.partition_spec_id, m.content)?;
-        for e in manifest.entries() {
+        let row_ids = lineage::inherited(m, manifest.entries());
+        for (e, row_id) in manifest.entries().iter().zip(row_ids) {
             if !e.is_alive() {
                 continue;
             }
             if (removing.remove)(e.data_file()) {
                 out.removed.push((e.content_type(), e.data_file().clone()));
-                w.deleted(snapshot_id, e)?;
+                w.deleted(snapshot_id, e, row_id)?;
             } else {
-                w.existing(e)?;
+                w.existing(e, row_id)?;
             }
         }
         listed.push(Either::Right(async move {
@@ -530,17 +542,27 @@ async fn merge_bin(
     let mut w = Out::new(files, md, snapshot_id, spec_id, content)?;
     for m in members {
         let manifest = entries_of(files, m, snapshot_id, pending).await?;
-        for e in manifest.entries() {
+        // This attempt's own manifests have no range yet: their entries hold what they
+        // inherited (filtered ones) or nothing (new files, which the merged manifest's range
+        // numbers).
+        let row_ids: Vec<Option<i64>> = if m.added_snapshot_id == snapshot_id {
+            (manifest.entries().iter())
+                .map(|e| e.data_file().first_row_id())
+                .collect()
+        } else {
+            lineage::inherited(m, manifest.entries())
+        };
+        for (e, row_id) in manifest.entries().iter().zip(row_ids) {
             let ours = e.snapshot_id() == Some(snapshot_id);
             match e.status() {
-                ManifestStatus::Deleted if ours => w.deleted(snapshot_id, e)?,
+                ManifestStatus::Deleted if ours => w.deleted(snapshot_id, e, row_id)?,
                 ManifestStatus::Deleted => {}
                 ManifestStatus::Added if ours => w.added(
                     snapshot_id,
                     e.data_file().clone(),
                     e.sequence_number().unwrap_or(UNASSIGNED_SEQUENCE_NUMBER),
                 )?,
-                _ => w.existing(e)?,
+                _ => w.existing(e, row_id)?,
             }
         }
     }

@@ -37,6 +37,7 @@
 
 pub(crate) mod carry;
 mod failpoint;
+mod lineage;
 pub(crate) mod manifests;
 pub(crate) mod producer;
 pub(crate) mod record;
@@ -70,6 +71,7 @@ pub(crate) use validate::Conflict;
 
 use crate::catalog::{Catalog, SwapError};
 use crate::error::{Error, Result};
+use crate::files::deletes::DeleteId;
 use crate::files::prepared::Prepared;
 use crate::table::LoadedTable;
 use retry::{Budget, RetryPolicy};
@@ -156,7 +158,7 @@ pub(crate) enum Change {
         /// Live delete files whose positions this commit's delete files hold with its own, and
         /// which it removes: at most one delete file per data file. Each must still be live
         /// when it commits.
-        replaced_deletes: BTreeSet<String>,
+        replaced_deletes: BTreeSet<DeleteId>,
     },
     /// Compaction: files replaced by files holding the same rows; the removed files must still
     /// be live (they are found in whatever manifests list them when it commits). Rows of
@@ -166,7 +168,7 @@ pub(crate) enum Change {
     Rewrite {
         removed_data_files: BTreeSet<String>,
         /// Delete files that point only into removed files (if still live).
-        removed_delete_files: BTreeSet<String>,
+        removed_delete_files: BTreeSet<DeleteId>,
         row_map: Option<Arc<RowMap>>,
     },
     /// Rows appended (the rejected-rows table).
@@ -557,18 +559,15 @@ async fn attempt_until_decided(
     }
 }
 
-/// Tables other engines made in format versions other than ours: v1 tables are upgraded to v2
-/// by our first commit (v2 readers read v1 files; Iceberg's own upgrade is just this); a v3
-/// table (Iceberg 1.8+ engines: deletion vectors, row lineage) is refused, since its readers
-/// expect what v3 writers write (row ids, deletion vectors in place of position-delete files).
+/// Format versions we commit to: v1 tables are upgraded to v2 by our first commit (v2 readers
+/// read v1 files; Iceberg's own upgrade is just this); v2 tables get position-delete files and
+/// v3 tables deletion vectors and row lineage, as each version's readers expect.
 pub(crate) fn writable_version(metadata: &TableMetadata, table: &str) -> Result<()> {
     match metadata.format_version() {
-        FormatVersion::V1 | FormatVersion::V2 => Ok(()),
+        FormatVersion::V1 | FormatVersion::V2 | FormatVersion::V3 => Ok(()),
+        #[allow(unreachable_patterns)]
         v => Err(Error::Unsupported(format!(
-            "table {table} is Iceberg format version {} (an engine on Iceberg 1.8 or later made \
-             it: deletion vectors, row lineage); dms2iceberg writes format version 2 and would \
-             commit what v3 readers misread: keep this table out of dms2iceberg, or recreate it \
-             with 'format-version'='2'",
+            "table {table} is Iceberg format version {}; dms2iceberg writes versions 2 and 3",
             v as u8
         ))),
     }

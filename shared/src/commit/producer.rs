@@ -12,10 +12,12 @@ use iceberg::spec::{
 };
 use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
 
+use super::lineage;
 use super::record::{AppliedRecord, PROPERTY};
 use super::{Base, Change, CommitError, Staged, failpoint, manifests, summary};
 use crate::error::{Error, Result};
 use crate::files::Files;
+use crate::files::deletes::DeleteId;
 use crate::files::metadata::Refs;
 use crate::files::prepared::Prepared;
 use crate::table::LoadedTable;
@@ -86,13 +88,8 @@ async fn attempt_manifests(
         // Another writer replaced or removed a delete file this commit's merged deletes hold.
         let gone = replaced_deletes
             .iter()
-            .find(|p| {
-                !filtered
-                    .removed
-                    .iter()
-                    .any(|(_, f)| f.file_path() == p.as_str())
-            })
-            .cloned()
+            .find(|p| !filtered.removed.iter().any(|(_, f)| DeleteId::of(f) == **p))
+            .map(|p| p.to_string())
             .unwrap_or_default();
         return Err(CommitError::Conflict(super::Conflict::DeleteFileReplaced {
             file: gone,
@@ -108,9 +105,7 @@ async fn attempt_manifests(
         let c = super::carry::write(files, base_md, staged.snapshot_id, map, carry).await?;
         written.extend(c.written);
         for f in &c.files {
-            added.delete_files += 1;
-            added.position_deletes += f.record_count();
-            added.delete_files_size += f.file_size_in_bytes();
+            added.count_delete(f);
         }
         ours.extend(c.manifests.manifests);
         held.extend(c.manifests.held);
@@ -153,7 +148,7 @@ fn removing(change: &Change) -> manifests::Removing<'_> {
         } => manifests::Removing {
             data: false,
             deletes: !replaced_deletes.is_empty(),
-            remove: Box::new(|f| replaced_deletes.contains(f.file_path())),
+            remove: Box::new(|f| replaced_deletes.contains(&DeleteId::of(f))),
         },
         Change::Rewrite {
             removed_data_files,
@@ -165,7 +160,7 @@ fn removing(change: &Change) -> manifests::Removing<'_> {
             remove: Box::new(|f| match f.content_type() {
                 DataContentType::Data => removed_data_files.contains(f.file_path()),
                 _ => {
-                    removed_delete_files.contains(f.file_path())
+                    removed_delete_files.contains(&DeleteId::of(f))
                         || manifests::only_targets(f, removed_data_files)
                 }
             }),
@@ -258,8 +253,28 @@ pub(super) async fn build_attempt(
         uuid::Uuid::new_v4()
     );
     written.push(list_path.clone());
-    let entries = list_entries(listed, sequence_number);
-    let snapshot = new_snapshot(staged, base_md, &added, sequence_number, &list_path);
+    let mut entries = list_entries(listed, sequence_number);
+    // Row ids (v3): recomputed on every attempt from the table's `next-row-id` as it is then.
+    let row_range = if lineage::tracks(base_md) {
+        let first = base_md.next_row_id();
+        match lineage::assign(&mut entries, first) {
+            Ok(added_rows) => Some((first, added_rows)),
+            Err(e) => {
+                written.abandon(file_io).await;
+                return Err(e.into());
+            }
+        }
+    } else {
+        None
+    };
+    let snapshot = new_snapshot(
+        staged,
+        base_md,
+        &added,
+        sequence_number,
+        &list_path,
+        row_range,
+    );
     // The manifest list needs only the entries: it is written by a task of its own while the
     // metadata is built and written (the local filesystem's writes and fsyncs block the thread
     // they run on; on S3 the two uploads overlap either way).
@@ -339,13 +354,14 @@ fn new_snapshot(
     added: &super::Added,
     sequence_number: i64,
     list_path: &str,
+    row_range: Option<(u64, u64)>,
 ) -> Snapshot {
     let parent = base_md.current_snapshot();
     let mut props: HashMap<String, String> = summary::summarize(parent.map(|p| p.summary()), added);
     props.extend(staged.summary.iter().map(|(k, v)| (k.clone(), v.clone())));
     let added_data = staged.added.data_files > 0;
     let added_deletes = staged.added.delete_files > 0;
-    Snapshot::builder()
+    let builder = Snapshot::builder()
         .with_snapshot_id(staged.snapshot_id)
         .with_parent_snapshot_id(parent.map(|p| p.snapshot_id()))
         .with_sequence_number(sequence_number)
@@ -359,8 +375,13 @@ fn new_snapshot(
         .with_summary(Summary {
             operation: staged.change.operation(added_deletes, added_data),
             additional_properties: props,
-        })
-        .build()
+        });
+    match row_range {
+        Some((first_row_id, added_rows)) => {
+            builder.with_row_range(first_row_id, added_rows).build()
+        }
+        None => builder.build(),
+    }
 }
 
 /// Starts writing the manifest list of `snapshot` on a task of its own; the future resolves
@@ -372,18 +393,21 @@ async fn write_list(
     snapshot: &Snapshot,
 ) -> impl Future<Output = Result<()>> + use<> {
     let (file_io, list_path, entries) = (file_io.clone(), list_path.to_string(), entries.to_vec());
-    let (snapshot_id, parent_id, sequence_number) = (
+    let (snapshot_id, parent_id, sequence_number, first_row_id) = (
         snapshot.snapshot_id(),
         snapshot.parent_snapshot_id(),
         snapshot.sequence_number(),
+        snapshot.first_row_id(),
     );
     let task = crate::process::spawn_beside(async move {
-        let mut writer = ManifestListWriter::v2(
-            file_io.new_output(&list_path)?.writer().await?,
-            snapshot_id,
-            parent_id,
-            sequence_number,
-        );
+        let out = file_io.new_output(&list_path)?.writer().await?;
+        // Every data manifest has its range already (`lineage::assign`): the v3 writer checks.
+        let mut writer = match first_row_id {
+            Some(first) => {
+                ManifestListWriter::v3(out, snapshot_id, parent_id, sequence_number, Some(first))
+            }
+            None => ManifestListWriter::v2(out, snapshot_id, parent_id, sequence_number),
+        };
         writer.add_manifests(entries.into_iter())?;
         writer.close().await?;
         Ok::<_, Error>(())

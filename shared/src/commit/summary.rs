@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use iceberg::spec::{DataContentType, DataFile, Summary};
+use iceberg::spec::{DataContentType, DataFile, DataFileFormat, Summary};
 
 /// What a commit adds (and, for rewrites, removes).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -13,6 +13,8 @@ pub(crate) struct Added {
     pub records: u64,
     pub data_files_size: u64,
     pub delete_files: u64,
+    /// Of `delete_files`, deletion vectors (v3).
+    pub dvs: u64,
     pub position_deletes: u64,
     pub delete_files_size: u64,
     pub changed_partitions: u64,
@@ -20,6 +22,7 @@ pub(crate) struct Added {
     pub removed_records: u64,
     pub removed_data_files_size: u64,
     pub removed_delete_files: u64,
+    pub removed_dvs: u64,
     pub removed_position_deletes: u64,
     pub removed_delete_files_size: u64,
 }
@@ -36,11 +39,33 @@ impl Added {
                 }
                 _ => {
                     self.removed_delete_files += 1;
+                    self.removed_dvs += is_dv(f) as u64;
                     self.removed_position_deletes += f.record_count();
-                    self.removed_delete_files_size += f.file_size_in_bytes();
+                    self.removed_delete_files_size += delete_size(f);
                 }
             }
         }
+    }
+
+    /// Counts a delete file (or deletion vector) the snapshot adds.
+    pub(crate) fn count_delete(&mut self, f: &DataFile) {
+        self.delete_files += 1;
+        self.dvs += is_dv(f) as u64;
+        self.position_deletes += f.record_count();
+        self.delete_files_size += delete_size(f);
+    }
+}
+
+fn is_dv(f: &DataFile) -> bool {
+    f.file_format() == DataFileFormat::Puffin
+}
+
+/// A deletion vector's size is its blob's, not the Puffin file's it shares (Java's
+/// `ScanTaskUtil.contentSizeInBytes`).
+fn delete_size(f: &DataFile) -> u64 {
+    match f.content_size_in_bytes() {
+        Some(n) if is_dv(f) => u64::try_from(n).unwrap_or(0),
+        _ => f.file_size_in_bytes(),
     }
 }
 
@@ -55,7 +80,8 @@ pub(super) fn summarize(parent: Option<&Summary>, a: &Added) -> HashMap<String, 
     put("added-records", a.records);
     put("added-files-size", a.data_files_size + a.delete_files_size);
     put("added-delete-files", a.delete_files);
-    put("added-position-delete-files", a.delete_files);
+    put("added-position-delete-files", a.delete_files - a.dvs);
+    put("added-dvs", a.dvs);
     put("added-position-deletes", a.position_deletes);
     put("deleted-data-files", a.removed_data_files);
     put("deleted-records", a.removed_records);
@@ -64,7 +90,11 @@ pub(super) fn summarize(parent: Option<&Summary>, a: &Added) -> HashMap<String, 
         a.removed_data_files_size + a.removed_delete_files_size,
     );
     put("removed-delete-files", a.removed_delete_files);
-    put("removed-position-delete-files", a.removed_delete_files);
+    put(
+        "removed-position-delete-files",
+        a.removed_delete_files - a.removed_dvs,
+    );
+    put("removed-dvs", a.removed_dvs);
     put("removed-position-deletes", a.removed_position_deletes);
     m.insert(
         "changed-partition-count".into(),

@@ -2,6 +2,7 @@
 //! commit planned on one state of the table and validated against another that a concurrent
 //! writer (ours, or another engine's) produced. Seconds to run, no Python.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -955,44 +956,151 @@ async fn an_unknown_metadata_commit_is_resolved_by_looking_in_the_metadata_log()
     assert_eq!(t.metadata.properties()["other.writer"], "1");
 }
 
+/// Each live data file of the current snapshot with the `first_row_id` a reader derives for
+/// it, and its live deletes (`(path, offset)`, offset for deletion vectors) with their
+/// positions.
+async fn lineage_and_deletes(
+    lab: &Lab,
+) -> (
+    BTreeMap<String, Option<i64>>,
+    BTreeMap<String, Vec<(String, Option<i64>, Vec<i64>)>>,
+) {
+    use crate::files::Fill;
+    use crate::files::deletes::DeleteSource;
+    let t = lab.table().await;
+    let md = &t.metadata;
+    let files = lab.catalog.files();
+    let list = files
+        .manifest_list(md, md.current_snapshot().unwrap())
+        .await
+        .unwrap();
+    let read = files.manifests(&list, Fill::Pass).await.unwrap();
+    let mut ids = BTreeMap::new();
+    let mut deletes: BTreeMap<String, Vec<(String, Option<i64>, Vec<i64>)>> = BTreeMap::new();
+    for (m, manifest) in list.iter().zip(&read) {
+        let inherited = super::lineage::inherited(m, manifest.entries());
+        for (e, id) in manifest.entries().iter().zip(inherited) {
+            if !e.is_alive() {
+                continue;
+            }
+            let f = e.data_file();
+            if f.content_type() == iceberg::spec::DataContentType::Data {
+                ids.insert(f.file_path().to_string(), id);
+                continue;
+            }
+            let source = DeleteSource::of(f).unwrap();
+            let (content, _) = files.position_deletes(&source, Fill::Pass).await.unwrap();
+            for (target, positions) in content.iter() {
+                deletes.entry(target.clone()).or_default().push((
+                    source.id.path.clone(),
+                    source.id.offset,
+                    positions.clone(),
+                ));
+            }
+        }
+    }
+    (ids, deletes)
+}
+
+/// A v2 table another engine upgraded to v3 (a metadata change, as Iceberg's upgrade is):
+/// our next commit gives every data file its row ids (the pre-v3 manifests get ranges) and
+/// writes deletion vectors, each replacing every earlier delete of its data file (the v2
+/// position-delete file included); the next commit after that keeps every file's row ids and
+/// replaces the vectors it merges, so no data file ever has two.
 #[tokio::test]
-async fn a_format_version_3_table_is_refused_and_left_as_it_was() {
+async fn a_table_upgraded_to_v3_gets_row_ids_and_deletion_vectors() {
+    use iceberg::spec::FormatVersion;
     let lab = loaded("v3").await;
     commit_metadata(&lab.catalog, &lab.ident, |md, location| {
         Ok(Some(
             md.clone()
                 .into_builder(Some(location.to_string()))
-                .upgrade_format_version(iceberg::spec::FormatVersion::V3)?
+                .upgrade_format_version(FormatVersion::V3)?
                 .build()?
                 .metadata,
         ))
     })
     .await
     .unwrap();
-    let before = lab.table().await;
-    let r = Ingest::new(&lab.catalog, &lab.config)
-        .execute(
-            "s",
-            "t",
-            vec![lab.file("20220302-1135010000.csv", "U,3,c2\n")],
-            |_| {},
-        )
-        .await;
-    let e = r.error.expect("refused");
-    assert_eq!(r.error_kind, Some("Unsupported"));
-    assert!(e.contains("format version 3"), "{e}");
-    let after = lab.table().await;
-    assert_eq!(
-        after.pointer.metadata_location,
-        before.pointer.metadata_location
+    let (_, before) = lineage_and_deletes(&lab).await;
+    assert!(
+        before
+            .values()
+            .flatten()
+            .all(|(_, offset, _)| offset.is_none()),
+        "v2 position-delete files before: {before:?}"
     );
-    assert_eq!(lab.rows().await, ["1=a", "2=b1", "3=c"]);
-    // Compaction refuses it before it rewrites anything.
-    let e = Compact::new(&lab.catalog, lab.ident.clone())
-        .execute()
+    lab.ingest(vec![lab.file("20220302-1135010000.csv", "U,3,c2\nD,1,a\n")])
+        .await;
+    assert_eq!(lab.rows().await, ["2=b1", "3=c2"]);
+    let t = lab.table().await;
+    let md = &t.metadata;
+    assert_eq!(md.format_version(), FormatVersion::V3);
+    let snapshot = md.current_snapshot().unwrap();
+    assert_eq!(snapshot.first_row_id(), Some(0));
+    assert_eq!(md.next_row_id(), snapshot.added_rows_count().unwrap());
+    let (ids, deletes) = lineage_and_deletes(&lab).await;
+    let live = lab
+        .catalog
+        .files()
+        .live(
+            md,
+            crate::files::live::Scope::Data,
+            crate::files::Fill::Pass,
+        )
         .await
-        .expect_err("refused");
-    assert_eq!(e.kind(), "Unsupported");
+        .unwrap();
+    let load = live
+        .data()
+        .find(|d| d.file().record_count() == 3)
+        .unwrap()
+        .file()
+        .file_path()
+        .to_string();
+    assert!(
+        ids.values().all(Option::is_some),
+        "every data file has row ids: {ids:?}"
+    );
+    for (file, d) in &deletes {
+        assert_eq!(d.len(), 1, "one delete per data file: {file} {d:?}");
+        assert!(d[0].1.is_some() && d[0].0.ends_with(".puffin"), "{d:?}");
+    }
+    // The LOAD file's vector holds the v2 file's position (key 2's old row) with this commit's.
+    assert_eq!(deletes[&load][0].2, vec![0, 1, 2]);
+    let first_ids = ids.clone();
+
+    lab.ingest(vec![lab.file("20220302-1136010000.csv", "U,2,b2\nI,4,d\n")])
+        .await;
+    assert_eq!(lab.rows().await, ["2=b2", "3=c2", "4=d"]);
+    let (ids, deletes) = lineage_and_deletes(&lab).await;
+    for (file, id) in &first_ids {
+        if let Some(now) = ids.get(file) {
+            assert_eq!(now, id, "{file} keeps its row ids");
+        }
+    }
+    for (file, d) in &deletes {
+        assert_eq!(d.len(), 1, "one delete per data file: {file} {d:?}");
+    }
+    // Row id ranges of live files never overlap.
+    let mut ranges: Vec<(i64, i64)> = Vec::new();
+    let t = lab.table().await;
+    let files = lab.catalog.files();
+    let live = files
+        .live(
+            &t.metadata,
+            crate::files::live::Scope::Data,
+            crate::files::Fill::Pass,
+        )
+        .await
+        .unwrap();
+    for d in live.data() {
+        let f = d.file();
+        let first = ids[f.file_path()].unwrap();
+        ranges.push((first, first + f.record_count() as i64));
+    }
+    ranges.sort();
+    assert!(ranges.windows(2).all(|w| w[0].1 <= w[1].0), "{ranges:?}");
+    assert!(t.metadata.next_row_id() as i64 >= ranges.last().unwrap().1);
 }
 
 #[tokio::test]

@@ -25,7 +25,7 @@ use iceberg::spec::{ManifestContentType, ManifestStatus, Operation, Snapshot, Ta
 
 use super::record::{AppliedRecord, Standing};
 use super::{Base, Change, CommitError, KeyScope, RowMap, Staged};
-use crate::files::deletes::Targets;
+use crate::files::deletes::{DeleteId, DeleteSource, Targets};
 use crate::files::live::Scope;
 use crate::files::{Files, Fill};
 use crate::table::{LoadedTable, ancestors};
@@ -442,7 +442,7 @@ fn no_equality_deletes(intervening: &[Arc<Snapshot>]) -> std::result::Result<(),
 /// changes.
 struct RowDeltaReads<'a> {
     referenced: &'a BTreeSet<String>,
-    replaced: &'a BTreeSet<String>,
+    replaced: &'a BTreeSet<DeleteId>,
     kept: &'a BTreeSet<String>,
     keys: &'a KeyScope,
     checked: &'a Mutex<BTreeSet<i64>>,
@@ -562,9 +562,9 @@ async fn changes_what_we_read(
                         }));
                     }
                 }
-                ManifestStatus::Deleted if reads.replaced.contains(f.file_path()) => {
+                ManifestStatus::Deleted if reads.replaced.contains(&DeleteId::of(f)) => {
                     return Ok(Some(Conflict::DeleteFileReplaced {
-                        file: f.file_path().to_string(),
+                        file: DeleteId::of(f).to_string(),
                     }));
                 }
                 _ => {}
@@ -609,7 +609,7 @@ async fn rewrite_still_valid(
                     continue;
                 }
                 let (content, _) = files
-                    .position_deletes(f.file_path(), f.file_size_in_bytes(), Fill::Pass)
+                    .position_deletes(&DeleteSource::of(f)?, Fill::Pass)
                     .await?;
                 for (target, positions) in content.iter() {
                     if !removed_data_files.contains(target) {

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use iceberg::spec::{Manifest, ManifestFile, TableMetadata};
 
-use super::deletes::DeletedPositions;
+use super::deletes::{DeleteId, DeletedPositions};
 use super::keys::Cached;
 use super::metadata::Refs;
 
@@ -67,7 +67,7 @@ pub struct TableCache {
     pub(super) lists: Mutex<Fifo<String, Arc<Vec<ManifestFile>>>>,
     pub(super) written: Mutex<Fifo<String, Arc<Manifest>>>,
     pub(super) manifests: Mutex<Fifo<String, Arc<Manifest>>>,
-    pub(super) deletes: Mutex<Fifo<String, Arc<DeletedPositions>>>,
+    pub(super) deletes: Mutex<Fifo<DeleteId, Arc<DeletedPositions>>>,
     /// Key columns of data files, in file order, for the key types they were read as; and the
     /// ordering-column values of the same files (a warm lookup compares every live hit's
     /// ordering values with the change's from memory). One byte budget for both.

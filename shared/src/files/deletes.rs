@@ -1,4 +1,5 @@
-//! Position-delete files: their content, as every reader of a table's deletes needs it.
+//! Position deletes: their content, as every reader of a table's deletes needs it, whether a
+//! v2 position-delete file (Parquet) or a v3 deletion vector (one blob of a Puffin file).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -7,10 +8,10 @@ use arrow_array::cast::AsArray as _;
 use arrow_array::types::Int64Type;
 use arrow_schema::DataType;
 use iceberg::io::FileIO;
-use iceberg::spec::{DataFile, PrimitiveLiteral};
+use iceberg::spec::{DataFile, DataFileFormat, PrimitiveLiteral};
 
 use super::cache::{Kind, get, put};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::write::FileDeletes;
 
 /// Field ids Iceberg reserves for position-delete files.
@@ -64,6 +65,99 @@ impl Targets {
     }
 }
 
+/// What identifies a live delete: its file, and for a deletion vector its offset in that file
+/// (a Puffin file holds the vectors of many data files, each its own manifest entry, and a
+/// commit replaces one vector while the others of the same file stay live).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct DeleteId {
+    pub path: String,
+    pub offset: Option<i64>,
+}
+
+impl DeleteId {
+    pub(crate) fn of(f: &DataFile) -> DeleteId {
+        DeleteId {
+            path: f.file_path().to_string(),
+            offset: (f.file_format() == DataFileFormat::Puffin)
+                .then(|| f.content_offset())
+                .flatten(),
+        }
+    }
+}
+
+impl std::fmt::Display for DeleteId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.offset {
+            Some(o) => write!(f, "{} (deletion vector at byte {o})", self.path),
+            None => f.write_str(&self.path),
+        }
+    }
+}
+
+/// Where a live delete's positions are, as its manifest entry tells: a whole position-delete
+/// file, or the byte range of one deletion vector.
+#[derive(Debug, Clone)]
+pub(crate) struct DeleteSource {
+    pub id: DeleteId,
+    /// The file's size.
+    pub size: u64,
+    pub vector: Option<Vector>,
+}
+
+/// A deletion vector's place and what its manifest entry says it holds.
+#[derive(Debug, Clone)]
+pub(crate) struct Vector {
+    pub offset: u64,
+    pub length: u64,
+    pub referenced_data_file: String,
+    pub cardinality: u64,
+}
+
+impl DeleteSource {
+    /// Refuses a deletion vector whose entry lacks what the spec requires of it.
+    pub(crate) fn of(f: &DataFile) -> Result<DeleteSource> {
+        let id = DeleteId::of(f);
+        let vector = match f.file_format() {
+            DataFileFormat::Puffin => {
+                let bad = |what: &str| {
+                    Error::Table(format!(
+                        "deletion vector in {}: its manifest entry has no {what}",
+                        f.file_path()
+                    ))
+                };
+                let offset = f.content_offset().ok_or_else(|| bad("content_offset"))?;
+                let length = f
+                    .content_size_in_bytes()
+                    .ok_or_else(|| bad("content_size_in_bytes"))?;
+                let referenced_data_file = f
+                    .referenced_data_file()
+                    .ok_or_else(|| bad("referenced_data_file"))?;
+                let (Ok(offset), Ok(length)) = (u64::try_from(offset), u64::try_from(length))
+                else {
+                    return Err(bad("valid content_offset and content_size_in_bytes"));
+                };
+                Some(Vector {
+                    offset,
+                    length,
+                    referenced_data_file,
+                    cardinality: f.record_count(),
+                })
+            }
+            _ => None,
+        };
+        Ok(DeleteSource {
+            id,
+            size: f.file_size_in_bytes(),
+            vector,
+        })
+    }
+
+    /// The bytes a read fetches (bounds concurrent large reads).
+    pub(crate) fn read_size(&self) -> u64 {
+        self.vector.as_ref().map_or(self.size, |v| v.length)
+    }
+}
+
 /// Content of a position-delete file: deleted positions per data file path.
 pub(crate) type DeletedPositions = HashMap<String, Vec<i64>>;
 
@@ -104,29 +198,53 @@ pub(crate) async fn read_position_deletes(
     Ok(map)
 }
 
+/// Reads one deletion vector: its byte range only (one ranged GET), checked against its entry.
+async fn read_deletion_vector(
+    file_io: &FileIO,
+    path: &str,
+    v: &Vector,
+) -> Result<DeletedPositions> {
+    let what = format!("{path} at byte {}", v.offset);
+    let end = v
+        .offset
+        .checked_add(v.length)
+        .ok_or_else(|| Error::Table(format!("deletion vector {what}: its length overflows")))?;
+    let bytes = file_io
+        .new_input(path)?
+        .reader()
+        .await?
+        .read(v.offset..end)
+        .await?;
+    let positions = super::dv::decode(&bytes, Some(v.cardinality), &what)?;
+    Ok(HashMap::from([(v.referenced_data_file.clone(), positions)]))
+}
+
 impl super::Files {
-    /// The content of the position-delete file at `path`, and whether it was read from
-    /// storage (not the cache).
+    /// The positions `source` deletes, and whether they were read from storage (not the
+    /// cache).
     pub(crate) async fn position_deletes(
         &self,
-        path: &str,
-        size: u64,
+        source: &DeleteSource,
         fill: super::Fill,
     ) -> Result<(Arc<DeletedPositions>, bool)> {
-        if let Some(d) = get(&self.cache().deletes, path) {
+        if let Some(d) = get(&self.cache().deletes, &source.id) {
             return Ok((d, false));
         }
-        let content = Arc::new(read_position_deletes(self.io(), path, size).await?);
+        let path = source.id.path.as_str();
+        let content = Arc::new(match &source.vector {
+            Some(v) => read_deletion_vector(self.io(), path, v).await?,
+            None => read_position_deletes(self.io(), path, source.size).await?,
+        });
         self.cache().count_read(Kind::PositionDeletes);
         if fill == super::Fill::Keep {
-            put(&self.cache().deletes, path.to_string(), content.clone());
+            put(&self.cache().deletes, source.id.clone(), content.clone());
         }
         Ok((content, true))
     }
 
-    /// Keeps the content of a position-delete file this process just wrote.
-    pub(crate) fn remember_position_deletes(&self, path: &str, content: DeletedPositions) {
-        put(&self.cache().deletes, path.to_string(), Arc::new(content));
+    /// Keeps the content of a delete this process just wrote.
+    pub(crate) fn remember_position_deletes(&self, id: DeleteId, content: DeletedPositions) {
+        put(&self.cache().deletes, id, Arc::new(content));
     }
 }
 
@@ -138,8 +256,8 @@ impl super::Files {
 pub(crate) struct MergedDeletes {
     /// Every position each data file's one delete file holds, by data file path.
     pub deletes: BTreeMap<String, FileDeletes>,
-    /// Live delete files whose positions `deletes` holds.
-    pub replaced: BTreeSet<String>,
+    /// Live deletes whose positions `deletes` holds.
+    pub replaced: BTreeSet<DeleteId>,
 }
 
 impl super::Files {
@@ -168,29 +286,26 @@ impl super::Files {
             .data()
             .map(|d| (d.file().file_path(), (d.spec_id, d.file().partition())))
             .collect();
-        let deletes: Vec<(&str, u64, Targets)> = live
+        let deletes: Vec<(DeleteSource, Targets)> = live
             .position_deletes()
-            .map(|d| {
-                let f = d.file();
-                (f.file_path(), f.file_size_in_bytes(), Targets::of(f))
-            })
-            .collect();
+            .map(|d| Ok((DeleteSource::of(d.file())?, Targets::of(d.file()))))
+            .collect::<Result<_>>()?;
         let mut pending: BTreeSet<String> = new.keys().cloned().collect();
         let mut seen: BTreeSet<String> = BTreeSet::new();
         while !pending.is_empty() {
             let round = std::mem::take(&mut pending);
             seen.extend(round.iter().cloned());
-            let wanted: Vec<(&str, u64)> = deletes
+            let wanted: Vec<&DeleteSource> = deletes
                 .iter()
-                .filter(|(p, _, t)| !out.replaced.contains(*p) && t.may_target_any(&round))
-                .map(|(p, size, _)| (*p, *size))
+                .filter(|(d, t)| !out.replaced.contains(&d.id) && t.may_target_any(&round))
+                .map(|(d, _)| d)
                 .collect();
             let read = self.position_deletes_of(&wanted, super::Fill::Keep).await?;
-            for ((path, _), (content, _)) in wanted.iter().zip(read) {
+            for (source, (content, _)) in wanted.iter().zip(read) {
                 if !content.keys().any(|t| round.contains(t)) {
                     continue;
                 }
-                out.replaced.insert(path.to_string());
+                out.replaced.insert(source.id.clone());
                 for (target, positions) in content.iter() {
                     let Some((spec_id, partition)) = data.get(target.as_str()) else {
                         continue;

@@ -9,7 +9,7 @@ use iceberg::spec::{
     Snapshot, TableMetadata,
 };
 
-use super::deletes::DeletedPositions;
+use super::deletes::{DeleteSource, DeletedPositions};
 use super::parquet::{READ_CONCURRENCY, SMALL_READ_CONCURRENCY, large_read_permit};
 use super::{Files, Fill, equality_deletes_refused};
 use crate::error::Result;
@@ -93,21 +93,21 @@ impl Files {
         })
     }
 
-    /// The content of position-delete files `(path, size)`, in their order, with whether each
-    /// was read from storage. Many small files on object storage, so read concurrently: up to
-    /// [`SMALL_READ_CONCURRENCY`] whole small files, of which at most [`READ_CONCURRENCY`] larger
-    /// ones reading ranges.
+    /// The positions of `sources`, in their order, with whether each was read from storage.
+    /// Many small files on object storage, so read concurrently: up to
+    /// [`SMALL_READ_CONCURRENCY`] whole small files or vectors, of which at most
+    /// [`READ_CONCURRENCY`] larger ones reading ranges.
     pub(crate) async fn position_deletes_of(
         &self,
-        files: &[(&str, u64)],
+        sources: &[&DeleteSource],
         fill: Fill,
     ) -> Result<Vec<(Arc<DeletedPositions>, bool)>> {
         let large = &tokio::sync::Semaphore::new(READ_CONCURRENCY);
-        futures::stream::iter(0..files.len())
+        futures::stream::iter(0..sources.len())
             .map(|i| async move {
-                let (path, size) = files[i];
-                let _permit = large_read_permit(large, size).await?;
-                self.position_deletes(path, size, fill).await
+                let source = sources[i];
+                let _permit = large_read_permit(large, source.read_size()).await?;
+                self.position_deletes(source, fill).await
             })
             .buffered(SMALL_READ_CONCURRENCY)
             .try_collect()

@@ -34,7 +34,7 @@ use futures::{StreamExt, TryStreamExt};
 use iceberg::spec::{Struct, TableMetadata};
 
 use crate::error::Result;
-use crate::files::deletes::{DeletedPositions, Targets};
+use crate::files::deletes::{DeleteSource, DeletedPositions, Targets};
 use crate::files::live::Scope;
 use crate::files::parquet::{READ_CONCURRENCY, SMALL_READ_CONCURRENCY};
 use crate::files::probe::ProbeKeys;
@@ -93,10 +93,9 @@ pub(crate) struct Candidate {
     pub(crate) partition: Struct,
 }
 
-/// A live position-delete file.
+/// A live position-delete file or deletion vector.
 struct DeleteFile {
-    path: String,
-    size: u64,
+    source: DeleteSource,
     spec_id: i32,
     partition: Struct,
     targets: Targets,
@@ -261,15 +260,14 @@ async fn candidates(
         .position_deletes()
         .map(|d| {
             let f = d.file();
-            DeleteFile {
-                path: f.file_path().to_string(),
-                size: f.file_size_in_bytes(),
+            Ok(DeleteFile {
+                source: DeleteSource::of(f)?,
                 spec_id: d.spec_id,
                 partition: f.partition().clone(),
                 targets: Targets::of(f),
-            }
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     Ok((candidates, delete_files))
 }
 
@@ -288,10 +286,7 @@ async fn dead_rows(
     let needed: Vec<usize> = (0..delete_files.len())
         .filter(|&i| candidates.iter().any(|c| applies(&delete_files[i], c)))
         .collect();
-    let wanted: Vec<(&str, u64)> = needed
-        .iter()
-        .map(|&i| (delete_files[i].path.as_str(), delete_files[i].size))
-        .collect();
+    let wanted: Vec<&DeleteSource> = needed.iter().map(|&i| &delete_files[i].source).collect();
     let read = files.position_deletes_of(&wanted, Fill::Keep).await?;
     let mut loaded: HashMap<usize, Arc<DeletedPositions>> = HashMap::new();
     for (i, (content, from_storage)) in needed.into_iter().zip(read) {

@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::catalog::Catalog;
 use crate::commit::AppliedRecord;
 use crate::error::{Error, Result};
+use crate::files::deletes::DeleteSource;
 use crate::files::live::Scope;
 use crate::files::{Files, Fill, TableCache};
 use crate::table::{LoadedTable, ancestry, keys, source_files};
@@ -201,8 +202,12 @@ impl<'a> LiveRows<'a> {
                 counted += f.record_count();
                 continue;
             }
+            // A deletion vector of a data file no longer live deletes nothing here.
+            if f.file_format() == iceberg::spec::DataFileFormat::Puffin {
+                continue;
+            }
             let (content, _) = (self.files)
-                .position_deletes(f.file_path(), f.file_size_in_bytes(), Fill::Keep)
+                .position_deletes(&DeleteSource::of(f)?, Fill::Keep)
                 .await?;
             for (target, positions) in content.iter() {
                 if let Some((k, _)) = records.get_key_value(target.as_str()) {

@@ -1,6 +1,6 @@
 //! scan: read a table as of now, a snapshot, or a point in time, sorted by primary key.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
@@ -11,12 +11,16 @@ use iceberg::TableIdent;
 use iceberg::arrow::ArrowFileReader;
 use iceberg::io::{FileIO, FileMetadata};
 use iceberg::scan::FileScanTask;
+use iceberg::spec::{DataFileFormat, Snapshot, TableMetadata};
 use iceberg::table::Table;
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
+use crate::files::deletes::DeleteSource;
+use crate::files::live::Scope;
+use crate::files::{Files, Fill};
 use crate::table::LoadedTable;
 
 pub struct Scan<'a> {
@@ -104,7 +108,15 @@ impl<'a> Scan<'a> {
                     .await?
                     .try_collect()
                     .await?;
-                read_tasks(&table, file_io, tasks, &out_schema).await?
+                let snapshot = md
+                    .snapshot_by_id(id)
+                    .ok_or_else(|| Error::Internal(format!("snapshot {id} vanished")))?;
+                let vectors = deletion_vectors(self.catalog.files(), md, snapshot).await?;
+                if vectors.is_empty() {
+                    read_tasks(&table, file_io, tasks, &out_schema).await?
+                } else {
+                    read_with_vectors(&table, file_io, tasks, &out_schema, &vectors).await?
+                }
             }
         };
         let all = arrow_select::concat::concat_batches(&out_schema, &batches)?;
@@ -136,6 +148,113 @@ impl<'a> Scan<'a> {
             snapshot_id,
         })
     }
+}
+
+/// The position deletes of every data file that has a deletion vector in `snapshot` (its
+/// vector and any position-delete file an older writer left): iceberg-rust 0.10 reads every
+/// delete file as Parquet and matches deletes to data files by delete file path, which a Puffin
+/// file of many vectors shares, so these files' deletes are applied here.
+async fn deletion_vectors(
+    files: &Files,
+    md: &TableMetadata,
+    snapshot: &Snapshot,
+) -> Result<Vectors> {
+    let live = files.live_in(md, snapshot, Scope::All, Fill::Pass).await?;
+    let mut sources = Vec::new();
+    let mut puffins = BTreeSet::new();
+    for d in live.position_deletes() {
+        let f = d.file();
+        if f.file_format() == DataFileFormat::Puffin {
+            puffins.insert(f.file_path().to_string());
+        }
+        sources.push(DeleteSource::of(f)?);
+    }
+    if puffins.is_empty() {
+        return Ok(Vectors::default());
+    }
+    let refs: Vec<&DeleteSource> = sources.iter().collect();
+    let mut deleted: HashMap<String, Vec<i64>> = HashMap::new();
+    for (content, _) in files.position_deletes_of(&refs, Fill::Pass).await? {
+        for (target, positions) in content.iter() {
+            deleted
+                .entry(target.clone())
+                .or_default()
+                .extend_from_slice(positions);
+        }
+    }
+    for p in deleted.values_mut() {
+        p.sort_unstable();
+        p.dedup();
+    }
+    Ok(Vectors { puffins, deleted })
+}
+
+#[derive(Default)]
+struct Vectors {
+    /// Puffin files of live deletion vectors.
+    puffins: BTreeSet<String>,
+    /// Every position deleted per data file (vectors and position-delete files alike).
+    deleted: HashMap<String, Vec<i64>>,
+}
+
+impl Vectors {
+    fn is_empty(&self) -> bool {
+        self.puffins.is_empty()
+    }
+}
+
+/// [`read_tasks`] where some deletes are deletion vectors: each file is read whole with its
+/// position deletes taken out of the task (equality deletes stay with the reader), and the
+/// rows at its deleted positions dropped here, in file order.
+async fn read_with_vectors(
+    table: &Table,
+    file_io: &FileIO,
+    tasks: Vec<FileScanTask>,
+    schema: &SchemaRef,
+    vectors: &Vectors,
+) -> Result<Vec<RecordBatch>> {
+    let per_file: Vec<Vec<RecordBatch>> =
+        futures::stream::iter(tasks.into_iter().map(|mut task| {
+            task.deletes
+                .retain(|d| d.file_type != iceberg::spec::DataContentType::PositionDeletes);
+            let deleted = vectors
+                .deleted
+                .get(&task.data_file_path)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            async move {
+                let batches = read_tasks(table, file_io, vec![task], schema).await?;
+                drop_positions(batches, deleted)
+            }
+        }))
+        .buffered(8)
+        .try_collect()
+        .await?;
+    Ok(per_file.into_iter().flatten().collect())
+}
+
+/// `batches` (a whole file's rows in order) without the rows at `deleted` (ascending).
+fn drop_positions(batches: Vec<RecordBatch>, deleted: &[i64]) -> Result<Vec<RecordBatch>> {
+    if deleted.is_empty() {
+        return Ok(batches);
+    }
+    let mut start = 0i64;
+    let mut next = 0usize;
+    let mut out = Vec::with_capacity(batches.len());
+    for b in batches {
+        let n = b.num_rows() as i64;
+        let keep: arrow_array::BooleanArray = (start..start + n)
+            .map(|pos| {
+                while next < deleted.len() && deleted[next] < pos {
+                    next += 1;
+                }
+                Some(!(next < deleted.len() && deleted[next] == pos))
+            })
+            .collect();
+        start += n;
+        out.push(arrow_select::filter::filter_record_batch(&b, &keep)?);
+    }
+    Ok(out)
 }
 
 /// The rows of `tasks`, deletes applied, each batch in `schema` (the scanned schema as

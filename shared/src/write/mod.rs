@@ -14,12 +14,12 @@ use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataContentType, DataFile, DataFileFormat, NestedField, PartitionKey, PrimitiveType, Schema,
-    Struct, TableMetadata, Type,
+    DataContentType, DataFile, DataFileBuilder, DataFileFormat, FormatVersion, NestedField,
+    PartitionKey, PrimitiveType, Schema, Struct, TableMetadata, Type,
 };
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
-    DefaultFileNameGenerator, DefaultLocationGenerator,
+    DefaultFileNameGenerator, DefaultLocationGenerator, LocationGenerator as _,
 };
 use iceberg::writer::file_writer::rolling_writer::{RollingFileWriter, RollingFileWriterBuilder};
 use parquet::basic::{Compression, ZstdLevel};
@@ -426,11 +426,17 @@ pub struct FileDeletes {
 /// equal `file_path` bounds, so a reader matches it to its data file without opening it, as
 /// Iceberg Java has written them by default since 1.5), rows sorted by position. `deletes` is
 /// keyed by data file path and holds every position the file's one delete file keeps.
+///
+/// A v3 table gets deletion vectors instead (the spec forbids new position-delete files there):
+/// see [`write_deletion_vectors`].
 pub(crate) async fn write_position_deletes(
     file_io: &FileIO,
     metadata: &TableMetadata,
     deletes: &BTreeMap<String, FileDeletes>,
 ) -> Result<Vec<(i32, DataFile)>> {
+    if metadata.format_version() >= FormatVersion::V3 {
+        return write_deletion_vectors(file_io, metadata, deletes).await;
+    }
     let delete_schema = Arc::new(
         Schema::builder()
             .with_fields(vec![
@@ -547,6 +553,56 @@ pub(crate) async fn write_partition_scoped_deletes(
     let (spec_id, partition) = (files[0].1.spec_id, files[0].1.partition.clone());
     write_delete_file(file_io, metadata, ds, (spec_id, &partition), &files).await
 }
+
+/// Writes one deletion vector per data file of `deletes` (every position its one vector
+/// keeps), all in one Puffin file: one object per commit whatever the number of data files it
+/// deletes rows of, each vector its own manifest entry (`referenced_data_file`,
+/// `content_offset`, `content_size_in_bytes`), as Iceberg Java writes them.
+async fn write_deletion_vectors(
+    file_io: &FileIO,
+    metadata: &TableMetadata,
+    deletes: &BTreeMap<String, FileDeletes>,
+) -> Result<Vec<(i32, DataFile)>> {
+    let files: Vec<(&String, &FileDeletes)> = deletes
+        .iter()
+        .filter(|(_, d)| !d.positions.is_empty())
+        .collect();
+    if files.is_empty() {
+        return Ok(Vec::new());
+    }
+    let vectors: Vec<(&str, &[i64])> = files
+        .iter()
+        .map(|(p, d)| (p.as_str(), d.positions.as_slice()))
+        .collect();
+    let (bytes, placed) = crate::files::dv::puffin(&vectors, CREATED_BY)?;
+    let path = DefaultLocationGenerator::new(metadata)?
+        .generate_location(None, &format!("{}-deletes.puffin", uuid::Uuid::new_v4()));
+    let size = bytes.len() as u64;
+    file_io.new_output(&path)?.write(bytes.into()).await?;
+    files
+        .iter()
+        .zip(placed)
+        .map(|((_, d), p)| {
+            let file = DataFileBuilder::default()
+                .content(DataContentType::PositionDeletes)
+                .file_path(path.clone())
+                .file_format(DataFileFormat::Puffin)
+                .partition(d.partition.clone())
+                .partition_spec_id(d.spec_id)
+                .record_count(p.cardinality)
+                .file_size_in_bytes(size)
+                .referenced_data_file(Some(p.referenced_data_file))
+                .content_offset(Some(p.offset as i64))
+                .content_size_in_bytes(Some(p.length as i64))
+                .build()
+                .map_err(|e| Error::Internal(format!("deletion vector entry: {e}")))?;
+            Ok((d.spec_id, file))
+        })
+        .collect()
+}
+
+/// What our Puffin files say wrote them.
+const CREATED_BY: &str = concat!("dms2iceberg ", env!("CARGO_PKG_VERSION"));
 
 /// Rows of a position-delete file written at once.
 const DELETE_CHUNK_ROWS: usize = 64 * 1024;

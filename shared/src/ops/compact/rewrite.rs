@@ -13,7 +13,7 @@ use crate::commit::{self, Added, Base, Change, MetadataChanges, Staged};
 use crate::error::{Error, Result};
 use crate::evolve::key_columns;
 use crate::files::Fill;
-use crate::files::deletes::DeletedPositions;
+use crate::files::deletes::{DeleteId, DeleteSource, DeletedPositions};
 use crate::files::prepared::Prepared;
 use crate::table::LoadedTable;
 use crate::write::is_full_load_file;
@@ -69,10 +69,10 @@ impl Compact<'_> {
         let map = map.map(Arc::new);
 
         // Delete files that only target removed (or long gone) files go too.
-        let removed_deletes: BTreeSet<String> = deletes
+        let removed_deletes: BTreeSet<DeleteId> = deletes
             .iter()
             .filter(|d| d.targets.iter().all(|t| paths.contains(t)))
-            .map(|d| d.path.clone())
+            .map(|d| d.id.clone())
             .collect();
         let snapshot_id = commit::new_snapshot_id(Some(&md));
         let mut prepared: Prepared = written
@@ -168,38 +168,62 @@ impl Compact<'_> {
             .try_filter(move |task| futures::future::ready(wanted.contains(&task.data_file_path)))
             .try_collect()
             .await?;
-        let mut deletes: HashMap<String, Arc<DeletedPositions>> = planned
-            .iter()
-            .map(|d| (d.path.clone(), d.content.clone()))
-            .collect();
-        // The plan read every live delete file of this snapshot; one it did not (none, unless
-        // the scan and the plan disagree) is read here.
-        let mut unread: BTreeMap<String, u64> = BTreeMap::new();
+        // Each data file's deletes as the plan read them, by the data file they name: the
+        // scan's own matching is by delete file path, which a Puffin file of many data files'
+        // deletion vectors shares.
+        let mut deletes: HashMap<&str, Vec<Arc<DeletedPositions>>> = HashMap::new();
+        for d in planned {
+            for target in d.content.keys() {
+                if paths.contains(target) {
+                    deletes
+                        .entry(target.as_str())
+                        .or_default()
+                        .push(d.content.clone());
+                }
+            }
+        }
+        // The plan read every live delete of this snapshot; a position-delete file it did not
+        // (none, unless the scan and the plan disagree) is read here.
+        let planned_files: BTreeSet<&str> = planned.iter().map(|d| d.id.path.as_str()).collect();
+        let mut unread: BTreeMap<String, DeleteSource> = BTreeMap::new();
         for d in tasks.iter().flat_map(|t| t.deletes.iter()) {
             if d.file_type != DataContentType::PositionDeletes {
                 return Err(crate::files::equality_deletes_refused(&d.file_path));
             }
-            if !deletes.contains_key(&d.file_path) {
-                unread.insert(d.file_path.clone(), d.file_size_in_bytes);
+            if !planned_files.contains(d.file_path.as_str()) {
+                unread.insert(
+                    d.file_path.clone(),
+                    DeleteSource {
+                        id: DeleteId {
+                            path: d.file_path.clone(),
+                            offset: None,
+                        },
+                        size: d.file_size_in_bytes,
+                        vector: None,
+                    },
+                );
             }
         }
-        let unread: Vec<(&str, u64)> = unread.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+        let unread: Vec<&DeleteSource> = unread.values().collect();
         let read = (self.catalog.files())
             .position_deletes_of(&unread, Fill::Pass)
             .await?;
-        deletes.extend(
-            unread
-                .iter()
-                .zip(read)
-                .map(|((p, _), (c, _))| (p.to_string(), c)),
-        );
+        let unread: Vec<Arc<DeletedPositions>> = read.into_iter().map(|(c, _)| c).collect();
+        for c in &unread {
+            for target in c.keys() {
+                if let Some(t) = paths.get(target) {
+                    deletes.entry(t.as_str()).or_default().push(c.clone());
+                }
+            }
+        }
         Ok(tasks
             .into_iter()
             .map(|mut task| {
-                let mut deleted: Vec<i64> = task
-                    .deletes
-                    .iter()
-                    .filter_map(|d| deletes.get(&d.file_path)?.get(&task.data_file_path))
+                let mut deleted: Vec<i64> = deletes
+                    .get(task.data_file_path.as_str())
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c.get(&task.data_file_path))
                     .flatten()
                     .copied()
                     .collect();

@@ -10,7 +10,7 @@ use crate::catalog::Catalog;
 use crate::error::Result;
 use crate::files::Fill;
 use crate::files::cost::tiered_out;
-use crate::files::deletes::DeletedPositions;
+use crate::files::deletes::{DeleteId, DeleteSource, DeletedPositions};
 use crate::files::live::Scope;
 use crate::write::is_full_load_file;
 
@@ -32,7 +32,7 @@ pub(super) struct LiveData {
 
 #[derive(Debug, Clone)]
 pub(super) struct LiveDelete {
-    pub(super) path: String,
+    pub(super) id: DeleteId,
     /// Live data files it deletes rows of (files already gone are left out).
     pub(super) targets: BTreeSet<String>,
     /// What it deletes, as read when planning: the rewrite applies it without reading again.
@@ -162,21 +162,22 @@ pub(super) async fn live_files(
             }
         })
         .collect();
-    let delete_files: Vec<(&str, u64)> = live
+    let delete_files: Vec<DeleteSource> = live
         .position_deletes()
-        .map(|d| (d.file().file_path(), d.file().file_size_in_bytes()))
-        .collect();
-    let read = files.position_deletes_of(&delete_files, Fill::Pass).await?;
+        .map(|d| DeleteSource::of(d.file()))
+        .collect::<Result<_>>()?;
+    let sources: Vec<&DeleteSource> = delete_files.iter().collect();
+    let read = files.position_deletes_of(&sources, Fill::Pass).await?;
     let mut deleted_per_file: HashMap<String, (u64, usize)> = HashMap::new();
     let mut deletes = Vec::with_capacity(read.len());
-    for ((path, _), (content, _)) in delete_files.iter().zip(read) {
+    for (source, (content, _)) in delete_files.into_iter().zip(read) {
         for (p, pos) in content.iter() {
             let d = deleted_per_file.entry(p.clone()).or_default();
             d.0 += pos.len() as u64;
             d.1 += 1;
         }
         deletes.push(LiveDelete {
-            path: path.to_string(),
+            id: source.id,
             targets: content.keys().cloned().collect(),
             content,
         });

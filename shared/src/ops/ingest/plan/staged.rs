@@ -50,7 +50,7 @@ pub(super) struct Written {
     /// were merged with them (one delete file per data file).
     pub(super) deleted_in: std::collections::BTreeSet<String>,
     /// Live delete files the written ones replace.
-    pub(super) replaced_deletes: std::collections::BTreeSet<String>,
+    pub(super) replaced_deletes: std::collections::BTreeSet<crate::files::deletes::DeleteId>,
 }
 
 /// TableMetadataBuilder re-assigns field ids of a new table; ours are already 1..n in order,
@@ -80,9 +80,7 @@ pub(super) fn added(data: &[(i32, DataFile)], deletes: &[(i32, DataFile)]) -> Ad
         partitions.insert((*spec, format!("{:?}", f.partition())));
     }
     for (spec, f) in deletes {
-        added.delete_files += 1;
-        added.position_deletes += f.record_count();
-        added.delete_files_size += f.file_size_in_bytes();
+        added.count_delete(f);
         partitions.insert((*spec, format!("{:?}", f.partition())));
     }
     added.changed_partitions = partitions.len() as u64;
@@ -245,7 +243,7 @@ impl IngestPlanner<'_> {
                     spec,
                     sort,
                     self.ingest.catalog.new_table_location(self.ident).await?,
-                    commit::FORMAT_VERSION,
+                    cfg.format_version,
                     props,
                 )?
                 .build()?

@@ -181,7 +181,7 @@ impl IngestPlanner<'_> {
                 self.ingest
                     .catalog
                     .files()
-                    .remember_position_deletes(f.file_path(), content);
+                    .remember_position_deletes(crate::files::deletes::DeleteId::of(f), content);
             }
         }
     }
