@@ -15,12 +15,38 @@
 //! inherits on read nor assigns ranges before it writes the list: both are here, as Iceberg
 //! Java does them (`ManifestReader.idAssigner`, `SnapshotProducer`).
 
+use std::sync::Arc;
+
 use iceberg::spec::{
     DataFile, DataFileBuilder, FormatVersion, ManifestContentType, ManifestEntryRef, ManifestFile,
-    ManifestStatus, TableMetadata,
+    ManifestStatus, NestedField, PrimitiveType, Schema, TableMetadata, Type,
 };
 
 use crate::error::{Error, Result};
+
+/// The row's id, stored when a row moves to another file (compaction).
+pub(crate) const ROW_ID: (i32, &str) = (2147483540, "_row_id");
+/// The sequence number of the commit that last changed the row, stored with [`ROW_ID`].
+pub(crate) const LAST_UPDATED: (i32, &str) = (2147483539, "_last_updated_sequence_number");
+
+/// `schema` with the two lineage columns after its own: what a rewrite of a v3 table's rows
+/// writes, so that every row keeps its id and its last change (the spec's rules for rows moved
+/// to another file).
+pub(crate) fn write_schema(schema: &Schema) -> Result<Schema> {
+    let mut fields: Vec<Arc<NestedField>> = schema.as_struct().fields().to_vec();
+    for (id, name) in [ROW_ID, LAST_UPDATED] {
+        fields.push(Arc::new(NestedField::optional(
+            id,
+            name,
+            Type::Primitive(PrimitiveType::Long),
+        )));
+    }
+    Ok(Schema::builder()
+        .with_schema_id(schema.schema_id())
+        .with_identifier_field_ids(schema.identifier_field_ids())
+        .with_fields(fields)
+        .build()?)
+}
 
 /// Whether `md` tracks row lineage (format version 3 or later).
 pub(crate) fn tracks(md: &TableMetadata) -> bool {
@@ -126,7 +152,6 @@ pub(crate) fn assign(list: &mut [ManifestFile], next_row_id: u64) -> Result<u64>
 mod tests {
     use super::*;
     use iceberg::spec::{DataContentType, DataFileFormat, ManifestEntry, Struct};
-    use std::sync::Arc;
 
     fn file(path: &str, rows: u64, first_row_id: Option<i64>) -> DataFile {
         DataFileBuilder::default()

@@ -37,7 +37,7 @@
 
 pub(crate) mod carry;
 mod failpoint;
-mod lineage;
+pub(crate) mod lineage;
 pub(crate) mod manifests;
 pub(crate) mod producer;
 pub(crate) mod record;

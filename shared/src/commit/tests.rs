@@ -2,7 +2,7 @@
 //! commit planned on one state of the table and validated against another that a concurrent
 //! writer (ours, or another engine's) produced. Seconds to run, no Python.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -1002,6 +1002,59 @@ async fn lineage_and_deletes(
     (ids, deletes)
 }
 
+/// Each live row's key (`id`) and `_row_id` as a reader derives it: stored in its file, else
+/// the file's first row id plus its position.
+async fn row_ids_by_key(lab: &Lab) -> BTreeMap<i64, i64> {
+    use arrow_array::Array as _;
+    use arrow_array::cast::AsArray as _;
+    use arrow_array::types::Int64Type;
+    let (ids, deletes) = lineage_and_deletes(lab).await;
+    let mut out = BTreeMap::new();
+    for (path, first) in ids {
+        let bytes = lab
+            .catalog
+            .file_io()
+            .new_input(&path)
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .unwrap()
+            .build()
+            .unwrap();
+        let dead: BTreeSet<i64> = deletes
+            .get(&path)
+            .into_iter()
+            .flatten()
+            .flat_map(|(_, _, p)| p.clone())
+            .collect();
+        let mut pos = 0i64;
+        for b in reader {
+            let b = b.unwrap();
+            let keys = b
+                .column_by_name("id")
+                .unwrap()
+                .as_primitive::<Int64Type>()
+                .clone();
+            let stored = b
+                .column_by_name("_row_id")
+                .map(|c| c.as_primitive::<Int64Type>().clone());
+            for i in 0..b.num_rows() {
+                if !dead.contains(&pos) {
+                    let row_id = match &stored {
+                        Some(c) if c.is_valid(i) => c.value(i),
+                        _ => first.expect("row ids") + pos,
+                    };
+                    assert!(out.insert(keys.value(i), row_id).is_none());
+                }
+                pos += 1;
+            }
+        }
+    }
+    out
+}
+
 /// A v2 table another engine upgraded to v3 (a metadata change, as Iceberg's upgrade is):
 /// our next commit gives every data file its row ids (the pre-v3 manifests get ranges) and
 /// writes deletion vectors, each replacing every earlier delete of its data file (the v2
@@ -1101,6 +1154,35 @@ async fn a_table_upgraded_to_v3_gets_row_ids_and_deletion_vectors() {
     ranges.sort();
     assert!(ranges.windows(2).all(|w| w[0].1 <= w[1].0), "{ranges:?}");
     assert!(t.metadata.next_row_id() as i64 >= ranges.last().unwrap().1);
+
+    // Compaction moves every row to one new file: each keeps its row id (stored in the file,
+    // with its last change's sequence number), and the vectors go with the files they pointed
+    // into.
+    let before = row_ids_by_key(&lab).await;
+    assert_eq!(before.len(), 3);
+    Compact::new(&lab.catalog, lab.ident.clone())
+        .options(CompactOptions {
+            target_file_size: Some(1 << 20),
+            ..Default::default()
+        })
+        .execute()
+        .await
+        .unwrap();
+    assert_eq!(lab.rows().await, ["2=b2", "3=c2", "4=d"]);
+    let (ids, deletes) = lineage_and_deletes(&lab).await;
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert!(deletes.is_empty(), "{deletes:?}");
+    assert_eq!(row_ids_by_key(&lab).await, before);
+    // The next commit keeps them too (the compacted file's ids are stored, not inherited).
+    lab.ingest(vec![lab.file("20220302-1137010000.csv", "U,4,d2\n")])
+        .await;
+    let after = row_ids_by_key(&lab).await;
+    assert_eq!(after[&2], before[&2]);
+    assert_eq!(after[&3], before[&3]);
+    assert_ne!(
+        after[&4], before[&4],
+        "an update is a delete and an insert: a new row id"
+    );
 }
 
 #[tokio::test]

@@ -134,6 +134,29 @@ impl LiveFiles {
         self.entries(DataContentType::Data)
     }
 
+    /// Live data files, each with the `first_row_id` it inherits (v3: row lineage; `None` for a
+    /// file that has no row ids yet).
+    pub(crate) fn data_with_row_ids(&self) -> impl Iterator<Item = (LiveFile<'_>, Option<i64>)> {
+        self.manifests
+            .iter()
+            .filter(|(m, _)| m.content == ManifestContentType::Data)
+            .flat_map(|(m, manifest)| {
+                let ids = crate::commit::lineage::inherited(m, manifest.entries());
+                manifest
+                    .entries()
+                    .iter()
+                    .zip(ids)
+                    .filter(|(e, _)| e.is_alive() && e.content_type() == DataContentType::Data)
+                    .map(|(e, id)| {
+                        let file = LiveFile {
+                            entry: e.as_ref(),
+                            spec_id: m.partition_spec_id,
+                        };
+                        (file, id)
+                    })
+            })
+    }
+
     /// Live position-delete files (none under [`Scope::Data`]).
     pub(crate) fn position_deletes(&self) -> impl Iterator<Item = LiveFile<'_>> {
         self.entries(DataContentType::PositionDeletes)

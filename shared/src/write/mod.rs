@@ -181,6 +181,7 @@ pub(crate) async fn write_data_files_seen(
         full_load,
         rows.num_rows(),
         Encoding::Change,
+        false,
     )?;
     let batch = RecordBatch::try_new(plan.arrow_schema.clone(), rows.columns().to_vec())?;
     let parts: Vec<(Option<PartitionKey>, RecordBatch)> = plan.split(&batch)?;
@@ -243,8 +244,14 @@ impl DataFilePlan {
         full_load: bool,
         rows: usize,
         encoding: Encoding,
+        lineage: bool,
     ) -> Result<DataFilePlan> {
-        let schema = metadata.current_schema().clone();
+        let schema = match lineage {
+            true => Arc::new(crate::commit::lineage::write_schema(
+                metadata.current_schema(),
+            )?),
+            false => metadata.current_schema().clone(),
+        };
         let arrow_schema = Arc::new(schema_to_arrow_schema(&schema)?);
         let ndv = (rows.min(ROW_GROUP_ROWS)) as u64;
         let mut props = base_properties(encoding);
@@ -354,6 +361,34 @@ impl DataFileStream {
                 full_load,
                 rows,
                 Encoding::Kept { plain },
+                false,
+            )?,
+            writers: Vec::new(),
+            by_partition: std::collections::HashMap::new(),
+        })
+    }
+
+    /// [`DataFileStream::new`] for rows moved from other files (compaction): on a table with
+    /// row lineage (v3) the files also hold each row's `_row_id` and
+    /// `_last_updated_sequence_number`, the last two columns of [`DataFileStream::arrow_schema`].
+    pub(crate) fn rewriting(
+        file_io: &FileIO,
+        metadata: &TableMetadata,
+        key: &[String],
+        target_file_size: u64,
+        full_load: bool,
+        rows: usize,
+    ) -> Result<DataFileStream> {
+        Ok(DataFileStream {
+            plan: DataFilePlan::new(
+                file_io,
+                metadata,
+                key,
+                target_file_size,
+                full_load,
+                rows,
+                Encoding::Kept { plain: vec![] },
+                crate::commit::lineage::tracks(metadata),
             )?,
             writers: Vec::new(),
             by_partition: std::collections::HashMap::new(),

@@ -26,6 +26,17 @@ use iceberg::spec::{DataFile, TableMetadata};
 use iceberg::table::Table;
 use tracing::warn;
 
+use std::sync::Arc;
+
+use arrow_array::Int64Array;
+use arrow_array::cast::AsArray as _;
+use arrow_array::types::Int64Type;
+use iceberg::arrow::ArrowFileReader;
+use iceberg::io::FileMetadata;
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use parquet::arrow::{PARQUET_FIELD_ID_META_KEY, ProjectionMask};
+
+use crate::commit::lineage::{LAST_UPDATED, ROW_ID};
 use crate::commit::{RowMap, RowMapBuilder};
 use crate::error::{Error, Result};
 use crate::ops::scan::task_stream;
@@ -44,6 +55,18 @@ pub(super) struct Input {
     pub deleted: Vec<i64>,
     /// Whether it says it is sorted by the table's key.
     pub sorted: bool,
+    /// Row lineage (v3 tables): each row written keeps its `_row_id` and
+    /// `_last_updated_sequence_number`.
+    pub lineage: Option<Lineage>,
+}
+
+/// What a file's rows' lineage is where the file does not store it: `_row_id` is the file's
+/// first row id plus the row's position, `_last_updated_sequence_number` the file's data
+/// sequence number (`None`: the file has no row ids yet, and its rows get new ones).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Lineage {
+    pub first_row_id: Option<i64>,
+    pub sequence_number: Option<i64>,
 }
 
 /// What a group's rewrite wrote.
@@ -70,7 +93,7 @@ pub(super) async fn merge_group(
             .map(|i| i.task.record_count.unwrap_or(0))
             .sum();
         let mut out =
-            DataFileStream::new(file_io, md, key, target, full_load, live as usize, vec![])?;
+            DataFileStream::rewriting(file_io, md, key, target, full_load, live as usize)?;
         let mut merge = Merge::new(out.arrow_schema().clone(), key, &inputs)?;
         match merge.run(table, file_io, &inputs, &mut out).await {
             Ok(None) => return merge.finish(out).await,
@@ -250,7 +273,8 @@ impl Merge {
         })
     }
 
-    /// The file in its own order, deleted rows dropped.
+    /// The file in its own order, deleted rows dropped; on a v3 table with each row's lineage
+    /// in the last two columns.
     async fn stream(
         &self,
         table: &Table,
@@ -265,38 +289,62 @@ impl Merge {
             Some(BATCH_ROWS),
         )
         .await?;
-        let deleted = input.deleted.clone();
-        let mut offset = 0u64;
-        let mut next_deleted = 0usize;
-        Ok(rows
-            .map(move |batch| {
-                let batch = batch?;
-                let n = batch.num_rows() as u64;
-                let mut keep = Vec::with_capacity(n as usize);
-                let mut positions = Vec::with_capacity(n as usize);
-                for pos in offset..offset + n {
-                    while deleted.get(next_deleted).is_some_and(|d| (*d as u64) < pos) {
-                        next_deleted += 1;
+        let lineage = match input.lineage {
+            Some(of) => Some(LineageSource {
+                of,
+                physical: stored_lineage(file_io, &input.task).await?,
+                ids: Vec::new(),
+                sequence_numbers: Vec::new(),
+                at: 0,
+                path: input.task.data_file_path.clone(),
+            }),
+            None => None,
+        };
+        let deleted = std::sync::Arc::new(input.deleted.clone());
+        let state = (rows, 0u64, 0usize, lineage);
+        Ok(futures::stream::try_unfold(
+            state,
+            move |(mut rows, offset, mut next_deleted, mut lineage)| {
+                let deleted = deleted.clone();
+                async move {
+                    let Some(batch) = rows.next().await.transpose()? else {
+                        return Ok(None);
+                    };
+                    let n = batch.num_rows() as u64;
+                    let batch = match &mut lineage {
+                        Some(l) => l.fill(batch, offset).await?,
+                        None => batch,
+                    };
+                    let mut keep = Vec::with_capacity(n as usize);
+                    let mut positions = Vec::with_capacity(n as usize);
+                    for pos in offset..offset + n {
+                        while deleted.get(next_deleted).is_some_and(|d| (*d as u64) < pos) {
+                            next_deleted += 1;
+                        }
+                        let gone = deleted.get(next_deleted).is_some_and(|d| *d as u64 == pos);
+                        keep.push(!gone);
+                        if !gone {
+                            positions.push(pos);
+                        }
                     }
-                    let gone = deleted.get(next_deleted).is_some_and(|d| *d as u64 == pos);
-                    keep.push(!gone);
-                    if !gone {
-                        positions.push(pos);
-                    }
+                    let rows_kept = if positions.len() as u64 == n {
+                        batch
+                    } else {
+                        arrow_select::filter::filter_record_batch(
+                            &batch,
+                            &BooleanArray::from(keep),
+                        )?
+                    };
+                    let piece = Piece {
+                        rows: rows_kept,
+                        positions,
+                        read: n,
+                    };
+                    Ok(Some((piece, (rows, offset + n, next_deleted, lineage))))
                 }
-                offset += n;
-                let rows = if positions.len() as u64 == n {
-                    batch
-                } else {
-                    arrow_select::filter::filter_record_batch(&batch, &BooleanArray::from(keep))?
-                };
-                Ok(Piece {
-                    rows,
-                    positions,
-                    read: n,
-                })
-            })
-            .boxed())
+            },
+        )
+        .boxed())
     }
 
     /// The whole file read, deleted rows dropped, sorted by key, in pieces of [`BATCH_ROWS`].
@@ -452,6 +500,121 @@ impl Merge {
         };
         Ok(Merged { written, map })
     }
+}
+
+/// A file's rows' lineage as they pass: what the file stores (`_row_id` and
+/// `_last_updated_sequence_number`, read beside its rows in the same order), else what its
+/// manifest entry gives (see [`Lineage`]).
+struct LineageSource {
+    of: Lineage,
+    physical: Option<BoxStream<'static, Result<RecordBatch>>>,
+    ids: Vec<Option<i64>>,
+    sequence_numbers: Vec<Option<i64>>,
+    /// Values of `ids` and `sequence_numbers` already used.
+    at: usize,
+    path: String,
+}
+
+impl LineageSource {
+    /// `batch` (rows from position `offset` on) with its last two columns filled.
+    async fn fill(&mut self, batch: RecordBatch, offset: u64) -> Result<RecordBatch> {
+        let n = batch.num_rows();
+        self.stored(n).await?;
+        let stored = self.at..self.at + n;
+        let base = self.of.first_row_id;
+        let ids: Int64Array = (self.ids[stored.clone()].iter().enumerate())
+            .map(|(i, id)| id.or_else(|| base.map(|b| b + offset as i64 + i as i64)))
+            .collect();
+        let seqs: Int64Array = (self.sequence_numbers[stored].iter())
+            .map(|s| s.or(self.of.sequence_number))
+            .collect();
+        self.at += n;
+        let mut columns = batch.columns().to_vec();
+        let w = columns.len();
+        columns[w - 2] = Arc::new(ids);
+        columns[w - 1] = Arc::new(seqs);
+        Ok(RecordBatch::try_new(batch.schema(), columns)?)
+    }
+
+    /// Makes `n` stored values (or NULLs, for a file that stores none) available from `at`.
+    async fn stored(&mut self, n: usize) -> Result<()> {
+        if self.at > 0 {
+            self.ids.drain(..self.at);
+            self.sequence_numbers.drain(..self.at);
+            self.at = 0;
+        }
+        let Some(physical) = &mut self.physical else {
+            self.ids.resize(n, None);
+            self.sequence_numbers.resize(n, None);
+            return Ok(());
+        };
+        while self.ids.len() < n {
+            let b = physical.next().await.transpose()?.ok_or_else(|| {
+                Error::Table(format!(
+                    "data file {}: its lineage columns end before its rows",
+                    self.path
+                ))
+            })?;
+            for (id, out) in [
+                (ROW_ID.0, &mut self.ids),
+                (LAST_UPDATED.0, &mut self.sequence_numbers),
+            ] {
+                match column_by_field_id(&b, id)? {
+                    Some(c) => out.extend(c.iter()),
+                    None => out.extend(std::iter::repeat_n(None, b.num_rows())),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The column of `b` with Parquet field id `id`, as 64-bit integers.
+fn column_by_field_id(b: &RecordBatch, id: i32) -> Result<Option<Int64Array>> {
+    let Some(i) = b.schema().fields().iter().position(|f| {
+        f.metadata()
+            .get(PARQUET_FIELD_ID_META_KEY)
+            .map(String::as_str)
+            == Some(&id.to_string())
+    }) else {
+        return Ok(None);
+    };
+    let c = arrow_cast::cast(b.column(i), &arrow_schema::DataType::Int64)?;
+    Ok(Some(c.as_primitive::<Int64Type>().clone()))
+}
+
+/// The `_row_id` and `_last_updated_sequence_number` columns a data file stores (engines store
+/// them for rows they moved or modified; iceberg-rust's reader never reads them), in file
+/// order; `None` if it stores neither.
+async fn stored_lineage(
+    file_io: &FileIO,
+    task: &FileScanTask,
+) -> Result<Option<BoxStream<'static, Result<RecordBatch>>>> {
+    let input = file_io.new_input(&task.data_file_path)?;
+    let reader = ArrowFileReader::new(
+        FileMetadata {
+            size: task.file_size_in_bytes,
+        },
+        input.reader().await?,
+    );
+    let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
+    let roots: Vec<usize> = (builder.parquet_schema().root_schema().get_fields().iter())
+        .enumerate()
+        .filter(|(_, f)| {
+            let info = f.get_basic_info();
+            info.has_id() && [ROW_ID.0, LAST_UPDATED.0].contains(&info.id())
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if roots.is_empty() {
+        return Ok(None);
+    }
+    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let stream = builder
+        .with_projection(mask)
+        .with_batch_size(BATCH_ROWS)
+        .build()?;
+    Ok(Some(stream.map(|b| Ok(b?)).boxed()))
 }
 
 /// Whether `keys` are in order, after `last` (the previous batch's last key).

@@ -401,16 +401,6 @@ impl Planner for GroupPlanner<'_> {
             });
         };
         crate::commit::writable_version(&table.metadata, &c.ident.to_string())?;
-        if table.metadata.format_version() >= iceberg::spec::FormatVersion::V3 {
-            // Moving rows to new files must carry their row ids (`_row_id`), which this
-            // rewrite does not write yet.
-            return Err(Error::Unsupported(format!(
-                "compacting {}: a format version 3 table's rows must keep their row ids when \
-                 rewritten, which dms2iceberg's compaction does not do yet; compact it with \
-                 Spark (CALL system.rewrite_data_files)",
-                c.ident
-            )));
-        }
         let (data, deletes) = live_files(c.catalog, &table.metadata).await?;
         self.counts = (data.len(), deletes.len());
         if self.first {

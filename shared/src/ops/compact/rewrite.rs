@@ -59,9 +59,29 @@ impl Compact<'_> {
             .filter(|f| sorted_by_key(&md, f.sort_order_id))
             .map(|f| f.path.clone())
             .collect();
+        // Row lineage (v3): what each file's rows' ids and last changes are unless it stores them.
+        let lineage: Option<HashMap<String, merge::Lineage>> =
+            commit::lineage::tracks(&md).then(|| {
+                (group.files.iter())
+                    .map(|f| {
+                        let l = merge::Lineage {
+                            first_row_id: f.first_row_id,
+                            sequence_number: f.data_sequence_number,
+                        };
+                        (f.path.clone(), l)
+                    })
+                    .collect()
+            });
         let inputs = self
             .inputs(&t, snapshot.snapshot_id(), &paths, &sorted, deletes)
-            .await?;
+            .await?
+            .into_iter()
+            .map(|mut i| {
+                i.lineage = (lineage.as_ref())
+                    .map(|l| l.get(&i.task.data_file_path).copied().unwrap_or_default());
+                i
+            })
+            .collect();
         let key = key_columns(md.current_schema());
         let full_load = group.files.iter().all(|f| is_full_load_file(&f.path));
         let merge::Merged { written, map } =
@@ -235,6 +255,7 @@ impl Compact<'_> {
                     task,
                     deleted,
                     sorted,
+                    lineage: None,
                 }
             })
             .collect())

@@ -28,6 +28,10 @@ pub(super) struct LiveData {
     /// Delete files that point into it.
     pub(super) delete_files: usize,
     pub(super) sort_order_id: Option<i32>,
+    /// Row lineage (v3): the file's first row id (inherited) and data sequence number, what
+    /// its rows' `_row_id` and `_last_updated_sequence_number` are unless it stores them.
+    pub(super) first_row_id: Option<i64>,
+    pub(super) data_sequence_number: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -147,10 +151,12 @@ pub(super) async fn live_files(
     let files = catalog.files();
     let live = files.live(md, Scope::All, Fill::Pass).await?;
     let mut data: Vec<LiveData> = live
-        .data()
-        .map(|d| {
+        .data_with_row_ids()
+        .map(|(d, first_row_id)| {
             let f = d.file();
             LiveData {
+                first_row_id,
+                data_sequence_number: d.entry.sequence_number(),
                 path: f.file_path().to_string(),
                 size: f.file_size_in_bytes(),
                 records: f.record_count(),
