@@ -218,10 +218,11 @@ fn storage_props(settings: &AwsSettings, region: Option<String>) -> Vec<(String,
 /// its tables' files on S3 (the environment's S3 settings under the server's `s3.*`
 /// properties) or a local `file://` warehouse.
 ///
-/// The AWS environment is loaded only for SigV4: a REST catalog on a laptop (a bearer token, a
-/// `file://` warehouse) must not wait for, or warn about, the instance metadata service. Table
-/// files on S3 take the region from `AWS_REGION`/`AWS_DEFAULT_REGION` or the server's
-/// properties, and credentials from the server (vended) or the standard chain, when first read.
+/// The AWS environment is loaded only for SigV4 and for a secret: a REST catalog on a laptop (a
+/// bearer token, a `file://` warehouse) must not wait for, or warn about, the instance metadata
+/// service. Table files on S3 take the region from `AWS_REGION`/`AWS_DEFAULT_REGION` or the
+/// server's properties, and credentials from the server (vended) or the standard chain, when
+/// first read.
 pub async fn rest_catalog(
     uri: &str,
     warehouse: Option<String>,
@@ -268,35 +269,53 @@ fn env_region() -> Option<String> {
 /// `DMS2ICEBERG_REST_TOKEN` (a bearer token); `DMS2ICEBERG_REST_CREDENTIAL`
 /// (`client_id:client_secret`, OAuth2 client credentials, with `DMS2ICEBERG_REST_SCOPE`,
 /// default `catalog`, and `DMS2ICEBERG_REST_OAUTH2_URI`, default `<uri>/v1/oauth/tokens`);
+/// `DMS2ICEBERG_REST_TOKEN_SECRET` / `DMS2ICEBERG_REST_CREDENTIAL_SECRET` (the same, read once
+/// from a Secrets Manager secret, its ARN or name, when the process starts: `secrets.rs`);
 /// `DMS2ICEBERG_REST_SIGV4` (`glue` or `s3tables`: AWS SigV4 with the standard credential
 /// chain and region, the AWS environment loaded for it). None: unauthenticated.
 pub async fn rest_auth_from_env() -> Result<crate::catalog::RestAuth> {
     use crate::catalog::RestAuth;
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let token = var("DMS2ICEBERG_REST_TOKEN");
-    let credential = var("DMS2ICEBERG_REST_CREDENTIAL");
-    let sigv4 = var("DMS2ICEBERG_REST_SIGV4");
-    let set = [token.is_some(), credential.is_some(), sigv4.is_some()];
-    if set.iter().filter(|s| **s).count() > 1 {
-        return Err(Error::Config(
-            "set one of DMS2ICEBERG_REST_TOKEN, DMS2ICEBERG_REST_CREDENTIAL and DMS2ICEBERG_REST_SIGV4".into(),
-        ));
+    const WAYS: [&str; 5] = [
+        "DMS2ICEBERG_REST_TOKEN",
+        "DMS2ICEBERG_REST_TOKEN_SECRET",
+        "DMS2ICEBERG_REST_CREDENTIAL",
+        "DMS2ICEBERG_REST_CREDENTIAL_SECRET",
+        "DMS2ICEBERG_REST_SIGV4",
+    ];
+    let set: Vec<&str> = WAYS.into_iter().filter(|k| var(k).is_some()).collect();
+    if set.len() > 1 {
+        return Err(Error::Config(format!(
+            "set one of {} (set: {})",
+            WAYS.join(", "),
+            set.join(", ")
+        )));
     }
-    if let Some(t) = token {
+    let oauth2 = |client_id: String, client_secret: String| RestAuth::OAuth2 {
+        client_id,
+        client_secret,
+        scope: var("DMS2ICEBERG_REST_SCOPE").unwrap_or_else(|| "catalog".into()),
+        token_uri: var("DMS2ICEBERG_REST_OAUTH2_URI"),
+    };
+    if let Some(t) = var("DMS2ICEBERG_REST_TOKEN") {
         return Ok(RestAuth::Bearer(t));
     }
-    if let Some(c) = credential {
+    if let Some(id) = var("DMS2ICEBERG_REST_TOKEN_SECRET") {
+        let value = read_secret(&id).await?;
+        return Ok(RestAuth::Bearer(crate::secrets::bearer_token(&id, &value)?));
+    }
+    if let Some(c) = var("DMS2ICEBERG_REST_CREDENTIAL") {
         let (client_id, client_secret) = c.split_once(':').ok_or_else(|| {
             Error::Config("DMS2ICEBERG_REST_CREDENTIAL must be client_id:client_secret".into())
         })?;
-        return Ok(RestAuth::OAuth2 {
-            client_id: client_id.to_string(),
-            client_secret: client_secret.to_string(),
-            scope: var("DMS2ICEBERG_REST_SCOPE").unwrap_or_else(|| "catalog".into()),
-            token_uri: var("DMS2ICEBERG_REST_OAUTH2_URI"),
-        });
+        return Ok(oauth2(client_id.to_string(), client_secret.to_string()));
     }
-    if let Some(service) = sigv4 {
+    if let Some(id) = var("DMS2ICEBERG_REST_CREDENTIAL_SECRET") {
+        let value = read_secret(&id).await?;
+        let (client_id, client_secret) = crate::secrets::client_credential(&id, &value)?;
+        return Ok(oauth2(client_id, client_secret));
+    }
+    if let Some(service) = var("DMS2ICEBERG_REST_SIGV4") {
         if !matches!(service.as_str(), "glue" | "s3tables") {
             return Err(Error::Config(format!(
                 "DMS2ICEBERG_REST_SIGV4=`{service}`: use `glue` (Glue's Iceberg endpoint) or `s3tables`"
@@ -318,6 +337,22 @@ pub async fn rest_auth_from_env() -> Result<crate::catalog::RestAuth> {
         )));
     }
     Ok(RestAuth::None)
+}
+
+/// The value of Secrets Manager secret `id` (an ARN or a name), read now; logged by its id
+/// alone.
+async fn read_secret(id: &str) -> Result<String> {
+    let started = std::time::Instant::now();
+    let value = crate::secrets::SecretsManager::for_secret(id)
+        .await?
+        .get_secret_value(id)
+        .await?;
+    tracing::info!(
+        secret = %id,
+        ms = started.elapsed().as_millis() as u64,
+        "REST catalog credentials read from Secrets Manager"
+    );
+    Ok(value)
 }
 
 /// DMS objects in S3.

@@ -58,6 +58,9 @@ pub mod lookup;
 pub mod ops;
 pub mod process;
 pub mod read;
+/// Secrets Manager values read at start (a REST catalog's token or OAuth2 credential).
+#[cfg(feature = "aws")]
+pub(crate) mod secrets;
 pub(crate) mod spill;
 /// Object stores the functions read DMS files from: S3 ([`aws`]) and a local folder of buckets.
 #[cfg(feature = "aws")]

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::common::rest::{Rustberg, S3Warehouse};
+use crate::common::rest::{Rustberg, S3Warehouse, TokenServer};
 use crate::common::*;
 use crate::lambda_support::Moto;
 
@@ -149,6 +149,11 @@ fn a_table_on_s3_is_written_with_the_credentials_the_catalog_vends() {
 /// commits whose requirements no longer hold, the functions replan, and the table ends equal
 /// to the generator's state, read by our scan, PyIceberg's RestCatalog and DuckDB. Then the
 /// compaction function compacts it through the same catalog, and the rows stay.
+///
+/// Authentication as the template deploys it: one ingest function reads its bearer token from
+/// a Secrets Manager secret (moto's) when it starts, the other takes it from its environment;
+/// the compaction function reads OAuth2 client credentials (JSON) from another secret and
+/// exchanges them at a stand-in identity provider. No log line carries a token or a secret.
 #[test]
 fn functions_on_a_rest_catalog_race_and_end_exact() {
     use crate::lambda_support::*;
@@ -173,15 +178,38 @@ fn functions_on_a_rest_catalog_race_and_end_exact() {
     lab.upload_config(&[]);
     let server = Rustberg::start(&lab.work);
     let files = lab.work.meta(TABLE).files.clone();
-    let env = [
+    let token_secret = lab
+        .moto
+        .create_secret("dms2iceberg/rest-token", &format!("{}\n", server.token));
+    let base = [
         ("DMS2ICEBERG_CATALOG", "rest"),
         ("DMS2ICEBERG_REST_URI", server.uri.as_str()),
-        ("DMS2ICEBERG_REST_TOKEN", server.token.as_str()),
         // Tables in the DMS schema's namespace (`shop`), not the Lab's Glue database.
         ("DMS2ICEBERG_GLUE_DATABASE", ""),
+        // Our own debug lines too: none may carry a secret.
+        ("RUST_LOG", "dms2iceberg=debug,info"),
     ];
-    let mut a = Function::start(&lab, "ingest-a", &env);
-    let mut b = Function::start(&lab, "ingest-b", &env);
+    let with = |extra: Vec<(&'static str, String)>| -> Vec<(&'static str, String)> {
+        base.iter()
+            .map(|(k, v)| (*k, v.to_string()))
+            .chain(extra)
+            .collect()
+    };
+    let env_a = with(vec![(
+        "DMS2ICEBERG_REST_TOKEN_SECRET",
+        token_secret.clone(),
+    )]);
+    let env_b = with(vec![("DMS2ICEBERG_REST_TOKEN", server.token.clone())]);
+    fn refs<'a>(e: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+        e.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    }
+    let mut a = Function::start(&lab, "ingest-a", &refs(&env_a));
+    let mut b = Function::start(&lab, "ingest-b", &refs(&env_b));
+    assert!(
+        a.log().contains("read from Secrets Manager") && a.log().contains(&token_secret),
+        "ingest-a read its token from the secret:\n{}",
+        a.log()
+    );
     lab.upload(&files[0]);
     let ev = lab.s3_event(&files[0]);
     let (oa, ob) = race(&mut a, &mut b, ev.clone(), ev);
@@ -207,18 +235,22 @@ fn functions_on_a_rest_catalog_race_and_end_exact() {
         .collect();
     assert_eq!(applied.len(), files.len(), "{applied:?}");
 
-    // The compaction function on the same catalog: it finds the table, compacts it, keeps rows.
-    let mut c = Function::start_compact(
-        &lab,
-        "compact",
-        &[
-            env[0],
-            env[1],
-            env[2],
-            env[3],
-            ("DMS2ICEBERG_COMPACTION", "on"),
-        ],
+    // The compaction function on the same catalog, with OAuth2 client credentials from a
+    // secret: it finds the table, compacts it, keeps rows.
+    let idp = TokenServer::start(&lab.work, &server.token, 3600);
+    let credential_secret = lab.moto.create_secret(
+        "dms2iceberg/rest-oauth2",
+        r#"{"client_id": "dms2iceberg", "client_secret": "s3cret"}"#,
     );
+    let env_c = with(vec![
+        (
+            "DMS2ICEBERG_REST_CREDENTIAL_SECRET",
+            credential_secret.clone(),
+        ),
+        ("DMS2ICEBERG_REST_OAUTH2_URI", idp.uri.clone()),
+        ("DMS2ICEBERG_COMPACTION", "on".into()),
+    ]);
+    let mut c = Function::start_compact(&lab, "compact", &refs(&env_c));
     let o = c.invoke_ok(&scheduled_event());
     let t = &o.body.as_array().expect("a report per table")[0];
     assert_eq!(t["error"], Value::Null, "{}", o.body);
@@ -228,5 +260,83 @@ fn functions_on_a_rest_catalog_race_and_end_exact() {
         "{}",
         o.body
     );
+    assert!(
+        idp.grants() >= 1,
+        "the compaction function exchanged its credentials"
+    );
     server.assert_table(&lab.work, TABLE, &expected);
+    for f in [&a, &b, &c] {
+        let log = f.log();
+        assert!(
+            !log.contains(&server.token) && !log.contains("s3cret"),
+            "{} logged a secret:\n{log}",
+            f.name
+        );
+    }
+}
+
+/// A function whose REST credentials cannot be read from Secrets Manager does not start: its
+/// initialisation fails (`ConfigError`, posted to the Runtime API) naming the secret and what
+/// is wrong (no such secret; a value of the wrong shape, itself never shown), and two ways of
+/// authenticating at once are refused by name.
+#[test]
+fn a_function_whose_rest_secret_cannot_be_used_does_not_start() {
+    use crate::lambda_support::*;
+    let lab = Lab::new("rest_secret_refused");
+    let value = "a-token-where-a-credential-belongs";
+    let wrong_shape = lab
+        .moto
+        .create_secret("dms2iceberg/not-a-credential", value);
+    let missing = "arn:aws:secretsmanager:us-east-1:123456789012:secret:dms2iceberg/missing-AbCdEf";
+    let uri = "http://127.0.0.1:9";
+    // A case's name, its environment, and what the refusal must say.
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [&'a str]);
+    let cases: [Case; 3] = [
+        (
+            "missing",
+            &[("DMS2ICEBERG_REST_TOKEN_SECRET", missing)],
+            &[missing, "ResourceNotFoundException"],
+        ),
+        (
+            "wrong-shape",
+            &[("DMS2ICEBERG_REST_CREDENTIAL_SECRET", wrong_shape.as_str())],
+            &[wrong_shape.as_str(), "client_id:client_secret"],
+        ),
+        (
+            "two-ways",
+            &[
+                ("DMS2ICEBERG_REST_TOKEN_SECRET", wrong_shape.as_str()),
+                ("DMS2ICEBERG_REST_TOKEN", "tok"),
+            ],
+            &[
+                "set one of",
+                "DMS2ICEBERG_REST_TOKEN, DMS2ICEBERG_REST_TOKEN_SECRET",
+            ],
+        ),
+    ];
+    for (name, extra, says) in cases {
+        for (bin, which) in [(ingest_bin(), "ingest"), (compact_bin(), "compact")] {
+            let mut env = vec![
+                ("DMS2ICEBERG_CATALOG", "rest"),
+                ("DMS2ICEBERG_REST_URI", uri),
+            ];
+            env.extend_from_slice(extra);
+            let (status, log) =
+                Function::init_failure(&lab, &format!("{name}-{which}"), &bin, &env);
+            assert_eq!(
+                status["init_error"]["error_type"], "ConfigError",
+                "{name} ({which}): {status}\n{log}"
+            );
+            let msg = status["init_error"]["body"]["errorMessage"]
+                .as_str()
+                .unwrap_or_default();
+            for s in says {
+                assert!(msg.contains(s), "{name} ({which}): `{s}` not in {msg}");
+            }
+            assert!(
+                !msg.contains(value) && !log.contains(value),
+                "{name} ({which}): the secret's value shown:\n{msg}\n{log}"
+            );
+        }
+    }
 }

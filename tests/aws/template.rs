@@ -3,10 +3,16 @@
 //! - `cfn-lint template.yaml` and `sam validate --lint` must pass, offline (both run with dummy
 //!   credentials and a dead HTTP(S) proxy, so any network access fails instead of hanging).
 //! - Least privilege, checked on the template as written and as SAM transforms it: no `Resource:
-//!   "*"`, no wildcard actions, no managed policies, S3 object access only under the DMS and
-//!   warehouse prefixes (writes only under the warehouse), `s3:ListBucket` only with an
-//!   `s3:prefix` condition, Glue only on the catalog, the one database and its tables, the
-//!   compact role nowhere near the landing bucket, logs only to the functions' own log groups.
+//!   "*"` (but for `lakeformation:GetDataAccess`, which has no resource type), no wildcard
+//!   actions, no managed policies, S3 object access only under the DMS and warehouse prefixes
+//!   (writes only under the warehouse), `s3:ListBucket` only with an `s3:prefix` condition, Glue
+//!   only on the catalog, the one database and its tables, S3 Tables only on the one table bucket
+//!   and its tables, Secrets Manager only `GetSecretValue` of the REST catalog's secret, KMS only
+//!   `Decrypt` with the named keys, the compact role nowhere near the landing bucket, logs only
+//!   to the functions' own log groups.
+//! - Each catalog (Glue, S3 Tables, and REST on Glue's or S3 Tables' endpoint or elsewhere, with
+//!   each way of authenticating) gets only what it uses, its functions are told so in their
+//!   environment, and the template's Rules refuse inconsistent parameters.
 //! - The wiring the README promises: build metadata naming real binaries, environment, the
 //!   SQS event source with partial batch responses, DLQ, schedule, parameter defaults, outputs.
 //! - `infra/events/*.json` match the EventBridge rule, and `infra/env.json` only sets variables
@@ -388,11 +394,26 @@ const GLUE: [&str; 3] = [
 /// ARN is `<bucket ARN>/table/<table id>`: namespaces are not part of it).
 const TABLE_BUCKETS: [&str; 2] = ["${TableBucket.TableBucketARN}", "${TableBucketArn}"];
 const TABLES: &str = "${Bucket}/table/*";
-/// What the functions do on a table bucket: create namespaces and tables, list them (compact).
-const S3TABLES_BUCKET_ACTIONS: [&str; 3] = [
+/// What the functions do on a table bucket: create namespaces and tables, list them (compact);
+/// read the bucket (the REST endpoint's `GET /v1/config`).
+const S3TABLES_BUCKET_ACTIONS: [&str; 4] = [
     "s3tables:CreateNamespace",
     "s3tables:CreateTable",
     "s3tables:ListTables",
+    "s3tables:GetTableBucket",
+];
+/// The REST catalog's secret, and the keys a function may decrypt with.
+const REST_SECRET: &str = "${RestSecretArn}";
+const KMS_KEYS: [&str; 2] = ["${LandingBucketKmsKeyArn}", "${RestSecretKmsKeyArn}"];
+/// The Glue actions of Glue's Data Catalog API and of its Iceberg REST endpoint.
+const GLUE_ACTIONS: [&str; 7] = [
+    "glue:GetCatalog",
+    "glue:GetDatabase",
+    "glue:CreateDatabase",
+    "glue:GetTable",
+    "glue:GetTables",
+    "glue:CreateTable",
+    "glue:UpdateTable",
 ];
 /// What they do on a table: read and swap its pointer, read and write its files.
 const S3TABLES_TABLE_ACTIONS: [&str; 4] = [
@@ -451,8 +472,12 @@ fn least_privilege_violations(template: &Value) -> Vec<String> {
             if res.is_empty() {
                 v.push(format!("{at}: no Resource"));
             }
+            // lakeformation:GetDataAccess has no resource type: "*" is the only resource IAM
+            // accepts for it (Lake Formation's own grants decide what it vends), alone in its
+            // statement.
+            let resourceless = actions == ["lakeformation:GetDataAccess"];
             for r in &res {
-                if r == "*" {
+                if r == "*" && !resourceless {
                     v.push(format!("{at}: Resource \"*\""));
                 }
             }
@@ -506,15 +531,7 @@ fn least_privilege_violations(template: &Value) -> Vec<String> {
             }
             // ---- Glue
             for a in actions.iter().filter(|a| a.starts_with("glue:")) {
-                let allowed = [
-                    "glue:GetDatabase",
-                    "glue:CreateDatabase",
-                    "glue:GetTable",
-                    "glue:GetTables",
-                    "glue:CreateTable",
-                    "glue:UpdateTable",
-                ];
-                if !allowed.contains(&a.as_str()) {
+                if !GLUE_ACTIONS.contains(&a.as_str()) {
                     v.push(format!("{at}: unexpected Glue action {a}"));
                 }
             }
@@ -566,9 +583,57 @@ fn least_privilege_violations(template: &Value) -> Vec<String> {
                     v.push(format!("{at}: unexpected SQS action {a}"));
                 }
             }
+            // ---- Secrets Manager: the REST catalog's secret, read
+            for a in actions.iter().filter(|a| a.starts_with("secretsmanager:")) {
+                if a != "secretsmanager:GetSecretValue" {
+                    v.push(format!("{at}: unexpected Secrets Manager action {a}"));
+                }
+                for r in &res {
+                    if r != REST_SECRET {
+                        v.push(format!("{at}: {a} on {r}"));
+                    }
+                }
+            }
+            // ---- Lake Formation: vended credentials only
+            for a in actions.iter().filter(|a| a.starts_with("lakeformation:")) {
+                if a != "lakeformation:GetDataAccess" {
+                    v.push(format!("{at}: unexpected Lake Formation action {a}"));
+                }
+            }
+            // ---- KMS: decrypt with the named keys; the secret's key only through Secrets Manager
+            for a in actions.iter().filter(|a| a.starts_with("kms:")) {
+                if a != "kms:Decrypt" {
+                    v.push(format!("{at}: unexpected KMS action {a}"));
+                }
+                for r in &res {
+                    if !KMS_KEYS.contains(&r.as_str()) {
+                        v.push(format!("{at}: {a} on {r}"));
+                    }
+                    if r == KMS_KEYS[1]
+                        && strings(&s["Condition"]["StringEquals"]["kms:ViaService"])
+                            .iter()
+                            .all(|via| !via.starts_with("secretsmanager."))
+                    {
+                        v.push(format!(
+                            "{at}: {a} on the secret's key without kms:ViaService"
+                        ));
+                    }
+                }
+            }
             for a in &actions {
                 let service = a.split(':').next().unwrap_or("");
-                if !["s3", "s3tables", "glue", "logs", "sqs", "kms"].contains(&service) {
+                if ![
+                    "s3",
+                    "s3tables",
+                    "glue",
+                    "logs",
+                    "sqs",
+                    "kms",
+                    "secretsmanager",
+                    "lakeformation",
+                ]
+                .contains(&service)
+                {
                     v.push(format!("{at}: unexpected action {a}"));
                 }
             }
@@ -681,7 +746,6 @@ fn iam_is_least_privilege() {
         "sqs:",
         "glue:Create",
         "s3tables:Create",
-        "kms:",
     ] {
         assert!(
             !compact_text.contains(forbidden),
@@ -713,6 +777,14 @@ fn least_privilege_checker_catches_violations() {
         json!({"Effect": "Allow", "Action": "s3tables:DeleteTable", "Resource": {"Fn::Sub": TABLES}}),
         json!({"Effect": "Allow", "Action": "s3tables:GetTableData", "Resource": {"Ref": "TableBucketArn"}}),
         json!({"Effect": "Allow", "Action": "s3tables:CreateTable", "Resource": "arn:aws:s3tables:us-east-1:123456789012:bucket/*"}),
+        json!({"Effect": "Allow", "Action": ["lakeformation:GetDataAccess", "glue:GetTable"], "Resource": "*"}),
+        json!({"Effect": "Allow", "Action": "lakeformation:GrantPermissions", "Resource": "*"}),
+        json!({"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": "*"}),
+        json!({"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": "arn:aws:secretsmanager:us-east-1:123456789012:secret:other-AbCdEf"}),
+        json!({"Effect": "Allow", "Action": "secretsmanager:ListSecrets", "Resource": {"Ref": "RestSecretArn"}}),
+        json!({"Effect": "Allow", "Action": "kms:Decrypt", "Resource": "arn:aws:kms:us-east-1:123456789012:key/other"}),
+        json!({"Effect": "Allow", "Action": "kms:Decrypt", "Resource": {"Ref": "RestSecretKmsKeyArn"}}),
+        json!({"Effect": "Allow", "Action": "kms:GenerateDataKey", "Resource": {"Ref": "LandingBucketKmsKeyArn"}}),
     ];
     for c in cases {
         let v = least_privilege_violations(&role(c.clone()));
@@ -722,6 +794,15 @@ fn least_privilege_checker_catches_violations() {
         "Condition": {"StringLike": {"s3:prefix": {"Fn::Sub": "${DmsPrefix}*"}}}});
     let v = least_privilege_violations(&role(fine));
     assert!(v.is_empty(), "false positive: {v:?}");
+    for fine in [
+        json!({"Effect": "Allow", "Action": "lakeformation:GetDataAccess", "Resource": "*"}),
+        json!({"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": {"Ref": "RestSecretArn"}}),
+        json!({"Effect": "Allow", "Action": "kms:Decrypt", "Resource": {"Ref": "RestSecretKmsKeyArn"},
+            "Condition": {"StringEquals": {"kms:ViaService": {"Fn::Sub": "secretsmanager.${AWS::Region}.${AWS::URLSuffix}"}}}}),
+    ] {
+        let v = least_privilege_violations(&role(fine.clone()));
+        assert!(v.is_empty(), "false positive {fine}: {v:?}");
+    }
     let managed = json!({"Resources": {"R": {"Type": "AWS::IAM::Role", "Properties": {
         "ManagedPolicyArns": ["arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"]}}}});
     assert!(!least_privilege_violations(&managed).is_empty());
@@ -813,129 +894,592 @@ fn allowed(t: &Value, function: &str) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
-/// Each catalog gets the permissions it uses and none of the other's: S3 Tables no Glue and no
-/// warehouse bucket, Glue no table bucket; and the functions are told which catalog they use.
-#[test]
-fn each_catalog_is_granted_only_what_it_uses() {
-    let raw = &loaded().raw;
-    let cases: [(&str, &[(&str, &str)]); 3] = [
-        ("glue (the default)", &[]),
-        (
-            "s3tables, a table bucket the stack creates",
-            &[("Catalog", "s3tables")],
-        ),
-        (
-            "s3tables, an existing table bucket",
-            &[
+/// The template's Rules these parameters break (rule name and description); empty = none.
+fn broken_rules(t: &Value, params: &[(&str, &str)]) -> Vec<String> {
+    let mut out = Vec::new();
+    let empty = serde_json::Map::new();
+    for (name, rule) in t["Rules"].as_object().unwrap_or(&empty) {
+        let applies = rule
+            .get("RuleCondition")
+            .is_none_or(|c| condition(t, c, params));
+        if !applies {
+            continue;
+        }
+        for a in rule["Assertions"].as_array().into_iter().flatten() {
+            if !condition(t, &a["Assert"], params) {
+                out.push(format!("{name}: {}", a["AssertDescription"]));
+            }
+        }
+    }
+    out
+}
+
+/// Which Glue API a deployment uses.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum GlueUse {
+    None,
+    /// The Data Catalog API (`Catalog=glue`).
+    Api,
+    /// Its Iceberg REST endpoint (`Catalog=rest`, SigV4 `glue`).
+    Rest,
+}
+
+/// One deployment and what its functions must be granted and told; everything else they must
+/// not be granted.
+struct CatalogCase {
+    name: &'static str,
+    params: &'static [(&'static str, &'static str)],
+    glue: GlueUse,
+    /// The table bucket the functions work in.
+    table_bucket: Option<&'static str>,
+    /// Through S3 Tables' Iceberg REST endpoint (`s3tables:GetTableBucket` for its config).
+    s3tables_rest: bool,
+    /// Read/write under the warehouse prefix (the functions' own S3 grants).
+    warehouse: bool,
+    /// `lakeformation:GetDataAccess` (Glue's endpoint vending credentials).
+    lake_formation: bool,
+    /// `secretsmanager:GetSecretValue` on `RestSecretArn`, and `kms:Decrypt` of its key.
+    secret: bool,
+    secret_key: bool,
+    /// Both functions' catalog variables, rendered (`None`: absent).
+    env: &'static [(&'static str, Option<&'static str>)],
+    /// The maintenance schedule: its tasks and state.
+    maintenance: (&'static str, &'static str),
+    /// The compact function's `DMS2ICEBERG_COMPACTION`, rendered.
+    compaction: &'static str,
+}
+
+const SECRET_ARN: &str =
+    "arn:aws:secretsmanager:eu-west-1:123456789012:secret:dms2iceberg/rest-AbCdEf";
+const GLUE_REST_URI: &str = "https://glue.${AWS::Region}.${AWS::URLSuffix}/iceberg";
+const S3TABLES_REST_URI: &str = "https://s3tables.${AWS::Region}.${AWS::URLSuffix}/iceberg";
+/// The REST variables, absent unless the case says otherwise.
+const REST_ENV: [&str; 8] = [
+    "DMS2ICEBERG_REST_URI",
+    "DMS2ICEBERG_REST_WAREHOUSE",
+    "DMS2ICEBERG_REST_SIGV4",
+    "DMS2ICEBERG_REST_TOKEN_SECRET",
+    "DMS2ICEBERG_REST_CREDENTIAL_SECRET",
+    "DMS2ICEBERG_REST_OAUTH2_URI",
+    "DMS2ICEBERG_REST_SCOPE",
+    "DMS2ICEBERG_REST_VENDED_CREDENTIALS",
+];
+const ALL_TASKS: &str = r#"["expire","orphans"]"#;
+
+fn catalog_cases() -> Vec<CatalogCase> {
+    vec![
+        CatalogCase {
+            name: "glue (the default)",
+            params: &[],
+            glue: GlueUse::Api,
+            table_bucket: None,
+            s3tables_rest: false,
+            warehouse: true,
+            lake_formation: false,
+            secret: false,
+            secret_key: false,
+            env: &[
+                ("DMS2ICEBERG_CATALOG", Some("${Catalog}")),
+                ("DMS2ICEBERG_TABLE_BUCKET_ARN", Some("")),
+            ],
+            maintenance: (ALL_TASKS, "ENABLED"),
+            compaction: "${Compaction}",
+        },
+        CatalogCase {
+            name: "s3tables, a table bucket the stack creates",
+            params: &[("Catalog", "s3tables")],
+            glue: GlueUse::None,
+            table_bucket: Some(TABLE_BUCKETS[0]),
+            s3tables_rest: false,
+            warehouse: false,
+            lake_formation: false,
+            secret: false,
+            secret_key: false,
+            env: &[
+                ("DMS2ICEBERG_TABLE_BUCKET_ARN", Some(TABLE_BUCKETS[0])),
+                ("DMS2ICEBERG_WAREHOUSE", Some("")),
+            ],
+            maintenance: (ALL_TASKS, "ENABLED"),
+            compaction: "${Compaction}",
+        },
+        CatalogCase {
+            name: "s3tables, an existing table bucket",
+            params: &[
                 ("Catalog", "s3tables"),
                 (
                     "TableBucketArn",
                     "arn:aws:s3tables:eu-west-1:123456789012:bucket/lake",
                 ),
             ],
-        ),
-    ];
-    for (case, params) in cases {
+            glue: GlueUse::None,
+            table_bucket: Some(TABLE_BUCKETS[1]),
+            s3tables_rest: false,
+            warehouse: false,
+            lake_formation: false,
+            secret: false,
+            secret_key: false,
+            env: &[
+                ("DMS2ICEBERG_TABLE_BUCKET_ARN", Some(TABLE_BUCKETS[1])),
+                ("DMS2ICEBERG_WAREHOUSE", Some("")),
+            ],
+            maintenance: (ALL_TASKS, "ENABLED"),
+            compaction: "${Compaction}",
+        },
+        CatalogCase {
+            name: "rest on Glue's Iceberg REST endpoint",
+            params: &[("Catalog", "rest"), ("RestAuthentication", "glue")],
+            glue: GlueUse::Rest,
+            table_bucket: None,
+            s3tables_rest: false,
+            warehouse: true,
+            lake_formation: false,
+            secret: false,
+            secret_key: false,
+            env: &[
+                ("DMS2ICEBERG_CATALOG", Some("${Catalog}")),
+                ("DMS2ICEBERG_REST_URI", Some(GLUE_REST_URI)),
+                ("DMS2ICEBERG_REST_WAREHOUSE", Some("${AWS::AccountId}")),
+                ("DMS2ICEBERG_REST_SIGV4", Some("glue")),
+                ("DMS2ICEBERG_WAREHOUSE", Some("")),
+                ("DMS2ICEBERG_TABLE_BUCKET_ARN", Some("")),
+            ],
+            maintenance: (r#"["expire"]"#, "ENABLED"),
+            compaction: "${Compaction}",
+        },
+        CatalogCase {
+            name: "rest on Glue's endpoint, Lake Formation vending the credentials",
+            params: &[
+                ("Catalog", "rest"),
+                ("RestAuthentication", "glue"),
+                ("RestVendedCredentials", "true"),
+            ],
+            glue: GlueUse::Rest,
+            table_bucket: None,
+            s3tables_rest: false,
+            warehouse: false,
+            lake_formation: true,
+            secret: false,
+            secret_key: false,
+            env: &[
+                ("DMS2ICEBERG_REST_URI", Some(GLUE_REST_URI)),
+                ("DMS2ICEBERG_REST_WAREHOUSE", Some("${AWS::AccountId}")),
+                ("DMS2ICEBERG_REST_SIGV4", Some("glue")),
+                ("DMS2ICEBERG_REST_VENDED_CREDENTIALS", Some("true")),
+            ],
+            maintenance: (r#"["expire"]"#, "ENABLED"),
+            compaction: "${Compaction}",
+        },
+        CatalogCase {
+            name: "rest on S3 Tables' endpoint, a table bucket the stack creates",
+            params: &[("Catalog", "rest"), ("RestAuthentication", "s3tables")],
+            glue: GlueUse::None,
+            table_bucket: Some(TABLE_BUCKETS[0]),
+            s3tables_rest: true,
+            warehouse: false,
+            lake_formation: false,
+            secret: false,
+            secret_key: false,
+            env: &[
+                ("DMS2ICEBERG_REST_URI", Some(S3TABLES_REST_URI)),
+                ("DMS2ICEBERG_REST_WAREHOUSE", Some(TABLE_BUCKETS[0])),
+                ("DMS2ICEBERG_REST_SIGV4", Some("s3tables")),
+                ("DMS2ICEBERG_TABLE_BUCKET_ARN", Some("")),
+            ],
+            // The service maintains the tables.
+            maintenance: (r#"["expire"]"#, "DISABLED"),
+            compaction: "off",
+        },
+        CatalogCase {
+            name: "rest on S3 Tables' endpoint, an existing bucket, another URI, compaction on",
+            params: &[
+                ("Catalog", "rest"),
+                ("RestAuthentication", "s3tables"),
+                (
+                    "TableBucketArn",
+                    "arn:aws:s3tables:eu-west-1:123456789012:bucket/lake",
+                ),
+                (
+                    "RestUri",
+                    "https://s3tables.eu-west-1.amazonaws.com/iceberg",
+                ),
+                ("Compaction", "on"),
+            ],
+            glue: GlueUse::None,
+            table_bucket: Some(TABLE_BUCKETS[1]),
+            s3tables_rest: true,
+            warehouse: false,
+            lake_formation: false,
+            secret: false,
+            secret_key: false,
+            env: &[
+                ("DMS2ICEBERG_REST_URI", Some("${RestUri}")),
+                ("DMS2ICEBERG_REST_WAREHOUSE", Some(TABLE_BUCKETS[1])),
+                ("DMS2ICEBERG_REST_SIGV4", Some("s3tables")),
+            ],
+            maintenance: (r#"["expire"]"#, "DISABLED"),
+            compaction: "${Compaction}",
+        },
+        CatalogCase {
+            name: "rest elsewhere, a bearer token from Secrets Manager, vended credentials",
+            params: &[
+                ("Catalog", "rest"),
+                ("RestAuthentication", "token"),
+                ("RestUri", "https://polaris.example.com/api/catalog"),
+                ("RestWarehouse", "lake"),
+                ("RestSecretArn", SECRET_ARN),
+                ("RestVendedCredentials", "true"),
+            ],
+            glue: GlueUse::None,
+            table_bucket: None,
+            s3tables_rest: false,
+            warehouse: false,
+            lake_formation: false,
+            secret: true,
+            secret_key: false,
+            env: &[
+                ("DMS2ICEBERG_REST_URI", Some("${RestUri}")),
+                ("DMS2ICEBERG_REST_WAREHOUSE", Some("${RestWarehouse}")),
+                ("DMS2ICEBERG_REST_TOKEN_SECRET", Some("${RestSecretArn}")),
+                ("DMS2ICEBERG_REST_VENDED_CREDENTIALS", Some("true")),
+                ("DMS2ICEBERG_WAREHOUSE", Some("")),
+            ],
+            maintenance: (r#"["expire"]"#, "ENABLED"),
+            compaction: "${Compaction}",
+        },
+        CatalogCase {
+            name: "rest elsewhere, OAuth2 credentials from a KMS-encrypted secret, a named warehouse bucket",
+            params: &[
+                ("Catalog", "rest"),
+                ("RestAuthentication", "credential"),
+                ("RestUri", "https://lakekeeper.example.com/catalog"),
+                ("RestSecretArn", SECRET_ARN),
+                (
+                    "RestSecretKmsKeyArn",
+                    "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+                ),
+                ("RestOAuth2Uri", "https://idp.example.com/oauth2/token"),
+                ("RestScope", "lakekeeper"),
+                ("WarehouseBucketName", "lake-tables"),
+            ],
+            glue: GlueUse::None,
+            table_bucket: None,
+            s3tables_rest: false,
+            warehouse: true,
+            lake_formation: false,
+            secret: true,
+            secret_key: true,
+            env: &[
+                ("DMS2ICEBERG_REST_URI", Some("${RestUri}")),
+                (
+                    "DMS2ICEBERG_REST_CREDENTIAL_SECRET",
+                    Some("${RestSecretArn}"),
+                ),
+                ("DMS2ICEBERG_REST_OAUTH2_URI", Some("${RestOAuth2Uri}")),
+                ("DMS2ICEBERG_REST_SCOPE", Some("${RestScope}")),
+                ("DMS2ICEBERG_WAREHOUSE", Some("")),
+            ],
+            maintenance: (r#"["expire"]"#, "ENABLED"),
+            compaction: "${Compaction}",
+        },
+        CatalogCase {
+            name: "rest elsewhere, unauthenticated, vended credentials",
+            params: &[
+                ("Catalog", "rest"),
+                ("RestUri", "http://catalog.internal:8181"),
+                ("RestVendedCredentials", "true"),
+            ],
+            glue: GlueUse::None,
+            table_bucket: None,
+            s3tables_rest: false,
+            warehouse: false,
+            lake_formation: false,
+            secret: false,
+            secret_key: false,
+            env: &[
+                ("DMS2ICEBERG_REST_URI", Some("${RestUri}")),
+                ("DMS2ICEBERG_REST_VENDED_CREDENTIALS", Some("true")),
+            ],
+            maintenance: (r#"["expire"]"#, "ENABLED"),
+            compaction: "${Compaction}",
+        },
+    ]
+}
+
+/// Each catalog gets the permissions it uses and none of the others': S3 Tables no Glue and no
+/// warehouse bucket, Glue no table bucket, Glue's and S3 Tables' REST endpoints what their REST
+/// operations map to, a REST catalog elsewhere nothing but its secret (and the warehouse bucket
+/// it names); the functions are told which catalog they use, and nothing else (the REST
+/// variables are absent unless used); the compaction function runs what the catalog leaves to
+/// it; and the template's Rules accept each case.
+#[test]
+fn each_catalog_is_granted_only_what_it_uses() {
+    let raw = &loaded().raw;
+    for case in catalog_cases() {
+        let name = case.name;
+        let params = case.params;
+        let broken = broken_rules(raw, params);
+        assert!(broken.is_empty(), "{name}: rules refuse it: {broken:?}");
         let t = deployed(raw, params);
         let v = least_privilege_violations(&t);
-        assert!(v.is_empty(), "{case}: violations:\n  {}", v.join("\n  "));
-        let s3tables = params.iter().any(|(_, v)| *v == "s3tables");
+        assert!(v.is_empty(), "{name}: violations:\n  {}", v.join("\n  "));
+        let has_resource = |id: &str| t["Resources"].get(id).is_some();
+
+        // The environment: what the case lists, the REST variables absent otherwise.
         let env = &t["Globals"]["Function"]["Environment"]["Variables"];
+        for (var, want) in case.env {
+            match want {
+                Some(w) => assert_eq!(render(&env[*var]), [*w], "{name}: {var}"),
+                None => assert!(env.get(*var).is_none(), "{name}: {var} set"),
+            }
+        }
+        for var in REST_ENV {
+            if !case.env.iter().any(|(k, _)| *k == var) {
+                assert!(env.get(var).is_none(), "{name}: {var} set: {}", env[var]);
+            }
+        }
+        let compact = &t["Resources"]["CompactFunction"]["Properties"];
+        assert_eq!(
+            render(&compact["Environment"]["Variables"]["DMS2ICEBERG_COMPACTION"]),
+            [case.compaction],
+            "{name}"
+        );
+        let maintenance = &compact["Events"]["Maintenance"]["Properties"];
+        let input: Value =
+            serde_json::from_str(maintenance["Input"].as_str().expect("Input decided"))
+                .expect("JSON input");
+        assert_eq!(
+            input["tasks"],
+            serde_json::from_str::<Value>(case.maintenance.0).expect("tasks"),
+            "{name}"
+        );
+        assert_eq!(maintenance["State"], case.maintenance.1, "{name}");
+
+        // Resources the catalog needs, and none other.
+        let named_warehouse = params.iter().any(|(k, _)| *k == "WarehouseBucketName");
+        assert_eq!(
+            has_resource("WarehouseBucket"),
+            case.glue != GlueUse::None && !named_warehouse,
+            "{name}: WarehouseBucket"
+        );
+        assert_eq!(
+            has_resource("GlueDatabase"),
+            case.glue != GlueUse::None,
+            "{name}: GlueDatabase"
+        );
+        assert_eq!(
+            has_resource("TableBucket"),
+            case.table_bucket == Some(TABLE_BUCKETS[0]),
+            "{name}: TableBucket"
+        );
+
+        // Grants.
         let ingest = allowed(&t, "IngestFunction");
         let compact = allowed(&t, "CompactFunction");
-        let ingest_can = |a: &str, r: &str| {
-            ingest
-                .iter()
-                .any(|(x, rs)| x == a && rs.iter().any(|y| y == r))
-        };
-        let compact_can = |a: &str, r: &str| {
-            compact
+        let can = |grants: &[(String, Vec<String>)], a: &str, r: &str| {
+            grants
                 .iter()
                 .any(|(x, rs)| x == a && rs.iter().any(|y| y == r))
         };
         let any = |grants: &[(String, Vec<String>)], pred: &dyn Fn(&str, &str) -> bool| {
             grants.iter().any(|(a, rs)| rs.iter().any(|r| pred(a, r)))
         };
-        let warehouse = |_: &str, r: &str| r == WAREHOUSE_OBJECTS;
-        let has_resource = |id: &str| t["Resources"].get(id).is_some();
-        assert_eq!(
-            render(&env["DMS2ICEBERG_CATALOG"]),
-            ["${Catalog}"],
-            "{case}"
+        let both = [("ingest", &ingest), ("compact", &compact)];
+        assert!(
+            can(&ingest, "s3:GetObject", DMS_OBJECTS),
+            "{name}: ingest cannot read DMS files"
         );
-        if s3tables {
-            let bucket = if params.len() == 1 {
-                TABLE_BUCKETS[0]
-            } else {
-                TABLE_BUCKETS[1]
-            };
+        for (who, grants) in both {
             assert_eq!(
-                render(&env["DMS2ICEBERG_TABLE_BUCKET_ARN"]),
-                [bucket],
-                "{case}"
+                any(grants, &|_, r| r == WAREHOUSE_OBJECTS),
+                case.warehouse,
+                "{name}: {who}: the warehouse prefix"
             );
-            assert_eq!(render(&env["DMS2ICEBERG_WAREHOUSE"]), [""], "{case}");
-            assert_eq!(
-                has_resource("TableBucket"),
-                params.len() == 1,
-                "{case}: TableBucket"
-            );
-            for id in ["WarehouseBucket", "WarehouseBucketPolicy", "GlueDatabase"] {
-                assert!(!has_resource(id), "{case}: {id} created");
+            if case.warehouse {
+                assert!(
+                    can(grants, "s3:PutObject", WAREHOUSE_OBJECTS),
+                    "{name}: {who}"
+                );
+                assert!(can(grants, "s3:ListBucket", BUCKET), "{name}: {who}");
             }
-            for (name, grants) in [("ingest", &ingest), ("compact", &compact)] {
+            assert_eq!(
+                any(grants, &|a, _| a == "lakeformation:GetDataAccess"),
+                case.lake_formation,
+                "{name}: {who}: Lake Formation"
+            );
+            assert_eq!(
+                can(grants, "secretsmanager:GetSecretValue", REST_SECRET),
+                case.secret,
+                "{name}: {who}: the secret"
+            );
+            assert_eq!(
+                any(grants, &|a, _| a.starts_with("secretsmanager:")),
+                case.secret,
+                "{name}: {who}: Secrets Manager"
+            );
+            assert_eq!(
+                can(grants, "kms:Decrypt", KMS_KEYS[1]),
+                case.secret_key,
+                "{name}: {who}: the secret's key"
+            );
+            if case.glue == GlueUse::None {
                 assert!(
                     !any(grants, &|a, _| a.starts_with("glue:")),
-                    "{case}: {name} has Glue"
-                );
-                assert!(
-                    !any(grants, &warehouse),
-                    "{case}: {name} has the warehouse bucket"
+                    "{name}: {who} has Glue"
                 );
             }
-            for a in ["s3tables:CreateNamespace", "s3tables:CreateTable"] {
-                assert!(ingest_can(a, bucket), "{case}: ingest lacks {a}");
-                assert!(!compact_can(a, bucket), "{case}: compact has {a}");
-            }
-            assert!(
-                compact_can("s3tables:ListTables", bucket),
-                "{case}: compact cannot list"
-            );
-            for a in S3TABLES_TABLE_ACTIONS {
-                assert!(ingest_can(a, TABLES), "{case}: ingest lacks {a}");
-                assert!(compact_can(a, TABLES), "{case}: compact lacks {a}");
-            }
-            assert!(
-                ingest_can("s3:GetObject", DMS_OBJECTS),
-                "{case}: ingest cannot read DMS files"
-            );
-        } else {
-            assert_eq!(render(&env["DMS2ICEBERG_TABLE_BUCKET_ARN"]), [""], "{case}");
-            assert!(!has_resource("TableBucket"), "{case}: TableBucket created");
-            assert!(
-                has_resource("WarehouseBucket") && has_resource("GlueDatabase"),
-                "{case}"
-            );
-            for (name, grants) in [("ingest", &ingest), ("compact", &compact)] {
-                assert!(
+            match case.table_bucket {
+                None => assert!(
                     !any(grants, &|a, _| a.starts_with("s3tables:")),
-                    "{case}: {name} has S3 Tables"
-                );
-                assert!(
-                    any(grants, &warehouse),
-                    "{case}: {name} lacks the warehouse"
-                );
+                    "{name}: {who} has S3 Tables"
+                ),
+                Some(bucket) => {
+                    for a in S3TABLES_TABLE_ACTIONS {
+                        assert!(can(grants, a, TABLES), "{name}: {who} lacks {a}");
+                    }
+                    assert_eq!(
+                        can(grants, "s3tables:GetTableBucket", bucket),
+                        case.s3tables_rest,
+                        "{name}: {who}: GetTableBucket"
+                    );
+                }
+            }
+        }
+        if let Some(bucket) = case.table_bucket {
+            for a in ["s3tables:CreateNamespace", "s3tables:CreateTable"] {
+                assert!(can(&ingest, a, bucket), "{name}: ingest lacks {a}");
+                assert!(!can(&compact, a, bucket), "{name}: compact has {a}");
             }
             assert!(
-                ingest_can("glue:CreateTable", GLUE[2]),
-                "{case}: ingest cannot create"
-            );
-            assert!(
-                compact_can("glue:UpdateTable", GLUE[2]),
-                "{case}: compact cannot commit"
+                can(&compact, "s3tables:ListTables", bucket),
+                "{name}: compact cannot list"
             );
         }
+        let (ingest_glue, compact_glue): (&[&str], &[&str]) = match case.glue {
+            GlueUse::None => (&[], &[]),
+            GlueUse::Api => (
+                &[
+                    "glue:GetDatabase",
+                    "glue:CreateDatabase",
+                    "glue:GetTable",
+                    "glue:GetTables",
+                    "glue:CreateTable",
+                    "glue:UpdateTable",
+                ],
+                &[
+                    "glue:GetDatabase",
+                    "glue:GetTable",
+                    "glue:GetTables",
+                    "glue:UpdateTable",
+                ],
+            ),
+            // GetConfig = GetCatalog, CreateNamespace = CreateDatabase, LoadTable = GetTable,
+            // CreateTable, UpdateTable; ListTables = GetTables (compact).
+            GlueUse::Rest => (
+                &[
+                    "glue:GetCatalog",
+                    "glue:GetDatabase",
+                    "glue:CreateDatabase",
+                    "glue:GetTable",
+                    "glue:CreateTable",
+                    "glue:UpdateTable",
+                ],
+                &[
+                    "glue:GetCatalog",
+                    "glue:GetDatabase",
+                    "glue:GetTable",
+                    "glue:GetTables",
+                    "glue:UpdateTable",
+                ],
+            ),
+        };
+        for (who, grants, want) in [
+            ("ingest", &ingest, ingest_glue),
+            ("compact", &compact, compact_glue),
+        ] {
+            let got: BTreeSet<&str> = grants
+                .iter()
+                .filter(|(a, _)| a.starts_with("glue:"))
+                .map(|(a, _)| a.as_str())
+                .collect();
+            assert_eq!(
+                got,
+                want.iter().copied().collect::<BTreeSet<_>>(),
+                "{name}: {who}'s Glue actions"
+            );
+            for a in want {
+                for r in GLUE {
+                    assert!(can(grants, a, r), "{name}: {who}: {a} on {r}");
+                }
+            }
+        }
     }
+}
+
+/// The Rules refuse parameters that do not fit together, each with its reason.
+#[test]
+fn inconsistent_catalog_parameters_are_refused() {
+    let raw = &loaded().raw;
+    let cases: [&[(&str, &str)]; 11] = [
+        &[("RestUri", "https://polaris.example.com/api/catalog")],
+        &[("RestAuthentication", "glue")],
+        &[("Catalog", "s3tables"), ("RestVendedCredentials", "true")],
+        &[("Catalog", "rest")],
+        &[
+            ("Catalog", "rest"),
+            ("RestAuthentication", "token"),
+            ("RestUri", "https://polaris.example.com/api/catalog"),
+        ],
+        &[
+            ("Catalog", "rest"),
+            ("RestAuthentication", "glue"),
+            ("RestSecretArn", SECRET_ARN),
+        ],
+        &[
+            ("Catalog", "rest"),
+            ("RestAuthentication", "glue"),
+            ("RestWarehouse", "123456789012"),
+        ],
+        &[
+            ("Catalog", "rest"),
+            ("RestAuthentication", "token"),
+            ("RestUri", "https://polaris.example.com/api/catalog"),
+            ("RestSecretArn", SECRET_ARN),
+            ("RestScope", "PRINCIPAL_ROLE:ALL"),
+        ],
+        &[
+            ("Catalog", "rest"),
+            ("RestAuthentication", "glue"),
+            (
+                "TableBucketArn",
+                "arn:aws:s3tables:eu-west-1:123456789012:bucket/lake",
+            ),
+        ],
+        &[
+            ("Catalog", "rest"),
+            ("RestUri", "http://catalog.internal:8181"),
+            (
+                "RestSecretKmsKeyArn",
+                "arn:aws:kms:eu-west-1:123456789012:key/1234abcd",
+            ),
+        ],
+        &[
+            ("Catalog", "glue"),
+            (
+                "TableBucketArn",
+                "arn:aws:s3tables:eu-west-1:123456789012:bucket/lake",
+            ),
+        ],
+    ];
+    for params in cases {
+        assert!(
+            !broken_rules(raw, params).is_empty(),
+            "accepted: {params:?}"
+        );
+    }
+    assert!(
+        broken_rules(raw, &[]).is_empty(),
+        "the defaults are refused"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -967,10 +1511,18 @@ fn declared_env(raw: &Value, function: &str) -> BTreeSet<String> {
     names
 }
 
-const COMMON_ENV: [&str; 8] = [
+const COMMON_ENV: [&str; 16] = [
     "DMS2ICEBERG_CATALOG",
     "DMS2ICEBERG_WAREHOUSE",
     "DMS2ICEBERG_TABLE_BUCKET_ARN",
+    "DMS2ICEBERG_REST_URI",
+    "DMS2ICEBERG_REST_WAREHOUSE",
+    "DMS2ICEBERG_REST_SIGV4",
+    "DMS2ICEBERG_REST_TOKEN_SECRET",
+    "DMS2ICEBERG_REST_CREDENTIAL_SECRET",
+    "DMS2ICEBERG_REST_OAUTH2_URI",
+    "DMS2ICEBERG_REST_SCOPE",
+    "DMS2ICEBERG_REST_VENDED_CREDENTIALS",
     "DMS2ICEBERG_GLUE_DATABASE",
     "DMS2ICEBERG_CONFIG",
     "DMS2ICEBERG_MAX_FILES_PER_COMMIT",
@@ -1015,11 +1567,54 @@ fn functions_are_wired_as_documented() {
         ("Catalog", json!("glue")),
         ("TableBucketArn", json!("")),
         ("Compaction", json!("auto")),
+        ("RestAuthentication", json!("none")),
+        ("RestUri", json!("")),
+        ("RestWarehouse", json!("")),
+        ("RestSecretArn", json!("")),
+        ("RestVendedCredentials", json!("false")),
     ] {
         assert_eq!(param_default(raw, name), want, "default of {name}");
     }
     let arch = strings(&raw["Parameters"]["Architecture"]["AllowedValues"]);
     assert_eq!(arch, ["arm64", "x86_64"]);
+    assert_eq!(
+        strings(&raw["Parameters"]["Catalog"]["AllowedValues"]),
+        ["glue", "s3tables", "rest"]
+    );
+    assert_eq!(
+        strings(&raw["Parameters"]["RestAuthentication"]["AllowedValues"]),
+        ["none", "glue", "s3tables", "token", "credential"]
+    );
+    // Every parameter is in a group of the console's form, every REST one labelled.
+    let interface = &raw["Metadata"]["AWS::CloudFormation::Interface"];
+    let grouped: BTreeSet<String> = interface["ParameterGroups"]
+        .as_array()
+        .expect("parameter groups")
+        .iter()
+        .flat_map(|g| strings(&g["Parameters"]))
+        .collect();
+    for p in raw["Parameters"].as_object().expect("parameters").keys() {
+        assert!(grouped.contains(p), "parameter {p} in no ParameterGroup");
+        if p.starts_with("Rest") {
+            assert!(
+                interface["ParameterLabels"][p]["default"].is_string(),
+                "parameter {p} has no label"
+            );
+        }
+    }
+    // Every variable the template sets is one the functions read (a misspelt name would be
+    // ignored silently).
+    let source = rust_sources(&root().join("shared/src"));
+    for function in ["IngestFunction", "CompactFunction"] {
+        for name in declared_env(raw, function) {
+            if name.starts_with("DMS2ICEBERG_") {
+                assert!(
+                    source.contains(&format!("\"{name}\"")),
+                    "{function}: {name} is read nowhere in shared/src"
+                );
+            }
+        }
+    }
     // AWS: visibility timeout at least six times the function timeout.
     assert!(
         as_i64(&param_default(raw, "QueueVisibilityTimeout"))
@@ -1179,7 +1774,9 @@ fn functions_are_wired_as_documented() {
         "a created landing bucket must send events to EventBridge"
     );
 
-    // Compact: on the schedule parameter.
+    // Compact: on the schedule parameter (the default catalog: every maintenance task; the
+    // catalogs' differences are checked in `each_catalog_is_granted_only_what_it_uses`).
+    let t = &deployed(t, &[]);
     let schedules: Vec<&Value> = t["Resources"]
         .as_object()
         .expect("resources")
@@ -1226,6 +1823,8 @@ fn functions_are_wired_as_documented() {
         "DmsPrefix",
         "WarehouseLocation",
         "GlueDatabase",
+        "TableBucketArn",
+        "RestCatalogUri",
         "IngestQueueUrl",
         "DeadLetterQueueUrl",
         "IngestFunctionName",
@@ -1243,6 +1842,20 @@ fn functions_are_wired_as_documented() {
             "{f}: use Role, not Policies"
         );
     }
+}
+
+/// The text of every `.rs` file under `dir`.
+fn rust_sources(dir: &Path) -> String {
+    let mut out = String::new();
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = e.expect("entry").path();
+        if path.is_dir() {
+            out.push_str(&rust_sources(&path));
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            out.push_str(&std::fs::read_to_string(&path).expect("source"));
+        }
+    }
+    out
 }
 
 #[test]

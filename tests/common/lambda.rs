@@ -411,6 +411,31 @@ impl Moto {
             .to_string()
     }
 
+    /// Creates a Secrets Manager secret holding `value` (`SecretString`); its ARN.
+    pub fn create_secret(&self, name: &str, value: &str) -> String {
+        let a = auth("secretsmanager");
+        let r = http(
+            self.port,
+            "POST",
+            "/",
+            &[
+                ("Authorization", a.as_str()),
+                ("X-Amz-Target", "secretsmanager.CreateSecret"),
+                ("Content-Type", "application/x-amz-json-1.1"),
+            ],
+            json!({ "Name": name, "SecretString": value })
+                .to_string()
+                .as_bytes(),
+            Duration::from_secs(60),
+        )
+        .unwrap_or_else(|e| panic!("CreateSecret {name}: {e}"));
+        assert_eq!(r.status, 200, "CreateSecret {name}: {}", r.text());
+        r.json()["ARN"]
+            .as_str()
+            .unwrap_or_else(|| panic!("CreateSecret {name}: {}", r.text()))
+            .to_string()
+    }
+
     /// The emulator's counters (`update_table.applied / refused / unversioned`,
     /// `s3tables_update.applied / refused`).
     pub fn stats(&self) -> Value {
@@ -686,8 +711,78 @@ impl Function {
     /// Starts `bin` (a function binary) with the Lambda environment plus `env`, and waits until
     /// it polls. The ingest settings of the base environment are ignored by the compact binary.
     pub fn start_bin(lab: &Lab, name: &str, bin: &Path, env: &[(&str, &str)]) -> Function {
+        let runtime = RuntimeApi::start(&lab.work.dir, name);
+        let (cmd, bin_name) = Function::command(lab, name, bin, &runtime, env);
+        let spawned_ms = now_ms();
+        let mut proc = Proc::spawn(
+            &bin_name,
+            cmd,
+            lab.work.dir.join(format!("{name}.function.log")),
+        );
+        let t = Instant::now();
+        let first_next = loop {
+            if let Some(ms) = runtime.status()["first_next_ms"].as_i64() {
+                break ms;
+            }
+            proc.assert_running();
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{name}: no /next within 60 s:\n{}",
+                tail(&proc.log_text(), 8000)
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        Function {
+            name: name.to_string(),
+            runtime,
+            proc,
+            spawned_ms,
+            cold_start_ms: first_next - spawned_ms,
+        }
+    }
+
+    /// Runs `bin` as [`Function::start_bin`] does, expecting its initialisation to fail: what
+    /// the Runtime API emulator recorded (`init_error`) and the function's output, once it
+    /// exited.
+    pub fn init_failure(
+        lab: &Lab,
+        name: &str,
+        bin: &Path,
+        env: &[(&str, &str)],
+    ) -> (Value, String) {
+        let runtime = RuntimeApi::start(&lab.work.dir, name);
+        let (cmd, bin_name) = Function::command(lab, name, bin, &runtime, env);
+        let mut proc = Proc::spawn(
+            &bin_name,
+            cmd,
+            lab.work.dir.join(format!("{name}.function.log")),
+        );
+        let t = Instant::now();
+        let status = loop {
+            if let Ok(Some(status)) = proc.child.try_wait() {
+                break status;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{name}: still running after 60 s (its initialisation was to fail):\n{}",
+                tail(&proc.log_text(), 8000)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(!status.success(), "{name}: exited {status}");
+        (runtime.status(), proc.log_text())
+    }
+
+    /// The command of a function binary: the Lambda environment against `runtime`, the moto
+    /// AWS environment, the base settings, then `env`.
+    fn command(
+        lab: &Lab,
+        name: &str,
+        bin: &Path,
+        runtime: &RuntimeApi,
+        env: &[(&str, &str)],
+    ) -> (Command, String) {
         let dir = &lab.work.dir;
-        let runtime = RuntimeApi::start(dir, name);
         let spool = dir.join(format!("{name}.spool"));
         let bin_name = bin
             .file_name()
@@ -723,28 +818,7 @@ impl Function {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let spawned_ms = now_ms();
-        let mut proc = Proc::spawn(&bin_name, cmd, dir.join(format!("{name}.function.log")));
-        let t = Instant::now();
-        let first_next = loop {
-            if let Some(ms) = runtime.status()["first_next_ms"].as_i64() {
-                break ms;
-            }
-            proc.assert_running();
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "{name}: no /next within 60 s:\n{}",
-                tail(&proc.log_text(), 8000)
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        Function {
-            name: name.to_string(),
-            runtime,
-            proc,
-            spawned_ms,
-            cold_start_ms: first_next - spawned_ms,
-        }
+        (cmd, bin_name)
     }
 
     /// Invokes the function with `event` and waits for its outcome.

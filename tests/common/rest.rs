@@ -256,6 +256,68 @@ impl Drop for Rustberg {
     }
 }
 
+/// A stand-in identity provider for OAuth2 client credentials (tests/support/oauth_server.py):
+/// client `dms2iceberg` with secret `s3cret` gets `token` (what the catalog accepts).
+pub struct TokenServer {
+    child: Child,
+    /// The token endpoint (`DMS2ICEBERG_REST_OAUTH2_URI`).
+    pub uri: String,
+    grants: PathBuf,
+}
+
+impl TokenServer {
+    pub fn start(w: &Work, token: &str, expires_in: u64) -> TokenServer {
+        let port_file = w.dir.join("oauth.port");
+        let grants = w.dir.join("oauth.grants");
+        let child = Command::new(python())
+            .args([
+                support("oauth_server.py").display().to_string(),
+                "--port-file".into(),
+                port_file.display().to_string(),
+                "--client-id".into(),
+                "dms2iceberg".into(),
+                "--client-secret".into(),
+                "s3cret".into(),
+                "--token".into(),
+                token.into(),
+                "--grants".into(),
+                grants.display().to_string(),
+                "--expires-in".into(),
+                expires_in.to_string(),
+            ])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("oauth_server.py starts");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let port = loop {
+            if let Ok(p) = std::fs::read_to_string(&port_file) {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "oauth_server.py did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        TokenServer {
+            child,
+            uri: format!("http://127.0.0.1:{}/token", port.trim()),
+            grants,
+        }
+    }
+
+    /// Tokens granted so far.
+    pub fn grants(&self) -> usize {
+        std::fs::read_to_string(&self.grants)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for TokenServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A unique-enough suffix for keys (no uuid crate in the tests).
 fn uuid_like() -> String {
     let nanos = std::time::SystemTime::now()
