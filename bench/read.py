@@ -210,7 +210,7 @@ def checkpoint(con, binary: Path, case: Path, wh: Path, at: int, phase: str, exp
     con.execute(f"copy (select * from iceberg_scan('{loc}') order by order_id) to '{plain}' "
                 "(format parquet)")
     shutil.copy(plain, src / "LOAD00000001.parquet")
-    (snap / "config.toml").write_text(CONFIG)
+    (snap / "config.toml").write_text(config_for(a, case.name))
     run([binary, "ingest", snap / "dms", "--warehouse", snap / "wh", "--config",
          snap / "config.toml", "--format", "json"])
     fresh_loc = metadata_location(snap / "wh")
@@ -223,6 +223,11 @@ def checkpoint(con, binary: Path, case: Path, wh: Path, at: int, phase: str, exp
     return {"files": at, "phase": phase, **sh, **r}
 
 
+def config_for(a, label: str) -> str:
+    v = a.version_for.get(label)
+    return CONFIG + (f"format_version = {v}\n" if v else "")
+
+
 def replay(label: str, binary: Path, meta: dict, a, base: Path) -> dict:
     case = base / label
     shutil.rmtree(case, ignore_errors=True)
@@ -230,7 +235,7 @@ def replay(label: str, binary: Path, meta: dict, a, base: Path) -> dict:
     wh = case / "wh"
     cfg = case / "config.toml"
     props = a.props_for.get(label, {})
-    cfg.write_text(CONFIG + ("properties = { " + ", ".join(
+    cfg.write_text(config_for(a, label) + ("properties = { " + ", ".join(
         f'"{k}" = "{v}"' for k, v in props.items()) + " }\n" if props else ""))
     compact_args = a.compact_args_for.get(label, a.compact_args).split()
     con = peers.duckdb_connect()
@@ -349,6 +354,9 @@ def main() -> None:
     ap.add_argument("--props", action="append", default=[],
                     help="LABEL=KEY:VALUE,...: table properties set at creation for one binary's "
                          "table (its config's `properties`)")
+    ap.add_argument("--format-version", action="append", default=[],
+                    help="LABEL=3: that binary's table (and its fresh copies) in Iceberg format "
+                         "version 3 (default 2)")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--lookups", type=int, default=10)
     ap.add_argument("--seed", type=int, default=42)
@@ -359,6 +367,7 @@ def main() -> None:
     if not a.binary:
         a.binary = [f"after={ROOT / 'target' / 'release' / 'dms2iceberg'}"]
     a.checkpoints = [int(x) for x in a.checkpoints.split(",") if x]
+    a.version_for = dict(v.split("=", 1) for v in a.format_version)
     a.props_for = {}
     for spec in a.props:
         label, kvs = spec.split("=", 1)

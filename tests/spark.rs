@@ -438,7 +438,7 @@ fn assert_all_exist(locations: &BTreeSet<String>, what: &str) {
 /// Spark rewrites, merges, expires and removes orphans on our table; then (with `more_dms`)
 /// our ingest applies the DMS files that came since; then our compaction, `orphans --delete`
 /// and `expire` run. After each step the table equals the expected state.
-fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool) {
+fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool, format_version: u8) {
     let started = Instant::now();
     let table = "shop.orders";
     let w = Work::new(name);
@@ -466,6 +466,7 @@ fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool) {
         ],
     );
     w.set_default(&format!("drop_columns = [\"{TIME_COLUMN}\"]"));
+    w.set_default(&format!("format_version = {format_version}"));
     ingest(&w, catalog).assert_success();
     let meta = w.meta(table);
     let columns: Vec<String> = meta
@@ -540,8 +541,24 @@ fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool) {
     if more_dms {
         let pending = w.asof(table).iter().filter(|s| s.pending).count();
         expected = after_new_dms(&w, table, &initial, &after_spark);
+        let ids_before_ingest = (format_version >= 3).then(|| spark_row_ids(&mut spark(), &t));
         w.promote_pending();
         let r = ingest(&w, catalog).assert_success();
+        if let Some(before) = ids_before_ingest {
+            // A row our ingest did not change keeps its id (the files it is in were filtered
+            // and merged into new manifests by our commits).
+            let now = spark_row_ids(&mut spark(), &t);
+            let key = |r: &Value| r["order_id"].as_i64().unwrap();
+            let untouched: Vec<i64> = after_spark
+                .iter()
+                .filter(|r| expected.iter().any(|e| key(e) == key(r) && e == *r))
+                .map(key)
+                .collect();
+            assert!(!untouched.is_empty());
+            for k in untouched {
+                assert_eq!(now.get(&k), before.get(&k), "_row_id of untouched key {k}");
+            }
+        }
         let applied_before = meta.files.len() - pending;
         let want = format!("{pending} files applied, {applied_before} skipped (already applied)");
         assert!(
@@ -573,10 +590,42 @@ fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool) {
             "{cost}"
         );
     }
+    let mut sp = spark();
+    assert_eq!(
+        sp.sql(&[&format!("SHOW TBLPROPERTIES {t} ('format-version')")])[0][0]["value"],
+        format_version.to_string()
+    );
+    // v3: Spark's deletion vectors and ours (never a position-delete file), at most one per
+    // data file; and every row's id, which our compaction must keep.
+    let row_ids_before = (format_version >= 3).then(|| {
+        let formats = sp.sql(&[&format!(
+            "SELECT DISTINCT file_format AS f FROM {t}.delete_files"
+        )]);
+        let formats: Vec<&str> = formats[0].iter().filter_map(|r| r["f"].as_str()).collect();
+        assert!(formats.iter().all(|f| *f == "PUFFIN"), "{formats:?}");
+        let per_file = sp.sql(&[&format!(
+            "SELECT max(n) AS n FROM (SELECT referenced_data_file, count(*) AS n \
+             FROM {t}.delete_files GROUP BY referenced_data_file)"
+        )]);
+        assert!(
+            per_file[0][0]["n"].as_i64().unwrap_or(0) <= 1,
+            "{per_file:?}"
+        );
+        spark_row_ids(&mut sp, &t)
+    });
+    drop(sp);
 
     // Our maintenance.
     let (r, c) = maintain(&w, catalog, "compact", table, &[]);
     r.assert_success();
+    if let Some(before) = &row_ids_before {
+        let mut sp = spark();
+        assert_eq!(
+            &spark_row_ids(&mut sp, &t),
+            before,
+            "our compaction keeps every row's _row_id"
+        );
+    }
     assert_rows(
         "scan after our compact",
         &meta,
@@ -638,14 +687,39 @@ fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool) {
     );
 }
 
+/// Each row's `_row_id` as Spark reads it (v3), by key; every id unique.
+fn spark_row_ids(sp: &mut Spark, t: &str) -> BTreeMap<i64, i64> {
+    let rows = sp.sql(&[&format!("SELECT order_id, _row_id FROM {t}")]);
+    let ids: BTreeMap<i64, i64> = rows[0]
+        .iter()
+        .map(|r| {
+            let id = r["_row_id"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("no _row_id: {r}"));
+            (r["order_id"].as_i64().unwrap(), id)
+        })
+        .collect();
+    let unique: BTreeSet<i64> = ids.values().copied().collect();
+    assert_eq!(unique.len(), rows[0].len(), "_row_id values repeat");
+    ids
+}
+
 #[test]
 fn spark_writes_and_expiry_then_our_maintenance() {
-    foreign_then_ours("spark_maintain", "spark_maint", false);
+    foreign_then_ours("spark_maintain", "spark_maint", false, 2);
 }
 
 #[test]
 fn spark_writes_and_expiry_then_our_ingest_goes_on() {
-    foreign_then_ours("spark_ingest", "spark_ingest", true);
+    foreign_then_ours("spark_ingest", "spark_ingest", true, 2);
+}
+
+/// The same on a v3 table (ours, `format_version = 3`): Spark's merge-on-read writes deletion
+/// vectors into it, its maintenance rewrites it, our ingest goes on (merging Spark's vectors
+/// with ours), our compaction keeps every row's `_row_id`.
+#[test]
+fn v3_spark_writes_and_expiry_then_our_ingest_goes_on() {
+    foreign_then_ours("spark_v3_ingest", "spark_v3", true, 3);
 }
 
 #[test]
@@ -785,11 +859,12 @@ fn format_version(sp: &mut Spark, catalog: &str) -> String {
     rows[0][0]["value"].as_str().unwrap_or_default().to_string()
 }
 
-/// Tables other engines made in other format versions (issue 25): a v1 table Spark created is
-/// upgraded to v2 by our first commit and reads as the DMS files say in Spark, our scan,
-/// PyIceberg and DuckDB; a v3 table is refused with its version named, and left as Spark made it.
+/// Tables other engines made in other format versions (issues 25 and 36): a v1 table Spark
+/// created is upgraded to v2 by our first commit, a v3 table Spark wrote deletion vectors into
+/// stays v3 and gets ours; each reads as the DMS files say in Spark, our scan, PyIceberg and
+/// DuckDB.
 #[test]
-fn spark_made_v1_tables_are_upgraded_and_v3_tables_refused() {
+fn spark_made_v1_and_v3_tables_are_continued() {
     let mut sp = spark();
     let table = "sales.product";
 
@@ -877,32 +952,58 @@ fn spark_made_v1_tables_are_upgraded_and_v3_tables_refused() {
     assert!(!stray.exists(), "{o}");
     assert_readers(&w, catalog, table, &expected, "v1-orphans");
 
+    // A v3 table Spark made and wrote deletion vectors into: our ingest continues it (its
+    // vectors merged into ours, one per data file), and every reader reads the same rows.
     let (w, catalog) = (Work::new("spark_v3"), "made_v3");
     w.generate("product", &[]);
     spark_made_product(&mut sp, &w, catalog, 3);
-    sp.sql(&[&format!(
-        "INSERT INTO {catalog}.{table} VALUES (1, 'spark', 'row', 1, TIMESTAMP_NTZ '2022-03-02 11:00:00')"
+    let t = format!("{catalog}.{table}");
+    sp.sql(&[
+        &format!(
+            "ALTER TABLE {t} SET TBLPROPERTIES ('write.delete.mode'='merge-on-read', \
+             'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read')"
+        ),
+        &format!(
+            "INSERT INTO {t} VALUES (1, 'spark', 'kept', 1, TIMESTAMP_NTZ '2022-03-02 11:00:00'), \
+             (2, 'spark', 'deleted', 2, TIMESTAMP_NTZ '2022-03-02 11:00:00'), \
+             (3, 'spark', 'updated', 3, TIMESTAMP_NTZ '2022-03-02 11:00:00')"
+        ),
+        &format!("DELETE FROM {t} WHERE product_id = 2"),
+        &format!("UPDATE {t} SET quantity_available = 30 WHERE product_id = 3"),
+    ]);
+    let spark_dvs = sp.sql(&[&format!(
+        "SELECT count(*) AS n FROM {t}.delete_files WHERE file_format = 'PUFFIN'"
     )]);
-    let snapshots = format!("SELECT snapshot_id FROM {catalog}.{table}.snapshots");
-    let before = sp.sql(&[&snapshots]);
-    let r = ingest(&w, catalog);
-    assert!(
-        !r.status.success(),
-        "a v3 table must be refused:\n{}",
-        r.describe()
-    );
-    let out = r.output();
-    assert!(
-        out.contains(table) && out.contains("format version 3"),
-        "the refusal names the table and its version:\n{}",
-        r.describe()
-    );
-    assert_eq!(
-        before,
-        sp.sql(&[&snapshots]),
-        "nothing committed to the v3 table"
-    );
+    assert!(spark_dvs[0][0]["n"].as_i64().unwrap() >= 1, "{spark_dvs:?}");
+    // Its rows are Spark's, none from a DMS file: every DMS file applies on top of them.
+    cli(&w, catalog, &["mark-applied", table, "--none"]).assert_success();
+    ingest(&w, catalog).assert_success();
     assert_eq!(format_version(&mut sp, catalog), "3");
+    let row = |id: i64, name: &str, qty: i64| {
+        json!({"product_id": id, "category": "spark", "product_name": name,
+               "quantity_available": qty, "last_update_time": "2022-03-02 11:00:00.000000"})
+    };
+    let mut expected = vec![row(1, "kept", 1), row(3, "updated", 30)];
+    expected.extend(w.expected(table));
+    let mut actual = scan(&w, catalog, table, &[]);
+    actual.sort_by_key(|r| r["product_id"].as_i64());
+    assert_rows("scan (v3 Spark made)", &w.meta(table), &expected, &actual);
+    assert_readers(&w, catalog, table, &expected, "v3-spark-made");
+    assert_spark(
+        &mut sp,
+        &w,
+        table,
+        json!({"table": t}),
+        &expected,
+        "v3-spark-made",
+    );
+    let formats = sp.sql(&[&format!(
+        "SELECT DISTINCT file_format AS f FROM {t}.delete_files"
+    )]);
+    assert!(
+        formats[0].iter().all(|r| r["f"] == "PUFFIN"),
+        "deletion vectors only: {formats:?}"
+    );
 }
 
 /// Iceberg Java's RESTCatalog on a table we commit through an Iceberg REST catalog written by

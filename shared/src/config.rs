@@ -297,6 +297,25 @@ impl Config {
         Ok(cfg)
     }
 
+    /// Tables this config does not give a `format_version` get `DMS2ICEBERG_FORMAT_VERSION`'s
+    /// (2 or 3), if set: how the functions, and the CLI alike, take it from their environment.
+    pub fn with_format_version_from_env(mut self) -> Result<Config> {
+        let v = match std::env::var("DMS2ICEBERG_FORMAT_VERSION").ok().as_deref() {
+            None | Some("") => None,
+            Some("2") => Some(2),
+            Some("3") => Some(3),
+            Some(v) => {
+                return Err(Error::Config(format!(
+                    "DMS2ICEBERG_FORMAT_VERSION=`{v}`: use 2 or 3"
+                )));
+            }
+        };
+        if self.defaults.format_version.is_none() {
+            self.defaults.format_version = v;
+        }
+        Ok(self)
+    }
+
     pub fn load(path: &Path) -> Result<Config> {
         let text =
             std::fs::read_to_string(path).map_err(|e| Error::io(path.display().to_string(), e))?;

@@ -52,7 +52,8 @@ pub(crate) async fn run(catalog: &CatalogArgs, a: IngestArgs) -> Result<bool> {
     let config = match &config {
         Some(p) => Config::load(p)?,
         None => Config::default(),
-    };
+    }
+    .with_format_version_from_env()?;
     let catalog = open_catalog(catalog, &warehouse, false).await?;
     apply(
         catalog.as_ref(),

@@ -7,6 +7,7 @@ use dms2iceberg::ops::maintain::{ExpireSnapshots, Orphans, RewriteManifests};
 use dms2iceberg::ops::mark_applied::MarkApplied;
 use dms2iceberg::ops::parse_ident;
 use dms2iceberg::ops::truncate::Truncate;
+use dms2iceberg::ops::upgrade::Upgrade;
 
 use super::{CatalogArgs, open_catalog};
 use crate::output;
@@ -265,6 +266,33 @@ pub(crate) async fn mark_applied(catalog: &CatalogArgs, a: MarkAppliedArgs) -> R
             "{}: the table holds no DMS file; every DMS file applies on top of its rows{replaced}",
             r.table
         ),
+    }
+    Ok(true)
+}
+
+/// Move a table to a later Iceberg format version (one-way).
+#[derive(clap::Args)]
+pub(crate) struct UpgradeArgs {
+    pub table: String,
+    /// The format version to move to: 3 (deletion vectors, row lineage; not read by Athena).
+    #[arg(long)]
+    pub format_version: u8,
+    #[arg(long, default_value = super::DEFAULT_WAREHOUSE)]
+    pub warehouse: String,
+}
+
+pub(crate) async fn upgrade(catalog: &CatalogArgs, a: UpgradeArgs) -> Result<bool> {
+    let catalog = open_catalog(catalog, &a.warehouse, true).await?;
+    let r = Upgrade::new(catalog.as_ref(), parse_ident(&a.table)?, a.format_version)?
+        .execute()
+        .await?;
+    if r.unchanged {
+        println!("{}: already format version {}", r.table, r.to);
+    } else {
+        println!(
+            "{}: format version {} -> {} (one-way; the next commit gives every row its id)",
+            r.table, r.from, r.to
+        );
     }
     Ok(true)
 }

@@ -34,6 +34,9 @@ pub(crate) enum Command {
     /// Empty a table whose source table was truncated (or dropped and created again): one
     /// snapshot removes every row; files delivered so far count as superseded, later ones apply.
     Truncate(maintain::TruncateArgs),
+    /// Move a table to a later Iceberg format version (one-way): `--format-version 3` gives it
+    /// deletion vectors and row lineage, which Athena cannot read.
+    Upgrade(maintain::UpgradeArgs),
     /// List the tables in the warehouse.
     Tables(read::TablesArgs),
 }
@@ -50,6 +53,7 @@ pub(crate) async fn run(catalog: &CatalogArgs, command: Command) -> Result<bool>
         Command::Orphans(a) => maintain::orphans(catalog, a).await,
         Command::MarkApplied(a) => maintain::mark_applied(catalog, a).await,
         Command::Truncate(a) => maintain::truncate(catalog, a).await,
+        Command::Upgrade(a) => maintain::upgrade(catalog, a).await,
         Command::Tables(a) => read::tables(catalog, a).await,
     }
 }

@@ -88,15 +88,16 @@ pub(crate) fn creation_updates(md: &TableMetadata) -> Vec<TableUpdate> {
 }
 
 /// The updates that turn `old` into `new` for a metadata-only commit (expiry, the
-/// applied-file record): snapshots and refs removed or moved, statistics dropped, properties
-/// set or removed. Anything else changing is refused, not silently left out.
+/// applied-file record, a format upgrade): the format version raised, snapshots and refs
+/// removed or moved, statistics dropped, properties set or removed. Anything else changing is
+/// refused, not silently left out.
 pub(crate) fn metadata_updates(
     old: &TableMetadata,
     old_refs: &Refs,
     new: &TableMetadata,
 ) -> Result<Vec<TableUpdate>> {
     let same = old.uuid() == new.uuid()
-        && old.format_version() == new.format_version()
+        && old.format_version() <= new.format_version()
         && old.location() == new.location()
         && old.current_schema_id() == new.current_schema_id()
         && old.schemas_iter().count() == new.schemas_iter().count()
@@ -118,6 +119,11 @@ pub(crate) fn metadata_updates(
         )));
     }
     let mut out = Vec::new();
+    if new.format_version() > old.format_version() {
+        out.push(TableUpdate::UpgradeFormatVersion {
+            format_version: new.format_version(),
+        });
+    }
     let removed: Vec<i64> = old
         .snapshots()
         .map(|s| s.snapshot_id())

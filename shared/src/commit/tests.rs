@@ -956,14 +956,16 @@ async fn an_unknown_metadata_commit_is_resolved_by_looking_in_the_metadata_log()
     assert_eq!(t.metadata.properties()["other.writer"], "1");
 }
 
+/// A live delete as the tests see it: its file, its offset (deletion vectors), its positions.
+type LiveDeleteOf = (String, Option<i64>, Vec<i64>);
+
 /// Each live data file of the current snapshot with the `first_row_id` a reader derives for
-/// it, and its live deletes (`(path, offset)`, offset for deletion vectors) with their
-/// positions.
+/// it, and its live deletes by data file.
 async fn lineage_and_deletes(
     lab: &Lab,
 ) -> (
     BTreeMap<String, Option<i64>>,
-    BTreeMap<String, Vec<(String, Option<i64>, Vec<i64>)>>,
+    BTreeMap<String, Vec<LiveDeleteOf>>,
 ) {
     use crate::files::Fill;
     use crate::files::deletes::DeleteSource;
@@ -976,7 +978,7 @@ async fn lineage_and_deletes(
         .unwrap();
     let read = files.manifests(&list, Fill::Pass).await.unwrap();
     let mut ids = BTreeMap::new();
-    let mut deletes: BTreeMap<String, Vec<(String, Option<i64>, Vec<i64>)>> = BTreeMap::new();
+    let mut deletes: BTreeMap<String, Vec<LiveDeleteOf>> = BTreeMap::new();
     for (m, manifest) in list.iter().zip(&read) {
         let inherited = super::lineage::inherited(m, manifest.entries());
         for (e, id) in manifest.entries().iter().zip(inherited) {
@@ -1055,26 +1057,23 @@ async fn row_ids_by_key(lab: &Lab) -> BTreeMap<i64, i64> {
     out
 }
 
-/// A v2 table another engine upgraded to v3 (a metadata change, as Iceberg's upgrade is):
+/// A v2 table upgraded to v3 (`upgrade`: a metadata change, as Iceberg's own upgrade is):
 /// our next commit gives every data file its row ids (the pre-v3 manifests get ranges) and
 /// writes deletion vectors, each replacing every earlier delete of its data file (the v2
 /// position-delete file included); the next commit after that keeps every file's row ids and
 /// replaces the vectors it merges, so no data file ever has two.
 #[tokio::test]
 async fn a_table_upgraded_to_v3_gets_row_ids_and_deletion_vectors() {
+    use crate::ops::upgrade::Upgrade;
     use iceberg::spec::FormatVersion;
     let lab = loaded("v3").await;
-    commit_metadata(&lab.catalog, &lab.ident, |md, location| {
-        Ok(Some(
-            md.clone()
-                .into_builder(Some(location.to_string()))
-                .upgrade_format_version(FormatVersion::V3)?
-                .build()?
-                .metadata,
-        ))
-    })
-    .await
-    .unwrap();
+    let up = |v: u8| Upgrade::new(&lab.catalog, lab.ident.clone(), v);
+    let r = up(3).unwrap().execute().await.unwrap();
+    assert_eq!((r.from, r.to, r.unchanged), (2, 3, false));
+    assert!(up(3).unwrap().execute().await.unwrap().unchanged);
+    let e = up(2).unwrap().execute().await.unwrap_err().to_string();
+    assert!(e.contains("only go up"), "{e}");
+    assert!(up(4).is_err());
     let (_, before) = lineage_and_deletes(&lab).await;
     assert!(
         before

@@ -98,9 +98,6 @@ pub struct FunctionEnv {
     /// `DMS2ICEBERG_PARALLEL_LOADS` (default 1): full-load files of a backlog one invocation
     /// applies at once (each a streamed input's memory).
     pub parallel_loads: usize,
-    /// `DMS2ICEBERG_FORMAT_VERSION` (2 or 3): the format version of tables the function creates,
-    /// unless the config sets `format_version`.
-    pub format_version: Option<u8>,
 }
 
 impl FunctionEnv {
@@ -151,16 +148,6 @@ impl FunctionEnv {
                 .map_or_else(|| std::env::temp_dir().join("dms2iceberg"), PathBuf::from),
             key_cache_bytes: num("DMS2ICEBERG_KEY_CACHE_MB", 512)? << 20,
             parallel_loads: num("DMS2ICEBERG_PARALLEL_LOADS", 1)?.max(1),
-            format_version: match var("DMS2ICEBERG_FORMAT_VERSION").as_deref() {
-                None => None,
-                Some("2") => Some(2),
-                Some("3") => Some(3),
-                Some(v) => {
-                    return Err(Error::Config(format!(
-                        "DMS2ICEBERG_FORMAT_VERSION=`{v}`: use 2 or 3"
-                    )));
-                }
-            },
         })
     }
 
@@ -200,9 +187,8 @@ impl FunctionEnv {
             }
             cfg.namespace_override = Some(db.clone());
         }
-        if cfg.defaults.format_version.is_none() {
-            cfg.defaults.format_version = self.format_version;
-        }
-        Ok((cfg, text_read))
+        // `DMS2ICEBERG_FORMAT_VERSION` (2 or 3): the format version of tables the function
+        // creates, unless the config sets `format_version`.
+        Ok((cfg.with_format_version_from_env()?, text_read))
     }
 }

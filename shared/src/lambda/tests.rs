@@ -82,7 +82,6 @@ impl Lab {
             spool: self.dir.join("spool"),
             key_cache_bytes: 64 << 20,
             parallel_loads: 1,
-            format_version: None,
         }
     }
 

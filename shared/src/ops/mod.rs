@@ -1,7 +1,7 @@
 //! Table operations, one file (or folder) each. Those with options are builders ending in
 //! `execute` ([`ingest::Ingest`], [`scan::Scan`], [`compact::Compact`],
 //! [`maintain::ExpireSnapshots`], [`maintain::Orphans`], [`mark_applied::MarkApplied`],
-//! [`truncate::Truncate`]); the
+//! [`truncate::Truncate`], [`upgrade::Upgrade`]); the
 //! others are plain functions ([`history::history`], [`discover::discover_all`],
 //! [`rejected`]'s side table of rows set aside).
 
@@ -14,6 +14,7 @@ pub mod mark_applied;
 pub mod rejected;
 pub mod scan;
 pub mod truncate;
+pub mod upgrade;
 
 use iceberg::TableIdent;
 

@@ -235,7 +235,9 @@ struct DataFilePlan {
 }
 
 impl DataFilePlan {
-    /// `rows`: about how many rows the files will hold (sizes the bloom filters).
+    /// `rows`: about how many rows the files will hold (sizes the bloom filters); `lineage`:
+    /// the files also hold the row lineage columns (see [`DataFileStream::rewriting`]).
+    #[allow(clippy::too_many_arguments)]
     fn new(
         file_io: &FileIO,
         metadata: &TableMetadata,
@@ -590,37 +592,39 @@ pub(crate) async fn write_partition_scoped_deletes(
 }
 
 /// Writes one deletion vector per data file of `deletes` (every position its one vector
-/// keeps), all in one Puffin file: one object per commit whatever the number of data files it
-/// deletes rows of, each vector its own manifest entry (`referenced_data_file`,
-/// `content_offset`, `content_size_in_bytes`), as Iceberg Java writes them.
+/// keeps), each in a Puffin file of its own, with its manifest entry (`referenced_data_file`,
+/// `content_offset`, `content_size_in_bytes`). One file per vector, not one per commit as
+/// Iceberg Java writes them: DuckDB's Iceberg reader up to 1.5.5 reads a vector of a Puffin file
+/// that holds several from the wrong place in its cached reads (duckdb-iceberg PR 1182), and
+/// drops the wrong rows; a vector alone in its file reads right everywhere. A commit writes as
+/// many objects as a v2 commit writes position-delete files.
 async fn write_deletion_vectors(
     file_io: &FileIO,
     metadata: &TableMetadata,
     deletes: &BTreeMap<String, FileDeletes>,
 ) -> Result<Vec<(i32, DataFile)>> {
+    let locations = DefaultLocationGenerator::new(metadata)?;
     let files: Vec<(&String, &FileDeletes)> = deletes
         .iter()
         .filter(|(_, d)| !d.positions.is_empty())
         .collect();
-    if files.is_empty() {
-        return Ok(Vec::new());
-    }
-    let vectors: Vec<(&str, &[i64])> = files
-        .iter()
-        .map(|(p, d)| (p.as_str(), d.positions.as_slice()))
-        .collect();
-    let (bytes, placed) = crate::files::dv::puffin(&vectors, CREATED_BY)?;
-    let path = DefaultLocationGenerator::new(metadata)?
-        .generate_location(None, &format!("{}-deletes.puffin", uuid::Uuid::new_v4()));
-    let size = bytes.len() as u64;
-    file_io.new_output(&path)?.write(bytes.into()).await?;
-    files
-        .iter()
-        .zip(placed)
-        .map(|((_, d), p)| {
+    let files = &files;
+    let locations = &locations;
+    futures::stream::iter(0..files.len())
+        .map(|i| async move {
+            let (data_file, d) = files[i];
+            let (bytes, mut placed) =
+                crate::files::dv::puffin(&[(data_file, &d.positions)], CREATED_BY)?;
+            let p = placed
+                .pop()
+                .ok_or_else(|| Error::Internal("a Puffin file without its vector".into()))?;
+            let path = locations
+                .generate_location(None, &format!("{}-deletes.puffin", uuid::Uuid::new_v4()));
+            let size = bytes.len() as u64;
+            file_io.new_output(&path)?.write(bytes.into()).await?;
             let file = DataFileBuilder::default()
                 .content(DataContentType::PositionDeletes)
-                .file_path(path.clone())
+                .file_path(path)
                 .file_format(DataFileFormat::Puffin)
                 .partition(d.partition.clone())
                 .partition_spec_id(d.spec_id)
@@ -631,9 +635,11 @@ async fn write_deletion_vectors(
                 .content_size_in_bytes(Some(p.length as i64))
                 .build()
                 .map_err(|e| Error::Internal(format!("deletion vector entry: {e}")))?;
-            Ok((d.spec_id, file))
+            Ok::<_, Error>((d.spec_id, file))
         })
-        .collect()
+        .buffered(SMALL_FILE_CONCURRENCY)
+        .try_collect()
+        .await
 }
 
 /// What our Puffin files say wrote them.
