@@ -646,15 +646,31 @@ fn skip_files_reaches_a_warm_function() {
 
 #[test]
 fn racing_functions_end_exact() {
+    racing_functions("race", None);
+}
+
+/// The same race on a format version 3 table (`DMS2ICEBERG_FORMAT_VERSION=3`, the template's
+/// `FormatVersion`): deletion vectors and row ids under concurrent functions, read by PyIceberg
+/// and DuckDB.
+#[test]
+fn racing_functions_on_a_v3_table_end_exact() {
+    racing_functions("race_v3", Some("3"));
+}
+
+fn racing_functions(name: &str, format_version: Option<&str>) {
     require_python();
-    let lab = Lab::new("race");
+    let lab = Lab::new(name);
     lab.generate("synthetic", &args("--schema shop --table orders --rows 150 --cdc-files 6 --cdc-rows 30 --before-image --pk-update-ratio 0.1 --seed 13"));
     lab.upload_config(&[]);
     let meta = lab.work.meta("shop.orders");
     let name = lab.glue_name(&meta);
     let files = meta.files.clone();
-    let mut a = Function::start(&lab, "ingest-a", &[]);
-    let mut b = Function::start(&lab, "ingest-b", &[]);
+    let env: Vec<(&str, &str)> = format_version
+        .map(|v| ("DMS2ICEBERG_FORMAT_VERSION", v))
+        .into_iter()
+        .collect();
+    let mut a = Function::start(&lab, "ingest-a", &env);
+    let mut b = Function::start(&lab, "ingest-b", &env);
 
     // 1. Both create the table from the full load at the same time (CreateTable races).
     lab.upload(&files[0]);
@@ -688,6 +704,24 @@ fn racing_functions_end_exact() {
     );
     lab.assert_table("shop.orders");
     assert_each_file_once(&lab, &name, &files);
+    let table = name.rsplit('.').next().unwrap();
+    let location = lab.moto.glue_table(DB, table)["Parameters"]["metadata_location"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (bucket, key) = location
+        .trim_start_matches("s3://")
+        .split_once('/')
+        .unwrap();
+    let md: Value = serde_json::from_slice(&lab.moto.get(bucket, key).unwrap()).unwrap();
+    assert_eq!(
+        md["format-version"].as_i64(),
+        Some(format_version.map_or(2, |v| v.parse().unwrap())),
+        "{location}"
+    );
+    if format_version == Some("3") {
+        assert!(md["next-row-id"].as_i64().unwrap() >= 150, "{location}");
+    }
     let (ta, tb) = (emf_totals(&a.log()), emf_totals(&b.log()));
     let applied = ta.get("FilesApplied").unwrap_or(&0.0) + tb.get("FilesApplied").unwrap_or(&0.0);
     assert_eq!(
