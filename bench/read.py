@@ -110,7 +110,7 @@ def shape(loc: str) -> dict:
     pairs = 0
     scoped = 0
     for d in deletes:
-        ref = getattr(d, "referenced_data_file", None)
+        ref = getattr(d, "referenced_data_file", None) or puffin_target(d)
         lo = (d.lower_bounds or {}).get(PATH_ID)
         hi = (d.upper_bounds or {}).get(PATH_ID)
         if ref:
@@ -221,6 +221,21 @@ def checkpoint(con, binary: Path, case: Path, wh: Path, at: int, phase: str, exp
     r = reads(con, loc, fresh_loc, str(plain), keys, a.runs)
     shutil.rmtree(snap / "dms")
     return {"files": at, "phase": phase, **sh, **r}
+
+
+def puffin_target(d) -> str | None:
+    """The data file a deletion vector deletes rows of, from its Puffin file's footer (PyIceberg
+    0.12 does not expose `referenced_data_file`): ours hold one vector each."""
+    fmt = getattr(d, "file_format", None)
+    if "PUFFIN" not in str(fmt).upper():
+        return None
+    import struct
+    with open(local(d.file_path), "rb") as f:
+        f.seek(-12, 2)
+        n = struct.unpack("<i", f.read(4))[0]
+        f.seek(-12 - n, 2)
+        blobs = json.loads(f.read(n))["blobs"]
+    return blobs[0]["properties"]["referenced-data-file"] if len(blobs) == 1 else None
 
 
 def config_for(a, label: str) -> str:
