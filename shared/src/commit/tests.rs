@@ -306,6 +306,22 @@ async fn schema_and_spec_changes_need_a_replan() {
     .unwrap();
     assert_eq!(conflict_of(lab.check(&staged).await), Conflict::SpecChanged);
     staged.discard(lab.catalog.file_io()).await;
+
+    // An upgrade to v3 (a metadata commit, no snapshot) between the plan and its commit: the
+    // plan wrote position-delete files, which a v3 table must not get; planned again.
+    let staged = lab
+        .plan(vec![lab.file("20220302-1136010000.csv", "U,3,c3\n")])
+        .await;
+    crate::ops::upgrade::Upgrade::new(&lab.catalog, lab.ident.clone(), 3)
+        .unwrap()
+        .execute()
+        .await
+        .unwrap();
+    assert_eq!(
+        conflict_of(lab.check(&staged).await),
+        Conflict::FormatChanged
+    );
+    staged.discard(lab.catalog.file_io()).await;
 }
 
 #[tokio::test]
@@ -1182,6 +1198,105 @@ async fn a_table_upgraded_to_v3_gets_row_ids_and_deletion_vectors() {
         after[&4], before[&4],
         "an update is a delete and an insert: a new row id"
     );
+}
+
+/// Another engine's Puffin file holding the deletion vectors of two data files (as Iceberg
+/// Java writes one per commit): our commit that replaces one of them leaves the other live (a
+/// delete is its file and offset, not its file), and the table reads right before and after,
+/// and after compaction.
+#[tokio::test]
+async fn one_vector_of_a_shared_puffin_file_is_replaced_the_other_stays() {
+    use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Struct};
+    let lab = loaded("shared_puffin").await;
+    lab.ingest(vec![lab.file("20220302-1135010000.csv", "I,4,d\n")])
+        .await;
+    crate::ops::upgrade::Upgrade::new(&lab.catalog, lab.ident.clone(), 3)
+        .unwrap()
+        .execute()
+        .await
+        .unwrap();
+    let t = lab.table().await;
+    let last = t.metadata.current_snapshot_id();
+    let live = lab
+        .catalog
+        .files()
+        .live(
+            &t.metadata,
+            crate::files::live::Scope::Data,
+            crate::files::Fill::Pass,
+        )
+        .await
+        .unwrap();
+    let path_of = |f: &dyn Fn(&crate::files::live::LiveFile<'_>) -> bool| {
+        live.data()
+            .find(|d| f(d))
+            .unwrap()
+            .file()
+            .file_path()
+            .to_string()
+    };
+    let load = path_of(&|d| d.file().record_count() == 3);
+    let four = path_of(&|d| d.entry.snapshot_id() == last);
+    // Keys 1 (LOAD position 0, with position 1 the v2 file deletes) and 4.
+    let (bytes, placed) =
+        crate::files::dv::puffin(&[(&load, &[0, 1]), (&four, &[0])], "another engine").unwrap();
+    let puffin = format!(
+        "{}/data/another-engine-deletes.puffin",
+        t.metadata.location()
+    );
+    let io = lab.catalog.file_io();
+    io.new_output(&puffin)
+        .unwrap()
+        .write(bytes.clone().into())
+        .await
+        .unwrap();
+    let deletes: Vec<(i32, iceberg::spec::DataFile)> = placed
+        .into_iter()
+        .map(|p| {
+            let f = DataFileBuilder::default()
+                .content(DataContentType::PositionDeletes)
+                .file_path(puffin.clone())
+                .file_format(DataFileFormat::Puffin)
+                .partition(Struct::empty())
+                .partition_spec_id(0)
+                .record_count(p.cardinality)
+                .file_size_in_bytes(bytes.len() as u64)
+                .referenced_data_file(Some(p.referenced_data_file))
+                .content_offset(Some(p.offset as i64))
+                .content_size_in_bytes(Some(p.length as i64))
+                .build()
+                .unwrap();
+            (0, f)
+        })
+        .collect();
+    foreign_commit(&lab, &[], &deletes).await;
+    assert_eq!(lab.rows().await, ["2=b1", "3=c"]);
+
+    // Key 3 is in the LOAD file: its vector is replaced, key 4's (same Puffin) must stay.
+    lab.ingest(vec![lab.file("20220302-1136010000.csv", "U,3,c2\n")])
+        .await;
+    assert_eq!(lab.rows().await, ["2=b1", "3=c2"]);
+    let (_, deletes) = lineage_and_deletes(&lab).await;
+    assert_eq!(deletes[&load].len(), 1, "{deletes:?}");
+    assert_eq!(deletes[&load][0].2, vec![0, 1, 2]);
+    assert_ne!(deletes[&load][0].0, puffin);
+    assert_eq!(deletes[&four].len(), 1, "{deletes:?}");
+    assert_eq!(
+        (&deletes[&four][0].0, &deletes[&four][0].2),
+        (&puffin, &vec![0])
+    );
+
+    Compact::new(&lab.catalog, lab.ident.clone())
+        .options(CompactOptions {
+            target_file_size: Some(1 << 20),
+            ..Default::default()
+        })
+        .execute()
+        .await
+        .unwrap();
+    assert_eq!(lab.rows().await, ["2=b1", "3=c2"]);
+    let (_, deletes) = lineage_and_deletes(&lab).await;
+    assert!(deletes.is_empty(), "{deletes:?}");
 }
 
 #[tokio::test]

@@ -45,6 +45,10 @@ pub(crate) enum Conflict {
     RecordMoved,
     SchemaChanged,
     SpecChanged,
+    /// The table moved to another format version (an operator's `upgrade`): what a plan
+    /// wrote (position-delete files or deletion vectors, rows with or without their ids)
+    /// follows the version it was planned on.
+    FormatChanged,
     /// Our base snapshot is no longer in the table's history (rollback, or expired).
     HistoryRewritten,
     /// A commit that can change rows landed since our base: our keys must be located again.
@@ -81,6 +85,7 @@ impl Conflict {
             Conflict::RecordMoved => "record_moved",
             Conflict::SchemaChanged => "schema_changed",
             Conflict::SpecChanged => "spec_changed",
+            Conflict::FormatChanged => "format_changed",
             Conflict::HistoryRewritten => "history_rewritten",
             Conflict::RowsChanged { .. } => "rows_changed",
             Conflict::ReferencedFileRemoved { .. } => "referenced_file_removed",
@@ -107,6 +112,7 @@ impl fmt::Display for Conflict {
             Conflict::RecordMoved => write!(f, "other DMS files were applied concurrently"),
             Conflict::SchemaChanged => write!(f, "the table schema changed concurrently"),
             Conflict::SpecChanged => write!(f, "the partition spec changed concurrently"),
+            Conflict::FormatChanged => write!(f, "the table's format version changed concurrently"),
             Conflict::HistoryRewritten => write!(
                 f,
                 "the table's history was rolled back or expired past the snapshot this commit was planned on"
@@ -393,6 +399,9 @@ fn schema_and_spec_unchanged(staged: &Staged, now: &TableMetadata) -> Check {
         || now.partition_specs_iter().len() != base.partition_specs_iter().len()
     {
         return Err(conflict(Conflict::SpecChanged));
+    }
+    if now.format_version() != base.format_version() {
+        return Err(conflict(Conflict::FormatChanged));
     }
     Ok(None)
 }
