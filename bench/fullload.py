@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """fullload.py: a DMS full load of ~1 GiB into a new table: dms2iceberg `ingest` against
-PyIceberg 0.12 `append` and delta-rs `write_deltalake`, each in its own process, one after
-another, every final table verified. Run through `bench/run --fullload [options]` (it creates
+PyIceberg 0.12 `append`, delta-rs `write_deltalake` and DuckDB 1.5's `INSERT` into an Iceberg
+table of a REST catalog, each in its own process, one after another, every final table
+verified. Run through `bench/run --fullload [options]` (it creates
 bench/.venv first; `--no-build` skips the cargo build).
 
   bench/run --fullload [--mb 1024] [--cases csv-sorted,csv-shuffled,csvgz-sorted,parquet-sorted,multi-sorted]
@@ -11,7 +12,9 @@ bench/.venv first; `--no-build` skips the cargo build).
                        [--generate-only]
 
 Cases (`--cases`; FORMAT-ORDER):
-- csv-sorted, csv-shuffled, csvgz-sorted, csvgz-shuffled, parquet-sorted, parquet-shuffled: one
+- csv-sorted, csv-displaced (5% of the rows each moved to a random place, as a long-lived
+  table's heap holds them), csv-shuffled, csvgz-sorted, csvgz-shuffled, parquet-sorted,
+  parquet-shuffled: one
   full-load file of `--mb` MiB (its CSV size; the gzip'd and Parquet files hold the same rows),
   `LOAD00000001.csv` / `.csv.gz` / `.parquet`. Every tool in `--tools`.
 - multi-sorted, multi-shuffled: `--files` CSV files of `--file-mb` MiB (default: `--mb` split
@@ -34,6 +37,10 @@ VmHWM, polled every 10 ms), in a fresh output folder:
 - PyIceberg: one Python process: pyarrow.csv.read_csv (pq.read_table for Parquet) of the
   file(s), drop Op, SqlCatalog (sqlite) `create_table` from the Arrow schema, `append`.
 - delta-rs: one Python process: the same read, `write_deltalake(path, table)`.
+- DuckDB (`--tools ...,duckdb`): one Python process: rustberg (the REST catalog the tests run,
+  as bench/peers.py starts it) on a `file://` warehouse, DuckDB's iceberg extension attached to
+  it, `CREATE TABLE`, then `INSERT INTO ... SELECT id, name, qty FROM read_csv(...)` (or
+  `read_parquet`): DuckDB reads the file itself. Not with repeated keys (a failed row).
 With `--dup-fraction` > 0 the peers keep the last row per id first (group_by on the row
 number), as a full load with repeated keys needs; dms2iceberg dedupes itself.
 The peer's wall clock includes starting Python and importing its libraries (reported apart in
@@ -73,7 +80,7 @@ SELF = str(Path(__file__).resolve())
 GEN = str(HERE / "gen_load.py")
 NS, TABLE = "shop", "items"
 CONFIG = f'[tables."{NS}.{TABLE}"]\nprimary_key = ["id"]\n'
-PEERS = ["pyiceberg", "delta"]
+PEERS = ["pyiceberg", "delta", "duckdb"]
 FORMATS = {"csv": "csv", "csvgz": "csv.gz", "parquet": "parquet", "multi": "csv"}
 DEFAULT_CASES = "csv-sorted,csv-shuffled,csvgz-sorted,parquet-sorted,multi-sorted"
 log = bench.log
@@ -108,7 +115,39 @@ def last_per_id(t):
     return t.take(pc.take(rows, pc.sort_indices(rows))).drop_columns(["_row"])
 
 
+def duckdb_peer(a) -> None:
+    """DuckDB 1.5's INSERT into an Iceberg table of a REST catalog (rustberg, as bench/peers.py
+    runs it), straight from DuckDB's own CSV or Parquet reader: no pyarrow in between."""
+    t0 = time.perf_counter()
+    import peers
+    t1 = time.perf_counter()
+    if a.dedupe:
+        raise SystemExit("duckdb: full loads with repeated keys are not measured")
+    server, con = peers.duckdb_rest(a.table)
+    try:
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS cat.{NS}")
+        con.execute(f"CREATE TABLE cat.{NS}.{TABLE} (id BIGINT NOT NULL, name VARCHAR, qty BIGINT)")
+        t2 = time.perf_counter()
+        if a.parquet:
+            source = "read_parquet(?)"
+            args = [a.files]
+        else:
+            source = "read_csv(?, header = true, columns = ?)"
+            args = [a.files, {"Op": "VARCHAR", "id": "BIGINT", "name": "VARCHAR",
+                              "qty": "BIGINT"}]
+        rows = con.execute(f"INSERT INTO cat.{NS}.{TABLE} SELECT id, name, qty FROM {source}",
+                           args).fetchall()[0][0]
+        t3 = time.perf_counter()
+    finally:
+        server.close()
+    print(json.dumps({"tool": "duckdb", "rows_read": rows, "rows_written": rows,
+                      "import_s": t1 - t0, "read_s": 0.0, "dedupe_s": 0.0,
+                      "write_s": t3 - t2}))
+
+
 def peer_main(a) -> None:
+    if a.tool == "duckdb":
+        return duckdb_peer(a)
     t0 = time.perf_counter()
     import pyarrow  # noqa: F401
     if a.tool == "pyiceberg":
@@ -176,7 +215,18 @@ def verify_main(a) -> None:
         return out
 
     cols = ["id", "name", "qty"]
-    if a.tool == "delta":
+    if a.tool == "duckdb":
+        import peers
+        tbl = peers.static_table(a.table)
+        res["schema"] = str(tbl.schema())
+        res["own"] = check("pyiceberg",
+                           tbl.scan(selected_fields=tuple(cols)).to_arrow_batch_reader())
+        f = tbl.inspect.files().select(["content", "file_size_in_bytes"]).to_pylist()
+        res["files"] = {"data_files": sum(1 for r in f if r["content"] == 0),
+                        "delete_files": sum(1 for r in f if r["content"] != 0),
+                        "data_bytes": sum(r["file_size_in_bytes"] for r in f
+                                          if r["content"] == 0)}
+    elif a.tool == "delta":
         from deltalake import DeltaTable
         d = DeltaTable(str(a.table))
         ds = d.to_pyarrow_dataset()
@@ -435,7 +485,8 @@ def notes(r: dict, c: dict) -> str:
             x = r["speedup_vs_first"]
             n.append(f"{x['speedup']:.2f}x as fast as {x['vs']}")
     if r["tool"] in PEERS and r.get("read_s") is not None:
-        n.append(f"import {r['import_s']:.2f} s, read {r['read_s']:.2f} s, "
+        n.append(f"import {r['import_s']:.2f} s, "
+                 + ("" if r["tool"] == "duckdb" else f"read {r['read_s']:.2f} s, ")
                  + (f"dedupe {r['dedupe_s']:.2f} s, " if r.get("deduped") else "")
                  + f"write {r['write_s']:.2f} s (in the process)")
     files = (r.get("verify") or {}).get("files") or {}
@@ -555,9 +606,9 @@ def main() -> None:
     cases = [c.strip() for c in a.cases.split(",") if c.strip()]
     for c in cases:
         f, _, o = c.partition("-")
-        if f not in FORMATS or o not in ("sorted", "shuffled"):
+        if f not in FORMATS or o not in ("sorted", "displaced", "shuffled"):
             raise SystemExit(f"unknown case {c!r}: FORMAT-ORDER with FORMAT one of "
-                             f"{', '.join(FORMATS)} and ORDER sorted or shuffled")
+                             f"{', '.join(FORMATS)} and ORDER sorted, displaced or shuffled")
     tools = [t.strip() for t in a.tools.split(",") if t.strip()]
     for t in tools:
         if t not in ("dms2iceberg", *PEERS):

@@ -3,7 +3,7 @@
 order-independent summary of a table that the benchmark verifies every tool's table against.
 
   gen_load.py gen --out csv=CASE_DIR [--out csv.gz=DIR] [--out parquet=DIR] --mb 1024
-                  [--files 1] [--order sorted|shuffled] [--dup-fraction 0] [--seed 42]
+                  [--files 1] [--order sorted|displaced|shuffled] [--dup-fraction 0] [--seed 42]
   gen_load.py selfcheck
 
 What DMS writes for a full load with AddColumnName=true and IncludeOpForFullLoad=true:
@@ -15,8 +15,9 @@ a hex counter), header `Op,id,name,qty`, every row `I,<id>,<name>,<qty>`:
   RFC 4180, and ~1% of the rows (within those) have a word in double quotes as well (written
   doubled inside the quoted field);
 - qty: an integer 0..999,999.
-Key order: `sorted` (ascending ids, as MySQL and SQL Server unload) or `shuffled` (a random
-permutation, as an Oracle or PostgreSQL heap). With several files the rows of the whole load
+Key order: `sorted` (ascending ids, as MySQL and SQL Server unload), `displaced` (ascending but
+for 5% of the rows, each moved to a random place: a long-lived table's heap, where updated rows
+went wherever there was room) or `shuffled` (a random permutation, as UUID keys give). With several files the rows of the whole load
 are split into consecutive runs: sorted gives each file a consecutive key range, shuffled a
 random subset, as DMS's full load does.
 `--dup-fraction F`: that fraction of all rows repeat an id that appears earlier in DMS order
@@ -265,6 +266,14 @@ def key_sequence(rows: int, order: str, dup_fraction: float, seed: int):
     ids = np.arange(1, u + 1, dtype=np.int64)
     if order == "shuffled":
         rng.shuffle(ids)
+    elif order == "displaced":
+        # A long-lived table's heap: in key order but for 5% of the rows, each moved to a random
+        # place (a row updated since it was inserted, stored wherever there was room).
+        moved = rng.choice(u, u // 20, replace=False)
+        keep = np.ones(u, bool)
+        keep[moved] = False
+        pos = np.concatenate([np.arange(u, dtype=np.float64)[keep], rng.random(len(moved)) * u])
+        ids = np.concatenate([ids[keep], ids[moved]])[np.argsort(pos, kind="stable")]
     elif order != "sorted":
         raise SystemExit(f"unknown order {order}")
     if d == 0:
@@ -509,7 +518,7 @@ def main() -> None:
                    help="FORMAT=DIR (csv, csv.gz or parquet); repeat for several formats")
     g.add_argument("--mb", type=float, required=True, help="MiB of CSV, all files together")
     g.add_argument("--files", type=int, default=1)
-    g.add_argument("--order", choices=["sorted", "shuffled"], default="sorted")
+    g.add_argument("--order", choices=["sorted", "displaced", "shuffled"], default="sorted")
     g.add_argument("--dup-fraction", type=float, default=0.0)
     g.add_argument("--seed", type=int, default=42)
     sub.add_parser("selfcheck")
