@@ -44,6 +44,9 @@ pub struct CommitReport {
     pub read_twice: bool,
     /// Bytes of sorted runs a streamed input spilled to the spool folder.
     pub spilled_bytes: u64,
+    /// Rows of a streamed input nearly in key order that came out of order: sorted apart and
+    /// written as data files of their own (the rest went straight through).
+    pub rows_set_aside: usize,
     /// Rows of a key replaced by a later row of the same key in the same input (a full load
     /// holding a key twice: the last in DMS order is kept).
     pub duplicate_keys: usize,
@@ -109,6 +112,7 @@ impl CommitReport {
             streamed: false,
             read_twice: false,
             spilled_bytes: 0,
+            rows_set_aside: 0,
             duplicate_keys: 0,
             inserted: 0,
             updated: 0,

@@ -111,6 +111,8 @@ pub(super) struct Streamed {
     pub(super) spilled_bytes: u64,
     /// Times the input was started over (it was not in key order).
     pub(super) restarts: u32,
+    /// Rows out of key order that went to data files of their own.
+    pub(super) set_aside: usize,
 }
 
 /// Rows by outcome.
@@ -220,6 +222,7 @@ fn attempt(
                 rejected: read.rejected,
                 spilled_bytes: output.spilled_bytes,
                 restarts: 0,
+                set_aside: output.set_aside,
             })))
         }
     }
@@ -244,6 +247,8 @@ fn abandon(
 /// What the writer thread is told.
 enum ToWriter {
     Rows(RecordBatch),
+    /// Close the files written so far: the rows that follow go to new ones.
+    NewFiles,
     /// The rows are complete: close the files.
     Finish,
 }
@@ -262,6 +267,15 @@ fn write_rows(
     let file_io = target.files.io();
     // Opened at the first rows, which tell which text columns get no dictionary.
     let mut sink: Option<DataFileStream> = None;
+    // Files of sinks already closed (`NewFiles`): deleted if the rows stop without `Finish`.
+    let mut closed: Vec<(i32, DataFile)> = Vec::new();
+    let forget = |closed: &[(i32, DataFile)]| {
+        handle.block_on(async {
+            for (_, f) in closed {
+                let _ = file_io.delete(f.file_path()).await;
+            }
+        })
+    };
     for msg in rx {
         match msg {
             ToWriter::Rows(b) => {
@@ -286,20 +300,39 @@ fn write_rows(
                     if let Some(s) = sink.take() {
                         handle.block_on(s.abort(file_io));
                     }
+                    forget(&closed);
                     return Err(e);
                 }
             }
+            ToWriter::NewFiles => {
+                if let Some(s) = sink.take() {
+                    match handle.block_on(s.close()) {
+                        Ok(files) => closed.extend(files),
+                        Err(e) => {
+                            forget(&closed);
+                            return Err(e);
+                        }
+                    }
+                }
+            }
             ToWriter::Finish => {
-                return match sink {
-                    Some(s) => handle.block_on(s.close()),
-                    None => Ok(Vec::new()),
-                };
+                if let Some(s) = sink {
+                    match handle.block_on(s.close()) {
+                        Ok(files) => closed.extend(files),
+                        Err(e) => {
+                            forget(&closed);
+                            return Err(e);
+                        }
+                    }
+                }
+                return Ok(closed);
             }
         }
     }
     if let Some(s) = sink {
         handle.block_on(s.abort(file_io));
     }
+    forget(&closed);
     Err(Error::Internal("data files abandoned".into()))
 }
 
@@ -605,12 +638,71 @@ fn consume(
         }
     } else {
         let mut order = KeyOrder::new(schema, &key_idx)?;
+        let mut aside = SetAside::new(spec, schema, &key_idx, seq)?;
         for b in rx {
             let b = b?;
-            if !order.continues(&b)? {
+            match &mut aside {
+                Some(a) => {
+                    let passing = a.split(b)?;
+                    if a.too_many() {
+                        return Ok(Flow::OutOfOrder);
+                    }
+                    for p in passing {
+                        settle(p, output)?;
+                    }
+                }
+                None => {
+                    if !order.continues(&b)? {
+                        return Ok(Flow::OutOfOrder);
+                    }
+                    settle(b, output)?;
+                }
+            }
+        }
+        if let Some(a) = &mut aside {
+            for p in a.finish_split()? {
+                settle(p, output)?;
+            }
+            // A short input mostly out of order: sorted whole, into one file.
+            if a.rows * SET_ASIDE_LIMIT > a.rows + a.passed.rows {
                 return Ok(Flow::OutOfOrder);
             }
-            settle(b, output)?;
+        }
+        if let Some(a) = aside
+            && a.rows > 0
+        {
+            if let Some(w) = winners.finish()? {
+                handle.block_on(output.push(w))?;
+            }
+            // The rows set aside, sorted, in data files of their own (each file stays sorted
+            // by key): keys none of the rows that went straight through have, or the input
+            // starts over through the sorter.
+            handle.block_on(output.flush())?;
+            output.send(ToWriter::NewFiles)?;
+            let mut aside_winners = Winners::new(schema, &key_idx, &output.order_idx)?;
+            let SetAside {
+                rows,
+                passed,
+                sorter,
+                ..
+            } = a;
+            output.spilled_bytes = sorter.spilled_bytes;
+            let mut passed = passed.iter();
+            for b in sorter.finish()? {
+                let b = b?;
+                if passed.holds_any(&b, &key_idx) {
+                    return Ok(Flow::OutOfOrder);
+                }
+                for w in aside_winners.push(b)? {
+                    handle.block_on(output.push(w))?;
+                }
+            }
+            if let Some(w) = aside_winners.finish()? {
+                handle.block_on(output.push(w))?;
+            }
+            output.duplicates = winners.duplicates + aside_winners.duplicates;
+            output.set_aside = rows;
+            return Ok(Flow::Done);
         }
     }
     if let Some(w) = winners.finish()? {
@@ -618,6 +710,253 @@ fn consume(
     }
     output.duplicates = winners.duplicates;
     Ok(Flow::Done)
+}
+
+/// Rows out of key order in an input that is otherwise in order (a long-lived table unloaded
+/// in its heap's order: most rows in key order, the updated ones wherever there was room).
+/// The rows in order go straight through as before; a row whose key is below the highest key
+/// passed so far is set aside, sorted apart (spilled past the sort budget) and written after
+/// the others as data files of its own, so the cost follows the disorder, not the input. The
+/// keys passed are kept (a byte or two each) to prove that no row set aside shares a key with
+/// one passed: where one does (a key repeated across the disorder), or where too much is out of
+/// order (random keys), the input starts over through the sorter as before. For a single
+/// 64-bit integer key (serial keys, the ones that come nearly in order).
+struct SetAside {
+    codec: KeyCodec,
+    highest: Option<i64>,
+    passed: PassedKeys,
+    sorter: Sorter,
+    /// Rows set aside.
+    rows: usize,
+    /// The last rows read and their keys, undecided until the rows after them are read.
+    held: Option<(RecordBatch, Vec<i64>)>,
+}
+
+/// Rows after a row that decide whether it was moved ahead of its place: most of them below it.
+const LOOK_AHEAD: usize = 16;
+
+/// Set aside more than one row in this many (after [`SET_ASIDE_AFTER`] rows): the input is not
+/// nearly in order; sorting it whole costs less than passing part of it.
+const SET_ASIDE_LIMIT: usize = 4;
+const SET_ASIDE_AFTER: usize = 64 * 1024;
+
+impl SetAside {
+    fn new(
+        spec: &StreamSpec,
+        schema: &SchemaRef,
+        key_idx: &[usize],
+        seq: usize,
+    ) -> Result<Option<SetAside>> {
+        if !matches!(key_idx, [k] if schema.field(*k).data_type() == &DataType::Int64) {
+            return Ok(None);
+        }
+        Ok(Some(SetAside {
+            codec: KeyCodec::new(schema, key_idx)?,
+            highest: None,
+            passed: PassedKeys::default(),
+            sorter: Sorter::new(
+                schema.clone(),
+                SortSpec {
+                    key: key_idx.to_vec(),
+                    seq,
+                },
+                spec.sort_budget,
+                &spec.spool,
+            )?,
+            rows: 0,
+            held: None,
+        }))
+    }
+
+    /// The rows decided so far that continue the key order (the others are set aside): all
+    /// but the last [`LOOK_AHEAD`] rows, which wait for the rows after them.
+    fn split(&mut self, b: RecordBatch) -> Result<Vec<RecordBatch>> {
+        let BatchKeys::Ints(new_keys) = self.codec.keys(&b)? else {
+            return Err(Error::Internal("set-aside keys are not integers".into()));
+        };
+        let (held, mut keys) = match self.held.take() {
+            Some((h, k)) => (Some(h), k),
+            None => (None, Vec::new()),
+        };
+        keys.extend_from_slice(&new_keys);
+        let rows = match held {
+            // The held rows and this batch, as one (a copy only of rows a decision needs next to
+            // each other: the held ones and a batch shorter than the look-ahead).
+            Some(h) if b.num_rows() < LOOK_AHEAD => {
+                vec![arrow_select::concat::concat_batches(&b.schema(), [&h, &b])?]
+            }
+            Some(h) => vec![h, b],
+            None => vec![b],
+        };
+        let decided = keys.len().saturating_sub(LOOK_AHEAD);
+        let pass = self.decide(&keys, decided);
+        let mut out = Vec::new();
+        let mut at = 0usize;
+        let mut rest: Vec<RecordBatch> = Vec::new();
+        for part in rows {
+            let n = part.num_rows();
+            let here = decided.saturating_sub(at).min(n);
+            if here > 0 {
+                out.extend(self.route(&part.slice(0, here), &pass[at..at + here])?);
+            }
+            if here < n {
+                rest.push(part.slice(here, n - here));
+            }
+            at += n;
+        }
+        let rest = match rest.len() {
+            0 => None,
+            1 => rest.pop(),
+            _ => Some(arrow_select::concat::concat_batches(
+                &rest[0].schema(),
+                &rest,
+            )?),
+        };
+        self.held = rest.map(|r| (r, keys[decided..].to_vec()));
+        Ok(out)
+    }
+
+    /// The held rows, decided with what follows them (nothing: the input ended).
+    fn finish_split(&mut self) -> Result<Vec<RecordBatch>> {
+        let Some((rows, keys)) = self.held.take() else {
+            return Ok(Vec::new());
+        };
+        let pass = self.decide(&keys, keys.len());
+        self.route(&rows, &pass)
+    }
+
+    /// Whether each of the first `upto` of `keys` goes straight through: at or above the highest
+    /// key passed, and not a row moved ahead of its place (most of the rows after it smaller).
+    fn decide(&mut self, keys: &[i64], upto: usize) -> Vec<bool> {
+        (0..upto)
+            .map(|i| {
+                let k = keys[i];
+                let ahead = &keys[i + 1..(i + 1 + LOOK_AHEAD).min(keys.len())];
+                let below = ahead.iter().filter(|&&x| x < k).count();
+                let pass = self.highest.is_none_or(|h| k >= h) && below * 2 <= ahead.len();
+                if pass {
+                    self.highest = Some(k);
+                    self.passed.push(k);
+                }
+                pass
+            })
+            .collect()
+    }
+
+    /// The rows of `b` that `pass`; the others to the sorter.
+    fn route(&mut self, b: &RecordBatch, pass: &[bool]) -> Result<Vec<RecordBatch>> {
+        if pass.iter().all(|p| *p) {
+            return Ok(vec![b.clone()]);
+        }
+        let aside: BooleanArray = pass.iter().map(|p| Some(!p)).collect();
+        let aside = arrow_select::filter::filter_record_batch(b, &aside)?;
+        self.rows += aside.num_rows();
+        self.sorter.push(aside)?;
+        let passing =
+            arrow_select::filter::filter_record_batch(b, &BooleanArray::from(pass.to_vec()))?;
+        Ok(if passing.num_rows() > 0 {
+            vec![passing]
+        } else {
+            Vec::new()
+        })
+    }
+
+    fn too_many(&self) -> bool {
+        let seen = self.rows + self.passed.rows;
+        seen >= SET_ASIDE_AFTER && self.rows * SET_ASIDE_LIMIT > seen
+    }
+}
+
+/// Ascending keys as varint deltas: a byte for each key of a serial sequence.
+#[derive(Default)]
+struct PassedKeys {
+    bytes: Vec<u8>,
+    last: i64,
+    rows: usize,
+}
+
+impl PassedKeys {
+    fn push(&mut self, k: i64) {
+        let mut d = if self.rows == 0 {
+            k as u64
+        } else {
+            k.wrapping_sub(self.last) as u64
+        };
+        loop {
+            let byte = (d & 0x7f) as u8;
+            d >>= 7;
+            if d == 0 {
+                self.bytes.push(byte);
+                break;
+            }
+            self.bytes.push(byte | 0x80);
+        }
+        self.last = k;
+        self.rows += 1;
+    }
+
+    fn iter(&self) -> PassedIter<'_> {
+        PassedIter {
+            keys: self,
+            at: 0,
+            read: 0,
+            current: None,
+        }
+    }
+}
+
+/// A walk over [`PassedKeys`] in ascending order.
+struct PassedIter<'a> {
+    keys: &'a PassedKeys,
+    at: usize,
+    read: usize,
+    current: Option<i64>,
+}
+
+impl PassedIter<'_> {
+    fn next_key(&mut self) -> Option<i64> {
+        if self.read == self.keys.rows {
+            return None;
+        }
+        let (mut d, mut shift) = (0u64, 0);
+        while let Some(&byte) = self.keys.bytes.get(self.at) {
+            self.at += 1;
+            d |= u64::from(byte & 0x7f) << shift;
+            shift += 7;
+            if byte & 0x80 == 0 {
+                break;
+            }
+        }
+        let k = match self.current {
+            None => d as i64,
+            Some(c) => c.wrapping_add(d as i64),
+        };
+        self.read += 1;
+        self.current = Some(k);
+        Some(k)
+    }
+
+    /// Whether a key of `b` (sorted by key, after every batch asked before) was passed.
+    fn holds_any(&mut self, b: &RecordBatch, key_idx: &[usize]) -> bool {
+        // Anything but the one integer key SetAside takes: say so, and the input starts over.
+        let [k] = key_idx else {
+            return true;
+        };
+        let Some(keys) = b.column(*k).as_primitive_opt::<Int64Type>() else {
+            return true;
+        };
+        for &key in keys.values() {
+            while self.current.is_none_or(|c| c < key) {
+                if self.next_key().is_none() {
+                    return false;
+                }
+            }
+            if self.current == Some(key) {
+                return true;
+            }
+        }
+        false
+    }
 }
 
 /// Keys of a batch in a form comparable across batches: a single Int64 key as integers, any
@@ -856,6 +1195,8 @@ struct Output<'a> {
     lookup: LookupStats,
     spilled_bytes: u64,
     duplicates: usize,
+    /// Rows set aside as out of key order, written in data files of their own.
+    set_aside: usize,
 }
 
 impl<'a> Output<'a> {
@@ -915,6 +1256,7 @@ impl<'a> Output<'a> {
             lookup: LookupStats::default(),
             spilled_bytes: 0,
             duplicates: 0,
+            set_aside: 0,
         })
     }
 
@@ -1175,6 +1517,37 @@ mod tests {
                 at += len;
             }
             prop_assert_eq!(ok, keys.is_sorted());
+        }
+
+        /// The keys passed read back as pushed, and a sorted walk finds exactly the keys that
+        /// were passed (whatever the gaps: varint deltas of any size).
+        #[test]
+        fn passed_keys_are_found_and_nothing_else(
+            mut passed in proptest::collection::vec(-1_000_000_000_000i64..1_000_000_000_000, 0..300),
+            mut asked in proptest::collection::vec(-1_000_000_000_000i64..1_000_000_000_000, 1..50),
+            near in any::<bool>(),
+        ) {
+            passed.sort_unstable();
+            if near {
+                // Keys close to those passed, some equal.
+                asked = asked.iter().enumerate().map(|(i, a)| {
+                    passed.get(i % passed.len().max(1)).map_or(*a, |p| p + (a % 2))
+                }).collect();
+            }
+            asked.sort_unstable();
+            let mut keys = PassedKeys::default();
+            for &k in &passed {
+                keys.push(k);
+            }
+            let mut walk = keys.iter();
+            let mut read = Vec::new();
+            while let Some(k) = walk.next_key() {
+                read.push(k);
+            }
+            prop_assert_eq!(&read, &passed);
+            let batch = rows(&asked.iter().map(|k| (*k, 0, b'I', 0)).collect::<Vec<_>>(), false);
+            let holds = keys.iter().holds_any(&batch, &[0]);
+            prop_assert_eq!(holds, asked.iter().any(|a| passed.binary_search(a).is_ok()));
         }
     }
 }

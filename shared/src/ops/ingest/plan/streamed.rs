@@ -121,6 +121,7 @@ impl IngestPlanner<'_> {
         report.streamed = true;
         report.read_twice = streamed.restarts > 0 || retyped;
         report.spilled_bytes = streamed.spilled_bytes;
+        report.rows_set_aside = streamed.set_aside;
         report.lookup = streamed.lookup.clone();
         if c.duplicates > 0 {
             warn!(table = %self.ident, rows = c.duplicates, files = ?self.planned.iter().map(|f| &f.object.key).collect::<Vec<_>>(), "rows of a key replaced by a later row of the same key in the same input (the last one in DMS order is kept)");
