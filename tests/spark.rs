@@ -598,19 +598,7 @@ fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool, format_version: 
     // v3: Spark's deletion vectors and ours (never a position-delete file), at most one per
     // data file; and every row's id, which our compaction must keep.
     let row_ids_before = (format_version >= 3).then(|| {
-        let formats = sp.sql(&[&format!(
-            "SELECT DISTINCT file_format AS f FROM {t}.delete_files"
-        )]);
-        let formats: Vec<&str> = formats[0].iter().filter_map(|r| r["f"].as_str()).collect();
-        assert!(formats.iter().all(|f| *f == "PUFFIN"), "{formats:?}");
-        let per_file = sp.sql(&[&format!(
-            "SELECT max(n) AS n FROM (SELECT referenced_data_file, count(*) AS n \
-             FROM {t}.delete_files GROUP BY referenced_data_file)"
-        )]);
-        assert!(
-            per_file[0][0]["n"].as_i64().unwrap_or(0) <= 1,
-            "{per_file:?}"
-        );
+        assert_one_vector_per_data_file(&mut sp, &t);
         spark_row_ids(&mut sp, &t)
     });
     drop(sp);
@@ -684,6 +672,27 @@ fn foreign_then_ours(name: &str, catalog: &str, more_dms: bool, format_version: 
         expected.len(),
         spark_refs.len(),
         started.elapsed().as_secs_f64()
+    );
+}
+
+/// A v3 table's live deletes as Spark lists them: deletion vectors only (never a
+/// position-delete file), at most one per data file.
+fn assert_one_vector_per_data_file(sp: &mut Spark, t: &str) {
+    let formats = sp.sql(&[&format!(
+        "SELECT DISTINCT file_format AS f FROM {t}.delete_files"
+    )]);
+    let formats: Vec<&str> = formats[0].iter().filter_map(|r| r["f"].as_str()).collect();
+    assert!(
+        formats.iter().all(|f| *f == "PUFFIN"),
+        "deletion vectors only: {formats:?}"
+    );
+    let per_file = sp.sql(&[&format!(
+        "SELECT max(n) AS n FROM (SELECT referenced_data_file, count(*) AS n \
+         FROM {t}.delete_files GROUP BY referenced_data_file)"
+    )]);
+    assert!(
+        per_file[0][0]["n"].as_i64().unwrap_or(0) <= 1,
+        "{per_file:?}"
     );
 }
 
@@ -997,13 +1006,7 @@ fn spark_made_v1_and_v3_tables_are_continued() {
         &expected,
         "v3-spark-made",
     );
-    let formats = sp.sql(&[&format!(
-        "SELECT DISTINCT file_format AS f FROM {t}.delete_files"
-    )]);
-    assert!(
-        formats[0].iter().all(|r| r["f"] == "PUFFIN"),
-        "deletion vectors only: {formats:?}"
-    );
+    assert_one_vector_per_data_file(&mut sp, &t);
 }
 
 /// Iceberg Java's RESTCatalog on a table we commit through an Iceberg REST catalog written by

@@ -4,12 +4,10 @@
 //! RestCatalog and DuckDB's REST client (each its own client of the server).
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::rest::Rustberg;
+use crate::common::rest::{Rustberg, TokenServer};
 use crate::common::*;
 use crate::stress_support::{Rng, make_feed};
 
@@ -191,65 +189,6 @@ fn concurrent_writers_through_a_rest_catalog_lose_swaps_and_nothing_else() {
         "four writers on one table and no commit needed a second attempt: {all:?}"
     );
     server.assert_table(&w, TABLE, &w.expected(TABLE));
-}
-
-/// A token server standing in for the identity provider (tests/support/oauth_server.py).
-struct TokenServer {
-    child: std::process::Child,
-    uri: String,
-    grants: PathBuf,
-}
-
-impl TokenServer {
-    fn start(w: &Work, token: &str, expires_in: u64) -> TokenServer {
-        let port_file = w.dir.join("oauth.port");
-        let grants = w.dir.join("oauth.grants");
-        let child = Command::new(python())
-            .args([
-                support("oauth_server.py").display().to_string(),
-                "--port-file".into(),
-                port_file.display().to_string(),
-                "--client-id".into(),
-                "dms2iceberg".into(),
-                "--client-secret".into(),
-                "s3cret".into(),
-                "--token".into(),
-                token.into(),
-                "--grants".into(),
-                grants.display().to_string(),
-                "--expires-in".into(),
-                expires_in.to_string(),
-            ])
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("oauth_server.py starts");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let port = loop {
-            if let Ok(p) = std::fs::read_to_string(&port_file) {
-                break p;
-            }
-            assert!(Instant::now() < deadline, "oauth_server.py did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        TokenServer {
-            child,
-            uri: format!("http://127.0.0.1:{}/token", port.trim()),
-            grants,
-        }
-    }
-
-    fn grants(&self) -> usize {
-        std::fs::read_to_string(&self.grants)
-            .map(|t| t.lines().count())
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for TokenServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// OAuth2 client credentials: the client fetches its token from the identity provider, renews

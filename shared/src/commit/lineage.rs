@@ -120,6 +120,19 @@ pub(crate) fn with_first_row_id(
         .map_err(|e| Error::Internal(format!("rebuilding {}: {e}", f.file_path())))
 }
 
+/// A snapshot's row ids on `md` (v3; `None` before): `(first-row-id, added-rows)`, the table's
+/// `next-row-id` and the ids [`assign`] gives `list`'s data manifests from it.
+pub(crate) fn row_range(
+    md: &TableMetadata,
+    list: &mut [ManifestFile],
+) -> Result<Option<(u64, u64)>> {
+    if !tracks(md) {
+        return Ok(None);
+    }
+    let first = md.next_row_id();
+    Ok(Some((first, assign(list, first)?)))
+}
+
 /// Assigns each data manifest of `list` without a `first_row_id` the next range from
 /// `next_row_id`, as the v3 manifest list writer would (so the list as cached equals the list
 /// as written), and returns how many ids the snapshot assigned: its `added-rows`.

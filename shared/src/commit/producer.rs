@@ -255,17 +255,12 @@ pub(super) async fn build_attempt(
     written.push(list_path.clone());
     let mut entries = list_entries(listed, sequence_number);
     // Row ids (v3): recomputed on every attempt from the table's `next-row-id` as it is then.
-    let row_range = if lineage::tracks(base_md) {
-        let first = base_md.next_row_id();
-        match lineage::assign(&mut entries, first) {
-            Ok(added_rows) => Some((first, added_rows)),
-            Err(e) => {
-                written.abandon(file_io).await;
-                return Err(e.into());
-            }
+    let row_range = match lineage::row_range(base_md, &mut entries) {
+        Ok(r) => r,
+        Err(e) => {
+            written.abandon(file_io).await;
+            return Err(e.into());
         }
-    } else {
-        None
     };
     let snapshot = new_snapshot(
         staged,

@@ -63,6 +63,27 @@ impl Lab {
         assert!(r.error.is_none(), "{:?}", r.error);
     }
 
+    /// `compact` with 1 MiB target files (every file of these tables is small: all rewritten).
+    async fn compact(&self) -> crate::ops::compact::CompactReport {
+        Compact::new(&self.catalog, self.ident.clone())
+            .options(CompactOptions {
+                target_file_size: Some(1 << 20),
+                ..Default::default()
+            })
+            .execute()
+            .await
+            .unwrap()
+    }
+
+    /// `upgrade --format-version 3`.
+    async fn upgrade_to_v3(&self) {
+        crate::ops::upgrade::Upgrade::new(&self.catalog, self.ident.clone(), 3)
+            .unwrap()
+            .execute()
+            .await
+            .unwrap();
+    }
+
     async fn table(&self) -> LoadedTable {
         LoadedTable::load(&self.catalog, &self.ident)
             .await
@@ -312,11 +333,7 @@ async fn schema_and_spec_changes_need_a_replan() {
     let staged = lab
         .plan(vec![lab.file("20220302-1136010000.csv", "U,3,c3\n")])
         .await;
-    crate::ops::upgrade::Upgrade::new(&lab.catalog, lab.ident.clone(), 3)
-        .unwrap()
-        .execute()
-        .await
-        .unwrap();
+    lab.upgrade_to_v3().await;
     assert_eq!(
         conflict_of(lab.check(&staged).await),
         Conflict::FormatChanged
@@ -1175,14 +1192,7 @@ async fn a_table_upgraded_to_v3_gets_row_ids_and_deletion_vectors() {
     // into.
     let before = row_ids_by_key(&lab).await;
     assert_eq!(before.len(), 3);
-    Compact::new(&lab.catalog, lab.ident.clone())
-        .options(CompactOptions {
-            target_file_size: Some(1 << 20),
-            ..Default::default()
-        })
-        .execute()
-        .await
-        .unwrap();
+    lab.compact().await;
     assert_eq!(lab.rows().await, ["2=b2", "3=c2", "4=d"]);
     let (ids, deletes) = lineage_and_deletes(&lab).await;
     assert_eq!(ids.len(), 1, "{ids:?}");
@@ -1206,15 +1216,11 @@ async fn a_table_upgraded_to_v3_gets_row_ids_and_deletion_vectors() {
 /// and after compaction.
 #[tokio::test]
 async fn one_vector_of_a_shared_puffin_file_is_replaced_the_other_stays() {
-    use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Struct};
+    use iceberg::spec::Struct;
     let lab = loaded("shared_puffin").await;
     lab.ingest(vec![lab.file("20220302-1135010000.csv", "I,4,d\n")])
         .await;
-    crate::ops::upgrade::Upgrade::new(&lab.catalog, lab.ident.clone(), 3)
-        .unwrap()
-        .execute()
-        .await
-        .unwrap();
+    lab.upgrade_to_v3().await;
     let t = lab.table().await;
     let last = t.metadata.current_snapshot_id();
     let live = lab
@@ -1253,20 +1259,11 @@ async fn one_vector_of_a_shared_puffin_file_is_replaced_the_other_stays() {
     let deletes: Vec<(i32, iceberg::spec::DataFile)> = placed
         .into_iter()
         .map(|p| {
-            let f = DataFileBuilder::default()
-                .content(DataContentType::PositionDeletes)
-                .file_path(puffin.clone())
-                .file_format(DataFileFormat::Puffin)
-                .partition(Struct::empty())
-                .partition_spec_id(0)
-                .record_count(p.cardinality)
-                .file_size_in_bytes(bytes.len() as u64)
-                .referenced_data_file(Some(p.referenced_data_file))
-                .content_offset(Some(p.offset as i64))
-                .content_size_in_bytes(Some(p.length as i64))
-                .build()
-                .unwrap();
-            (0, f)
+            let size = bytes.len() as u64;
+            (
+                0,
+                p.entry(puffin.clone(), size, 0, Struct::empty()).unwrap(),
+            )
         })
         .collect();
     foreign_commit(&lab, &[], &deletes).await;
@@ -1286,14 +1283,7 @@ async fn one_vector_of_a_shared_puffin_file_is_replaced_the_other_stays() {
         (&puffin, &vec![0])
     );
 
-    Compact::new(&lab.catalog, lab.ident.clone())
-        .options(CompactOptions {
-            target_file_size: Some(1 << 20),
-            ..Default::default()
-        })
-        .execute()
-        .await
-        .unwrap();
+    lab.compact().await;
     assert_eq!(lab.rows().await, ["2=b1", "3=c2"]);
     let (_, deletes) = lineage_and_deletes(&lab).await;
     assert!(deletes.is_empty(), "{deletes:?}");
@@ -1428,14 +1418,7 @@ async fn compaction_merges_files_by_key_and_drops_deleted_rows() {
         lab.ingest(vec![lab.file(&format!("20220302-11360{f}0000.csv"), &rows)])
             .await;
     }
-    let report = Compact::new(&lab.catalog, lab.ident.clone())
-        .options(CompactOptions {
-            target_file_size: Some(1 << 20),
-            ..Default::default()
-        })
-        .execute()
-        .await
-        .unwrap();
+    let report = lab.compact().await;
     assert!(report.commits >= 1, "{report:?}");
     // `rows()` sorts its `id=v` strings as text.
     let mut want: Vec<String> = expected.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -1464,14 +1447,7 @@ async fn a_file_that_claims_the_key_order_but_is_unsorted_is_sorted_before_mergi
         Some(md.default_sort_order_id() as i32)
     );
     foreign_commit(&lab, &written, &[]).await;
-    Compact::new(&lab.catalog, lab.ident.clone())
-        .options(CompactOptions {
-            target_file_size: Some(1 << 20),
-            ..Default::default()
-        })
-        .execute()
-        .await
-        .unwrap();
+    lab.compact().await;
     assert_eq!(
         lab.rows().await,
         [

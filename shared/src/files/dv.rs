@@ -105,6 +105,33 @@ pub(crate) struct Placed {
     pub length: u64,
 }
 
+impl Placed {
+    /// The vector's manifest entry: a position delete in Puffin format, its record count the
+    /// cardinality, `file_size_in_bytes` the whole Puffin file's (`size`).
+    pub(crate) fn entry(
+        self,
+        puffin: String,
+        size: u64,
+        spec_id: i32,
+        partition: iceberg::spec::Struct,
+    ) -> Result<iceberg::spec::DataFile> {
+        use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat};
+        DataFileBuilder::default()
+            .content(DataContentType::PositionDeletes)
+            .file_path(puffin)
+            .file_format(DataFileFormat::Puffin)
+            .partition(partition)
+            .partition_spec_id(spec_id)
+            .record_count(self.cardinality)
+            .file_size_in_bytes(size)
+            .referenced_data_file(Some(self.referenced_data_file))
+            .content_offset(Some(self.offset as i64))
+            .content_size_in_bytes(Some(self.length as i64))
+            .build()
+            .map_err(|e| Error::Internal(format!("deletion vector entry: {e}")))
+    }
+}
+
 #[derive(Serialize)]
 struct Footer<'a> {
     blobs: Vec<FooterBlob>,

@@ -6,6 +6,7 @@
 pub(crate) mod cache;
 pub(crate) mod cost;
 pub(crate) mod deletes;
+pub(crate) mod dv;
 pub(crate) mod index;
 pub(crate) mod keys;
 pub(crate) mod live;
@@ -14,9 +15,6 @@ pub(crate) mod metadata;
 pub(crate) mod parquet;
 pub(crate) mod prepared;
 pub(crate) mod probe;
-// Iceberg v3 deletion vectors: the codec and Puffin layout, ahead of reading and writing v3 tables.
-#[allow(dead_code)]
-pub(crate) mod dv;
 
 use std::sync::Arc;
 

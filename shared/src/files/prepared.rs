@@ -21,10 +21,8 @@ impl Prepared {
     /// line says how many.
     pub(crate) async fn abandon(&self, file_io: &FileIO) {
         use futures::StreamExt as _;
-        // A Puffin file of deletion vectors is listed once per vector.
-        let unique: std::collections::BTreeSet<&String> = self.0.iter().collect();
         let (left, files): (Vec<&String>, Vec<&String>) =
-            unique.into_iter().partition(|f| refuses_deletes(f));
+            self.0.iter().partition(|f| refuses_deletes(f));
         if !left.is_empty() {
             tracing::info!(
                 files = left.len(),

@@ -14,8 +14,8 @@ use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataContentType, DataFile, DataFileBuilder, DataFileFormat, FormatVersion, NestedField,
-    PartitionKey, PrimitiveType, Schema, Struct, TableMetadata, Type,
+    DataContentType, DataFile, DataFileFormat, FormatVersion, NestedField, PartitionKey,
+    PrimitiveType, Schema, Struct, TableMetadata, Type,
 };
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
@@ -354,20 +354,18 @@ impl DataFileStream {
         rows: usize,
         plain: Vec<String>,
     ) -> Result<DataFileStream> {
-        Ok(DataFileStream {
-            plan: DataFilePlan::new(
-                file_io,
-                metadata,
-                key,
-                target_file_size,
-                full_load,
-                rows,
-                Encoding::Kept { plain },
-                false,
-            )?,
-            writers: Vec::new(),
-            by_partition: std::collections::HashMap::new(),
-        })
+        let encoding = Encoding::Kept { plain };
+        DataFilePlan::new(
+            file_io,
+            metadata,
+            key,
+            target_file_size,
+            full_load,
+            rows,
+            encoding,
+            false,
+        )
+        .map(DataFileStream::of)
     }
 
     /// [`DataFileStream::new`] for rows moved from other files (compaction): on a table with
@@ -381,20 +379,27 @@ impl DataFileStream {
         full_load: bool,
         rows: usize,
     ) -> Result<DataFileStream> {
-        Ok(DataFileStream {
-            plan: DataFilePlan::new(
-                file_io,
-                metadata,
-                key,
-                target_file_size,
-                full_load,
-                rows,
-                Encoding::Kept { plain: vec![] },
-                crate::commit::lineage::tracks(metadata),
-            )?,
+        let lineage = crate::commit::lineage::tracks(metadata);
+        let encoding = Encoding::Kept { plain: vec![] };
+        DataFilePlan::new(
+            file_io,
+            metadata,
+            key,
+            target_file_size,
+            full_load,
+            rows,
+            encoding,
+            lineage,
+        )
+        .map(DataFileStream::of)
+    }
+
+    fn of(plan: DataFilePlan) -> DataFileStream {
+        DataFileStream {
+            plan,
             writers: Vec::new(),
             by_partition: std::collections::HashMap::new(),
-        })
+        }
     }
 
     /// The table's schema in Arrow form: what [`DataFileStream::write`] takes.
@@ -622,19 +627,7 @@ async fn write_deletion_vectors(
                 .generate_location(None, &format!("{}-deletes.puffin", uuid::Uuid::new_v4()));
             let size = bytes.len() as u64;
             file_io.new_output(&path)?.write(bytes.into()).await?;
-            let file = DataFileBuilder::default()
-                .content(DataContentType::PositionDeletes)
-                .file_path(path)
-                .file_format(DataFileFormat::Puffin)
-                .partition(d.partition.clone())
-                .partition_spec_id(d.spec_id)
-                .record_count(p.cardinality)
-                .file_size_in_bytes(size)
-                .referenced_data_file(Some(p.referenced_data_file))
-                .content_offset(Some(p.offset as i64))
-                .content_size_in_bytes(Some(p.length as i64))
-                .build()
-                .map_err(|e| Error::Internal(format!("deletion vector entry: {e}")))?;
+            let file = p.entry(path, size, d.spec_id, d.partition.clone())?;
             Ok::<_, Error>((d.spec_id, file))
         })
         .buffered(SMALL_FILE_CONCURRENCY)
