@@ -9,9 +9,9 @@
 //!
 //! Sorting costs nothing when the input is in key order already (a full load of a table
 //! unloaded in key order: MySQL, SQL Server): the rows go straight through. The first row out
-//! of order starts the input over through [`crate::spill`], which sorts runs of half of
-//! `large_input_bytes` (64 MiB by default) and spills them to the spool folder, then merges
-//! them. Restarting
+//! of order starts the input over through [`crate::spill`], which sorts runs of a quarter of
+//! `large_input_bytes` (32 MiB by default; one filling while the one before is sorted and
+//! spilled on a thread of its own) to the spool folder, then merges them. Restarting
 //! (rather than merging what was already written) keeps one path for every row; it costs the
 //! part read before the disorder, which for a change file is its first batch.
 //!
@@ -632,8 +632,9 @@ fn consume(
         for b in rx {
             sorter.push(b?)?;
         }
-        output.spilled_bytes = sorter.spilled_bytes;
-        for b in sorter.finish()? {
+        let sorted = sorter.finish()?;
+        output.spilled_bytes = sorted.spilled_bytes;
+        for b in sorted {
             settle(b?, output)?;
         }
     } else {
@@ -686,9 +687,10 @@ fn consume(
                 sorter,
                 ..
             } = a;
-            output.spilled_bytes = sorter.spilled_bytes;
+            let sorted = sorter.finish()?;
+            output.spilled_bytes = sorted.spilled_bytes;
             let mut passed = passed.iter();
-            for b in sorter.finish()? {
+            for b in sorted {
                 let b = b?;
                 if passed.holds_any(&b, &key_idx) {
                     return Ok(Flow::OutOfOrder);
