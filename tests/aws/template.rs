@@ -1559,7 +1559,7 @@ fn functions_are_wired_as_documented() {
         ("LogLevel", json!("info")),
         ("CompactSchedule", json!("rate(5 minutes)")),
         ("MaintenanceSchedule", json!("rate(1 hour)")),
-        ("SnapshotRetainMax", json!(500)),
+        ("SnapshotRetainMax", json!(200)),
         ("CompactMaxBytes", json!(1073741824)),
         ("SnapshotRetentionHours", json!(168)),
         ("OrphanMinAgeHours", json!(72)),

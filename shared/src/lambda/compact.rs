@@ -25,8 +25,10 @@ use crate::ops::maintain::{ExpireSnapshots, Orphans};
 use crate::table::LoadedTable;
 
 /// Snapshots the compaction function keeps at most (`DMS2ICEBERG_SNAPSHOT_RETAIN_MAX`): about
-/// 7 hours of a table fed a file a minute, a week of one fed hourly.
-pub const DEFAULT_RETAIN_MAX: usize = 500;
+/// 3 hours of a table fed a file a minute, 8 days of one fed hourly. Every query parses them
+/// all (DuckDB ~12 µs each): at 500, a point lookup cost 2.3x a fresh table's after 10,000
+/// commits, at 200 1.7x (bench/RESULTS.md, section 10).
+pub const DEFAULT_RETAIN_MAX: usize = 200;
 
 /// `DMS2ICEBERG_COMPACT_*` and maintenance settings.
 #[derive(Debug, Clone)]
@@ -43,7 +45,7 @@ pub struct CompactEnv {
     pub retention_hours: f64,
     /// `DMS2ICEBERG_SNAPSHOT_RETAIN_LAST` (default 10): newest snapshots always kept.
     pub retain_last: usize,
-    /// `DMS2ICEBERG_SNAPSHOT_RETAIN_MAX` (default 500; 0: no limit): at most this many kept,
+    /// `DMS2ICEBERG_SNAPSHOT_RETAIN_MAX` (default 200; 0: no limit): at most this many kept,
     /// however young (metadata.json, which every query parses, grows with them).
     pub retain_max: Option<usize>,
     /// `DMS2ICEBERG_ORPHAN_MIN_AGE_HOURS` (default 72).
