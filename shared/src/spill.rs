@@ -28,11 +28,15 @@ use arrow_schema::SchemaRef;
 
 use crate::error::{Error, Result};
 
-/// Rows per batch that a merge yields and a run is written in.
+/// Rows per batch that a merge yields.
 pub(crate) const MERGE_BATCH_ROWS: usize = 8192;
 
+/// Rows per batch a run is written in: a merge holds a batch of every run (of each key range)
+/// at once, so smaller than the merge's own batches.
+const RUN_BATCH_ROWS: usize = 4096;
+
 /// Read buffer of each run while merging.
-const RUN_READ_BUFFER: usize = 128 * 1024;
+const RUN_READ_BUFFER: usize = 64 * 1024;
 
 /// How rows are compared: by the key columns, then by the sequence number column.
 #[derive(Clone)]
@@ -150,6 +154,8 @@ pub(crate) struct Sorter {
     spiller: Option<Spiller>,
     /// Runs handed over so far.
     runs: usize,
+    /// Spilled runs are written split in two key ranges ([`Sorter::finish_ranges`]).
+    split: bool,
 }
 
 impl Sorter {
@@ -168,7 +174,15 @@ impl Sorter {
             held_bytes: 0,
             spiller: None,
             runs: 0,
+            split: false,
         })
+    }
+
+    /// Writes each spilled run in two parts, below and from the first run's median key, so
+    /// that [`Sorter::finish_ranges`] can merge the two key ranges apart (on two threads).
+    pub(crate) fn split_in_two(mut self) -> Sorter {
+        self.split = true;
+        self
     }
 
     /// Adds rows (sequence numbers greater than every row added before).
@@ -203,6 +217,7 @@ impl Sorter {
                 self.schema.clone(),
                 self.encoder.clone(),
                 self.dir.clone(),
+                self.split,
             )?);
         }
         self.runs += 1;
@@ -223,13 +238,42 @@ impl Sorter {
             None => Spilled::default(),
         };
         let mut sources: Vec<Box<dyn Iterator<Item = Result<RecordBatch>> + Send>> = Vec::new();
-        for run in spilled.runs {
+        for run in spilled.ranges.into_iter().flatten() {
             sources.push(Box::new(run.read()?));
         }
         if let Some(held) = sorted(std::mem::take(&mut self.held), &self.encoder)? {
             sources.push(Box::new(held));
         }
         Merge::new(self.encoder.clone(), sources, spilled.bytes)
+    }
+
+    /// Every row, sorted, as merges of consecutive key ranges (every row of a key in one):
+    /// two after [`Sorter::split_in_two`] once a run was spilled (the rows still held are
+    /// spilled too), else one. The spilled bytes are on the first.
+    pub(crate) fn finish_ranges(mut self) -> Result<Vec<Merge>> {
+        if !self.split || self.spiller.is_none() {
+            return Ok(vec![self.finish()?]);
+        }
+        self.spill()?;
+        let Some(s) = self.spiller.take() else {
+            return Err(Error::Internal("the spilling thread is gone".into()));
+        };
+        let spilled = s.finish()?;
+        release_freed_memory();
+        let mut bytes = spilled.bytes;
+        let mut merges = Vec::with_capacity(spilled.ranges.len());
+        for range in spilled.ranges {
+            let mut sources: Vec<Box<dyn Iterator<Item = Result<RecordBatch>> + Send>> = Vec::new();
+            for run in range {
+                sources.push(Box::new(run.read()?));
+            }
+            merges.push(Merge::new(
+                self.encoder.clone(),
+                sources,
+                std::mem::take(&mut bytes),
+            )?);
+        }
+        Ok(merges)
     }
 }
 
@@ -255,28 +299,39 @@ struct Spiller {
     thread: Option<JoinHandle<Result<Spilled>>>,
 }
 
-/// The runs written, in order, and their bytes.
+/// The runs written, in order, per key range (one range unless split), and their bytes.
 #[derive(Default)]
 struct Spilled {
-    runs: Vec<SpilledRun>,
+    ranges: Vec<Vec<SpilledRun>>,
     bytes: u64,
 }
 
 impl Spiller {
-    fn start(schema: SchemaRef, encoder: KeyEncoder, dir: PathBuf) -> Result<Spiller> {
+    fn start(schema: SchemaRef, encoder: KeyEncoder, dir: PathBuf, split: bool) -> Result<Spiller> {
         // A rendezvous: a run is handed over only once the one before is written, so at most
         // two runs are in memory.
         let (tx, rx) = sync_channel::<Vec<RecordBatch>>(0);
         let thread = std::thread::Builder::new()
             .name("dms2iceberg-sort".into())
             .spawn(move || {
-                let mut out = Spilled::default();
+                let mut out = Spilled {
+                    ranges: (0..if split { 2 } else { 1 }).map(|_| Vec::new()).collect(),
+                    bytes: 0,
+                };
+                // Where the second range starts: the first run's median key.
+                let mut boundary: Option<BatchKeys> = None;
                 for batches in rx {
                     let Some(chunks) = sorted(batches, &encoder)? else {
                         continue;
                     };
-                    let (run, bytes) = write_run(&dir, &schema, chunks)?;
-                    out.runs.push(run);
+                    if split && boundary.is_none() {
+                        boundary = Some(chunks.median_key(&encoder)?);
+                    }
+                    let (parts, bytes) =
+                        write_run(&dir, &schema, chunks, &encoder, boundary.as_ref())?;
+                    for (range, run) in out.ranges.iter_mut().zip(parts) {
+                        range.extend(run);
+                    }
                     out.bytes += bytes;
                 }
                 Ok(out)
@@ -357,26 +412,114 @@ fn sorted(batches: Vec<RecordBatch>, encoder: &KeyEncoder) -> Result<Option<Sort
     }))
 }
 
-/// Writes sorted rows as a run: the run and its bytes.
-fn write_run(dir: &Path, schema: &SchemaRef, chunks: SortedChunks) -> Result<(SpilledRun, u64)> {
-    let io = |e: std::io::Error| Error::io(dir.display().to_string(), e);
-    let file = spool_file(dir)?;
-    let mut w = StreamWriter::try_new_with_options(
-        BufWriter::with_capacity(1 << 20, file.try_clone().map_err(io)?),
-        schema,
-        // Uncompressed: LZ4 took a tenth of a shuffled full load's CPU and saved a fifth of
-        // the bytes.
-        IpcWriteOptions::default(),
-    )?;
-    for chunk in chunks {
-        w.write(&chunk?)?;
+/// Writes sorted rows as a run: one part, or two split at `boundary` (rows whose key is
+/// below it, then the others; a part may be empty, `None`), and the bytes written.
+fn write_run(
+    dir: &Path,
+    schema: &SchemaRef,
+    chunks: SortedChunks,
+    encoder: &KeyEncoder,
+    boundary: Option<&BatchKeys>,
+) -> Result<(Vec<Option<SpilledRun>>, u64)> {
+    let mut parts: Vec<RunWriter> = Vec::new();
+    parts.push(RunWriter::new(dir, schema));
+    if boundary.is_some() {
+        parts.push(RunWriter::new(dir, schema));
     }
-    w.finish()?;
-    let mut inner = w.into_inner()?;
-    std::io::Write::flush(&mut inner).map_err(io)?;
-    drop(inner);
-    let len = file.metadata().map_err(io)?.len();
-    Ok((SpilledRun { file }, len))
+    let mut at = 0usize;
+    for chunk in chunks {
+        let chunk = chunk?;
+        let split = match (boundary, at) {
+            (Some(b), 0) => {
+                // Sorted: the rows from the boundary on are the chunk's tail.
+                let keys = encoder.encode(&chunk)?;
+                let n = chunk.num_rows();
+                let (mut lo, mut hi) = (0, n);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if keys.cmp(mid, b, 0) == std::cmp::Ordering::Less {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                let first_high = lo;
+                if first_high < n {
+                    at = 1;
+                }
+                first_high
+            }
+            _ => 0,
+        };
+        if split > 0 {
+            parts[0].write(&chunk.slice(0, split))?;
+        }
+        if split < chunk.num_rows() {
+            parts[at].write(&chunk.slice(split, chunk.num_rows() - split))?;
+        }
+    }
+    let mut bytes = 0;
+    let mut runs = Vec::with_capacity(parts.len());
+    for p in parts {
+        let (run, len) = p.finish()?;
+        bytes += len;
+        runs.push(run);
+    }
+    Ok((runs, bytes))
+}
+
+/// One run's file, created at its first rows.
+struct RunWriter<'a> {
+    dir: &'a Path,
+    schema: &'a SchemaRef,
+    open: Option<(File, StreamWriter<BufWriter<File>>)>,
+}
+
+impl<'a> RunWriter<'a> {
+    fn new(dir: &'a Path, schema: &'a SchemaRef) -> RunWriter<'a> {
+        RunWriter {
+            dir,
+            schema,
+            open: None,
+        }
+    }
+
+    fn io(&self, e: std::io::Error) -> Error {
+        Error::io(self.dir.display().to_string(), e)
+    }
+
+    fn write(&mut self, rows: &RecordBatch) -> Result<()> {
+        if self.open.is_none() {
+            let file = spool_file(self.dir)?;
+            let w = StreamWriter::try_new_with_options(
+                BufWriter::with_capacity(1 << 20, file.try_clone().map_err(|e| self.io(e))?),
+                self.schema,
+                // Uncompressed: LZ4 took a tenth of a shuffled full load's CPU and saved a
+                // fifth of the bytes.
+                IpcWriteOptions::default(),
+            )?;
+            self.open = Some((file, w));
+        }
+        if let Some((_, w)) = &mut self.open {
+            w.write(rows)?;
+        }
+        Ok(())
+    }
+
+    /// The run (`None`: no rows) and its bytes.
+    fn finish(self) -> Result<(Option<SpilledRun>, u64)> {
+        let dir = self.dir;
+        let io = |e: std::io::Error| Error::io(dir.display().to_string(), e);
+        let Some((file, mut w)) = self.open else {
+            return Ok((None, 0));
+        };
+        w.finish()?;
+        let mut inner = w.into_inner()?;
+        std::io::Write::flush(&mut inner).map_err(io)?;
+        drop(inner);
+        let len = file.metadata().map_err(io)?.len();
+        Ok((Some(SpilledRun { file }), len))
+    }
 }
 
 /// The key and sequence columns of `batches`, each concatenated.
@@ -397,13 +540,30 @@ struct SortedChunks {
     at: usize,
 }
 
+impl SortedChunks {
+    /// The key of the middle row, as a boundary: with the smallest sequence number, so every
+    /// row of that key compares at or above it.
+    fn median_key(&self, encoder: &KeyEncoder) -> Result<BatchKeys> {
+        let (b, row) = self.positions[self.positions.len() / 2];
+        let batch = &self.batches[b];
+        let keys: Vec<ArrayRef> = encoder
+            .spec
+            .key
+            .iter()
+            .map(|&k| batch.column(k).slice(row, 1))
+            .collect();
+        let seq: ArrayRef = Arc::new(arrow_array::UInt64Array::from(vec![0u64]));
+        encoder.encode_columns(keys, seq)
+    }
+}
+
 impl Iterator for SortedChunks {
     type Item = Result<RecordBatch>;
     fn next(&mut self) -> Option<Self::Item> {
         if self.at >= self.positions.len() {
             return None;
         }
-        let end = (self.at + MERGE_BATCH_ROWS).min(self.positions.len());
+        let end = (self.at + RUN_BATCH_ROWS).min(self.positions.len());
         let refs: Vec<&RecordBatch> = self.batches.iter().collect();
         let chunk =
             arrow_select::interleave::interleave_record_batch(&refs, &self.positions[self.at..end]);
@@ -681,7 +841,73 @@ mod tests {
         (out, runs)
     }
 
+    /// Sorts with the runs split in two key ranges: per range, (key, value, seq) rows.
+    fn sort_ranges(rows: &[(i64, i64)], chunk: usize, string_key: bool) -> Vec<Vec<(i64, u64)>> {
+        let s = schema(string_key);
+        let dir = std::env::temp_dir().join("dms2iceberg-spill-tests");
+        let mut sorter = Sorter::new(
+            s.clone(),
+            SortSpec {
+                key: vec![0],
+                seq: 2,
+            },
+            0,
+            &dir,
+        )
+        .expect("sorter")
+        .split_in_two();
+        for (c, part) in rows.chunks(chunk.max(1)).enumerate() {
+            let with_seq: Vec<(i64, i64, u64)> = part
+                .iter()
+                .enumerate()
+                .map(|(i, (k, v))| (*k, *v, (c * chunk.max(1) + i) as u64))
+                .collect();
+            sorter.push(batch(&s, &with_seq, string_key)).expect("push");
+        }
+        sorter
+            .finish_ranges()
+            .expect("finish")
+            .into_iter()
+            .map(|m| {
+                let mut out = Vec::new();
+                for b in m {
+                    let b = b.expect("batch");
+                    let seq = b.column(2).as_primitive::<UInt64Type>();
+                    let v = b.column(1).as_primitive::<arrow_array::types::Int64Type>();
+                    for i in 0..b.num_rows() {
+                        out.push((v.value(i), seq.value(i)));
+                    }
+                }
+                out
+            })
+            .collect()
+    }
+
     proptest! {
+        /// Split in two key ranges, the ranges one after the other are a stable sort of the
+        /// rows, and every row of a key is in one range.
+        #[test]
+        fn ranges_are_a_stable_sort_split_between_keys(
+            keys in proptest::collection::vec(0i64..40, 1..2000),
+            chunk in 1usize..500,
+            string_key in any::<bool>(),
+        ) {
+            let rows: Vec<(i64, i64)> = keys.iter().enumerate().map(|(i, k)| (*k, i as i64)).collect();
+            let ranges = sort_ranges(&rows, chunk, string_key);
+            prop_assert_eq!(ranges.len(), 2);
+            let mut expected = rows.clone();
+            expected.sort_by_key(|r| r.0);
+            let got: Vec<(i64, i64)> = ranges
+                .iter()
+                .flatten()
+                .map(|(v, _)| (keys[*v as usize], *v))
+                .collect();
+            prop_assert_eq!(got, expected);
+            let lower: std::collections::BTreeSet<i64> =
+                ranges[0].iter().map(|(v, _)| keys[*v as usize]).collect();
+            prop_assert!(ranges[1].iter().all(|(v, _)| !lower.contains(&keys[*v as usize])));
+        }
+
         /// Whatever the budget (a run per batch, or none) and the key type, the merge yields
         /// every row once, ordered by key and then input order.
         #[test]

@@ -59,6 +59,9 @@ fn a_shuffled_load_larger_than_its_sort_budget_is_spilled_and_exact() {
         "nothing spilled: {c}"
     );
     assert_eq!(c["inserted"], 3000, "{c}");
+    // Two key ranges (below and from the first run's median key) merged and written apart,
+    // each into a file of its own.
+    assert_eq!(c["data_files"], 2, "{c}");
     w.assert_table(TABLE);
 }
 

@@ -11,7 +11,9 @@
 //! unloaded in key order: MySQL, SQL Server): the rows go straight through. The first row out
 //! of order starts the input over through [`crate::spill`], which sorts runs of a quarter of
 //! `large_input_bytes` (32 MiB by default; one filling while the one before is sorted and
-//! spilled on a thread of its own) to the spool folder, then merges them. Restarting
+//! spilled on a thread of its own) to the spool folder, each in two parts split at the first
+//! run's median key, then merges the two key ranges apart, each settled, looked up and written
+//! on threads of its own (both cores busy; two data files with disjoint key bounds). Restarting
 //! (rather than merging what was already written) keeps one path for every row; it costs the
 //! part read before the disorder, which for a change file is its first batch.
 //!
@@ -187,6 +189,19 @@ fn attempt(
         let written = writer
             .join()
             .unwrap_or_else(|_| Err(Error::Internal("the writer thread panicked".into())));
+        // The upper key range's files (a split sort) go with the writer's, kept or deleted
+        // together.
+        let range_data = std::mem::take(&mut output.range_data);
+        let written = match written {
+            Ok(mut files) => {
+                files.extend(range_data);
+                Ok(files)
+            }
+            Err(e) => {
+                abandon(Ok(range_data), target, handle);
+                Err(e)
+            }
+        };
         (consumed, read, written)
     });
     // The reader's error is the one to report (the consumer only saw the input stop).
@@ -254,7 +269,7 @@ enum ToWriter {
 }
 
 /// Batches of upserts queued for the writer.
-const WRITE_AHEAD: usize = 32;
+const WRITE_AHEAD: usize = 16;
 
 /// Encodes the upserts into data files. Rows that stop without `Finish` (an error, or an
 /// input started over) leave nothing behind.
@@ -628,15 +643,48 @@ fn consume(
             },
             spec.sort_budget,
             &spec.spool,
-        )?;
+        )?
+        .split_in_two();
         for b in rx {
             sorter.push(b?)?;
         }
-        let sorted = sorter.finish()?;
-        output.spilled_bytes = sorted.spilled_bytes;
-        for b in sorted {
-            settle(b?, output)?;
-        }
+        let mut ranges = sorter.finish_ranges()?.into_iter();
+        let Some(first) = ranges.next() else {
+            return Err(Error::Internal("a sort without rows to merge".into()));
+        };
+        output.spilled_bytes = first.spilled_bytes;
+        // The upper key range (an input that spilled) is settled, looked up and written on
+        // threads of its own meanwhile: merging and encoding then use both cores.
+        let upper = ranges.next();
+        let target = output.target;
+        std::thread::scope(|s| -> Result<()> {
+            let upper = upper
+                .map(|merge| s.spawn(move || apply_range(spec, target, schema, merge, handle)));
+            let lower = (|| -> Result<()> {
+                for b in first {
+                    settle(b?, output)?;
+                }
+                Ok(())
+            })();
+            let upper = upper.map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err(Error::Internal("a merge thread panicked".into())))
+            });
+            match (lower, upper) {
+                (Ok(()), None) => Ok(()),
+                (Ok(()), Some(Ok(range))) => {
+                    output.absorb(range);
+                    Ok(())
+                }
+                (Err(e), upper) => {
+                    if let Some(Ok(range)) = upper {
+                        handle.block_on(range.abandon(target));
+                    }
+                    Err(e)
+                }
+                (Ok(()), Some(Err(e))) => Err(e),
+            }
+        })?;
     } else {
         let mut order = KeyOrder::new(schema, &key_idx)?;
         let mut aside = SetAside::new(spec, schema, &key_idx, seq)?;
@@ -710,8 +758,75 @@ fn consume(
     if let Some(w) = winners.finish()? {
         handle.block_on(output.push(w))?;
     }
-    output.duplicates = winners.duplicates;
+    output.duplicates += winners.duplicates;
     Ok(Flow::Done)
+}
+
+/// What one key range of a split sort came to: its rows settled, looked up and written (data
+/// files closed), for [`Output::absorb`].
+struct Range {
+    data: Vec<(i32, DataFile)>,
+    deletes: BTreeMap<String, FileDeletes>,
+    counts: Counts,
+    lookup: LookupStats,
+    duplicates: usize,
+}
+
+impl Range {
+    /// Deletes its data files (the attempt failed elsewhere).
+    async fn abandon(self, target: &Target<'_>) {
+        for (_, f) in self.data {
+            let _ = target.files.io().delete(f.file_path()).await;
+        }
+    }
+}
+
+/// Settles, looks up and writes the rows of one key range, through an [`Output`] and a writer
+/// of its own (its files deleted if it fails).
+fn apply_range(
+    spec: &StreamSpec,
+    target: &Target<'_>,
+    schema: &SchemaRef,
+    merge: crate::spill::Merge,
+    handle: &tokio::runtime::Handle,
+) -> Result<Range> {
+    let (wtx, wrx) = sync_channel::<ToWriter>(WRITE_AHEAD);
+    let mut output = Output::new(spec, target, schema, wtx)?;
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| write_rows(spec, target, wrx, handle));
+        let applied = (|| -> Result<usize> {
+            let mut winners = Winners::new(schema, &output.key_idx, &output.order_idx)?;
+            for b in merge {
+                for w in winners.push(b?)? {
+                    handle.block_on(output.push(w))?;
+                }
+            }
+            if let Some(w) = winners.finish()? {
+                handle.block_on(output.push(w))?;
+            }
+            handle.block_on(output.finish())?;
+            Ok(winners.duplicates)
+        })();
+        // Without `Finish`, the writer deletes what it wrote.
+        output.writer = None;
+        let written = writer
+            .join()
+            .unwrap_or_else(|_| Err(Error::Internal("the writer thread panicked".into())));
+        match (applied, written) {
+            (Ok(duplicates), Ok(data)) => Ok(Range {
+                data,
+                deletes: std::mem::take(&mut output.deletes),
+                counts: output.counts,
+                lookup: std::mem::take(&mut output.lookup),
+                duplicates,
+            }),
+            (Err(e), written) => {
+                abandon(written, target, handle);
+                Err(e)
+            }
+            (Ok(_), Err(e)) => Err(e),
+        }
+    })
 }
 
 /// Rows out of key order in an input that is otherwise in order (a long-lived table unloaded
@@ -1199,6 +1314,8 @@ struct Output<'a> {
     duplicates: usize,
     /// Rows set aside as out of key order, written in data files of their own.
     set_aside: usize,
+    /// Data files of the upper key range of a split sort, written by its own writer.
+    range_data: Vec<(i32, DataFile)>,
 }
 
 impl<'a> Output<'a> {
@@ -1259,7 +1376,29 @@ impl<'a> Output<'a> {
             spilled_bytes: 0,
             duplicates: 0,
             set_aside: 0,
+            range_data: Vec::new(),
         })
+    }
+
+    /// Takes in what another key range of the same input came to (its keys none of this one's).
+    fn absorb(&mut self, range: Range) {
+        self.range_data.extend(range.data);
+        for (path, d) in range.deletes {
+            match self.deletes.get_mut(&path) {
+                Some(e) => e.positions.extend(d.positions),
+                None => {
+                    self.deletes.insert(path, d);
+                }
+            }
+        }
+        let (c, r) = (&mut self.counts, range.counts);
+        c.inserted += r.inserted;
+        c.updated += r.updated;
+        c.deleted += r.deleted;
+        c.deletes_of_absent_keys += r.deletes_of_absent_keys;
+        c.stale += r.stale;
+        add_stats(&mut self.lookup, &range.lookup);
+        self.duplicates += range.duplicates;
     }
 
     async fn push(&mut self, winners: RecordBatch) -> Result<()> {
