@@ -446,13 +446,18 @@ def main() -> None:
            "files": a.files, "compact_every": a.compact_every, "runs": a.runs,
            "machine": bench.machine(), "versions": bench.versions(), "results": [],
            "command": a.command or " ".join(sys.argv)}
+    # Never over an earlier result of the same name (a figure RESULTS.md may cite): -2, -3, ...
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    base = f"{res['date']}-read" + (f"-{a.out}" if a.out else "")
+    name, n = base, 1
+    while (out / f"{name}.md").exists() or (out / f"{name}.json").exists():
+        n += 1
+        name = f"{base}-{n}"
     for spec in a.binary:
         label, path = spec.split("=", 1)
         log(f"{label}: {path} {a.props_for.get(label, '')}")
         res["results"].append(replay(label, Path(path), meta, a, work / "cases"))
-    name = f"{res['date']}-read" + (f"-{a.out}" if a.out else "")
-    out = HERE / "results"
-    out.mkdir(exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(res, indent=1))
     (out / f"{name}.md").write_text(markdown(res))
     log(f"wrote bench/results/{name}.md")
