@@ -643,8 +643,17 @@ fn consume(
             },
             spec.sort_budget,
             &spec.spool,
-        )?
-        .split_in_two();
+        )?;
+        // Two key ranges written at once hold an open row group per partition each: only
+        // where there is one partition.
+        if output
+            .target
+            .planned
+            .default_partition_spec()
+            .is_unpartitioned()
+        {
+            sorter = sorter.split_in_two();
+        }
         for b in rx {
             sorter.push(b?)?;
         }
@@ -791,9 +800,11 @@ fn apply_range(
     handle: &tokio::runtime::Handle,
 ) -> Result<Range> {
     let (wtx, wrx) = sync_channel::<ToWriter>(WRITE_AHEAD);
-    let mut output = Output::new(spec, target, schema, wtx)?;
     std::thread::scope(|s| {
         let writer = s.spawn(|| write_rows(spec, target, wrx, handle));
+        // Made inside the scope: should the work below panic, the unwinding drops the writer's
+        // sender before the scope joins the writer, which then stops instead of waiting.
+        let mut output = Output::new(spec, target, schema, wtx)?;
         let applied = (|| -> Result<usize> {
             let mut winners = Winners::new(schema, &output.key_idx, &output.order_idx)?;
             for b in merge {
