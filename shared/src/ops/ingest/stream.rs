@@ -176,13 +176,16 @@ fn attempt(
         let reader = s.spawn(|| read_rows(spec, &schema, tx));
         let writer = s.spawn(|| write_rows(spec, target, wrx, handle));
         // A consumer that stops early drops the receiver: the reader stops at its next batch.
-        let consumed =
-            consume(spec, handle, &schema, rx, sort, &mut output).and_then(|flow| match flow {
-                Flow::Done => handle.block_on(output.finish()).map(|()| flow),
+        // Should it panic, the guard drops the writer's sender as the panic unwinds, so that
+        // the writer stops (deleting its files) and the scope can join it.
+        let consumed = {
+            let guard = StopWriter(&mut output);
+            consume(spec, handle, &schema, rx, sort, guard.0).and_then(|flow| match flow {
+                Flow::Done => handle.block_on(guard.0.finish()).map(|()| flow),
                 Flow::OutOfOrder => Ok(flow),
-            });
-        // Without `Finish`, the writer deletes what it wrote.
-        output.writer = None;
+            })
+        };
+        // Without `Finish`, the writer deletes what it wrote (the guard dropped its sender).
         let read = reader
             .join()
             .unwrap_or_else(|_| Err(Error::Internal("the reader thread panicked".into())));
@@ -240,6 +243,15 @@ fn attempt(
                 set_aside: output.set_aside,
             })))
         }
+    }
+}
+
+/// Drops an [`Output`]'s sender to its writer when it goes out of scope, unwinding included.
+struct StopWriter<'o, 'a>(&'o mut Output<'a>);
+
+impl Drop for StopWriter<'_, '_> {
+    fn drop(&mut self) {
+        self.0.writer = None;
     }
 }
 
