@@ -704,7 +704,12 @@ def main() -> None:
     res["finished"] = dt.datetime.now(dt.timezone.utc).strftime("%H:%M:%S")
     res["load_end"] = os.getloadavg()[0]
     md = markdown(res)
-    stem = f"{res['date']}-fullload" + (f"-{a.tag}" if a.tag else "")
+    # Never over an earlier result of the same name (a figure RESULTS.md may cite): -2, -3, ...
+    base = f"{res['date']}-fullload" + (f"-{a.tag}" if a.tag else "")
+    stem, n = base, 1
+    while (a.results / f"{stem}.json").exists() or (a.results / f"{stem}.md").exists():
+        n += 1
+        stem = f"{base}-{n}"
     out_json, out_md = a.results / f"{stem}.json", a.results / f"{stem}.md"
     out_json.write_text(json.dumps(res, indent=1, default=str))
     out_md.write_text(md + "\n")
