@@ -789,12 +789,15 @@ mod tests {
         .expect("batch")
     }
 
-    fn sort_all(
+    /// A sorter on `schema(string_key)` with `budget`, and `rows` (key, value) pushed in
+    /// batches of `chunk`, each row's sequence number its place.
+    fn sorter_of(
         rows: &[(i64, i64)],
         chunk: usize,
         budget: usize,
         string_key: bool,
-    ) -> (Vec<(i64, u64)>, usize) {
+        split: bool,
+    ) -> Sorter {
         let s = schema(string_key);
         let dir = std::env::temp_dir().join("dms2iceberg-spill-tests");
         let mut sorter = Sorter::new(
@@ -807,6 +810,9 @@ mod tests {
             &dir,
         )
         .expect("sorter");
+        if split {
+            sorter = sorter.split_in_two();
+        }
         let with_seq: Vec<(i64, i64, u64)> = rows
             .iter()
             .enumerate()
@@ -815,9 +821,13 @@ mod tests {
         for c in with_seq.chunks(chunk.max(1)) {
             sorter.push(batch(&s, c, string_key)).expect("push");
         }
-        let runs = sorter.runs();
+        sorter
+    }
+
+    /// A merge's rows as (value, seq).
+    fn values(merge: Merge) -> Vec<(i64, u64)> {
         let mut out = Vec::new();
-        for b in sorter.finish().expect("finish") {
+        for b in merge {
             let b = b.expect("batch");
             let seq = b.column(2).as_primitive::<UInt64Type>();
             let v = b.column(1).as_primitive::<arrow_array::types::Int64Type>();
@@ -825,48 +835,27 @@ mod tests {
                 out.push((v.value(i), seq.value(i)));
             }
         }
-        (out, runs)
+        out
+    }
+
+    fn sort_all(
+        rows: &[(i64, i64)],
+        chunk: usize,
+        budget: usize,
+        string_key: bool,
+    ) -> (Vec<(i64, u64)>, usize) {
+        let sorter = sorter_of(rows, chunk, budget, string_key, false);
+        let runs = sorter.runs();
+        (values(sorter.finish().expect("finish")), runs)
     }
 
     /// Sorts with the runs split in two key ranges: per range, the rows' (value, seq).
     fn sort_ranges(rows: &[(i64, i64)], chunk: usize, string_key: bool) -> Vec<Vec<(i64, u64)>> {
-        let s = schema(string_key);
-        let dir = std::env::temp_dir().join("dms2iceberg-spill-tests");
-        let mut sorter = Sorter::new(
-            s.clone(),
-            SortSpec {
-                key: vec![0],
-                seq: 2,
-            },
-            0,
-            &dir,
-        )
-        .expect("sorter")
-        .split_in_two();
-        for (c, part) in rows.chunks(chunk.max(1)).enumerate() {
-            let with_seq: Vec<(i64, i64, u64)> = part
-                .iter()
-                .enumerate()
-                .map(|(i, (k, v))| (*k, *v, (c * chunk.max(1) + i) as u64))
-                .collect();
-            sorter.push(batch(&s, &with_seq, string_key)).expect("push");
-        }
-        sorter
+        sorter_of(rows, chunk, 0, string_key, true)
             .finish_ranges()
             .expect("finish")
             .into_iter()
-            .map(|m| {
-                let mut out = Vec::new();
-                for b in m {
-                    let b = b.expect("batch");
-                    let seq = b.column(2).as_primitive::<UInt64Type>();
-                    let v = b.column(1).as_primitive::<arrow_array::types::Int64Type>();
-                    for i in 0..b.num_rows() {
-                        out.push((v.value(i), seq.value(i)));
-                    }
-                }
-                out
-            })
+            .map(values)
             .collect()
     }
 

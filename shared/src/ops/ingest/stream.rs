@@ -674,38 +674,15 @@ fn consume(
             return Err(Error::Internal("a sort without rows to merge".into()));
         };
         output.spilled_bytes = first.spilled_bytes;
-        // The upper key range (an input that spilled) is settled, looked up and written on
-        // threads of its own meanwhile: merging and encoding then use both cores.
-        let upper = ranges.next();
-        let target = output.target;
-        std::thread::scope(|s| -> Result<()> {
-            let upper = upper
-                .map(|merge| s.spawn(move || apply_range(spec, target, schema, merge, handle)));
-            let lower = (|| -> Result<()> {
-                for b in first {
-                    settle(b?, output)?;
-                }
-                Ok(())
-            })();
-            let upper = upper.map(|t| {
-                t.join()
-                    .unwrap_or_else(|_| Err(Error::Internal("a merge thread panicked".into())))
-            });
-            match (lower, upper) {
-                (Ok(()), None) => Ok(()),
-                (Ok(()), Some(Ok(range))) => {
-                    output.absorb(range);
-                    Ok(())
-                }
-                (Err(e), upper) => {
-                    if let Some(Ok(range)) = upper {
-                        handle.block_on(range.abandon(target));
-                    }
-                    Err(e)
-                }
-                (Ok(()), Some(Err(e))) => Err(e),
-            }
-        })?;
+        settle_ranges(
+            spec,
+            handle,
+            schema,
+            first,
+            ranges.next(),
+            output,
+            &mut settle,
+        )?;
     } else {
         let mut order = KeyOrder::new(schema, &key_idx)?;
         let mut aside = SetAside::new(spec, schema, &key_idx, seq)?;
@@ -781,6 +758,47 @@ fn consume(
     }
     output.duplicates += winners.duplicates;
     Ok(Flow::Done)
+}
+
+/// Settles the lower key range of a sort here (`settle`) while the upper one, if the sort was
+/// split, is settled, looked up and written on threads of its own ([`apply_range`]): merging
+/// and encoding then use both cores. The upper range's outcome joins `output`'s, or its files
+/// are deleted if the lower range fails.
+fn settle_ranges(
+    spec: &StreamSpec,
+    handle: &tokio::runtime::Handle,
+    schema: &SchemaRef,
+    lower: crate::spill::Merge,
+    upper: Option<crate::spill::Merge>,
+    output: &mut Output<'_>,
+    settle: &mut impl FnMut(RecordBatch, &mut Output<'_>) -> Result<()>,
+) -> Result<()> {
+    let target = output.target;
+    std::thread::scope(|s| {
+        let upper =
+            upper.map(|merge| s.spawn(move || apply_range(spec, target, schema, merge, handle)));
+        let lower = lower
+            .into_iter()
+            .try_for_each(|b| b.and_then(|b| settle(b, output)));
+        let upper = upper.map(|t| {
+            t.join()
+                .unwrap_or_else(|_| Err(Error::Internal("a merge thread panicked".into())))
+        });
+        match (lower, upper) {
+            (Ok(()), None) => Ok(()),
+            (Ok(()), Some(Ok(range))) => {
+                output.absorb(range);
+                Ok(())
+            }
+            (Err(e), upper) => {
+                if let Some(Ok(range)) = upper {
+                    handle.block_on(range.abandon(target));
+                }
+                Err(e)
+            }
+            (Ok(()), Some(Err(e))) => Err(e),
+        }
+    })
 }
 
 /// What one key range of a split sort came to: its rows settled, looked up and written (data
