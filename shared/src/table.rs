@@ -40,6 +40,12 @@ pub(crate) mod keys {
     /// Table property: how rows apply (`append`, `changelog`; absent: upsert), fixed when the
     /// table is created.
     pub(crate) const MODE: &str = "dms2iceberg.mode";
+    /// Table property: the ordering columns ingest compares a change with the row it replaces
+    /// by (JSON array), set by the first commit made with them configured. While it is set,
+    /// compaction rewrites full-load files only with each other, so their rows keep their
+    /// precedence over every change (`crate::write::FULL_LOAD_SUFFIX`); without it a full-load
+    /// row has none to keep, and its file may be merged with change rows into one.
+    pub(crate) const ORDERING_COLUMNS: &str = "dms2iceberg.ordering-columns";
 }
 
 #[derive(Debug, Clone)]

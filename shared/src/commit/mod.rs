@@ -49,7 +49,7 @@ pub(crate) mod validate;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -99,11 +99,16 @@ pub(crate) struct MetadataChanges {
     pub schema: Option<Schema>,
     pub spec: Option<UnboundPartitionSpec>,
     pub sort_order: Option<SortOrder>,
+    /// Table properties set (no requirement: the last commit's value wins).
+    pub properties: HashMap<String, String>,
 }
 
 impl MetadataChanges {
     pub(crate) fn is_empty(&self) -> bool {
-        self.schema.is_none() && self.spec.is_none() && self.sort_order.is_none()
+        self.schema.is_none()
+            && self.spec.is_none()
+            && self.sort_order.is_none()
+            && self.properties.is_empty()
     }
 
     /// Applies the changes (without a snapshot): the metadata files must be written against.
@@ -129,6 +134,9 @@ impl MetadataChanges {
         }
         if let Some(o) = &self.sort_order {
             b = b.add_sort_order(o.clone())?.set_default_sort_order(-1)?;
+        }
+        if !self.properties.is_empty() {
+            b = b.set_properties(self.properties.clone())?;
         }
         Ok(b)
     }

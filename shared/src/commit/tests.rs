@@ -1424,14 +1424,98 @@ async fn compaction_merges_files_by_key_and_drops_deleted_rows() {
     let mut want: Vec<String> = expected.iter().map(|(k, v)| format!("{k}={v}")).collect();
     want.sort();
     assert_eq!(lab.rows().await, want);
-    // The change files became one file, sorted by key; the full load's live rows (1 and 3)
-    // are compacted apart.
+    // Without ordering columns the full load's live rows (1 and 3) have no precedence to keep:
+    // the full-load file and the change files became one file, sorted by key.
     let files = ids_per_file(&lab).await;
-    assert_eq!(files.len(), 2, "{files:?}");
-    assert!(files.contains(&vec![1, 3]), "{files:?}");
-    let big = files.iter().max_by_key(|f| f.len()).unwrap();
-    assert_eq!(big.len(), expected.len() - 2, "{files:?}");
-    assert!(big.windows(2).all(|w| w[0] < w[1]), "{big:?}");
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(files[0].len(), expected.len(), "{files:?}");
+    assert!(files[0].windows(2).all(|w| w[0] < w[1]), "{files:?}");
+    let t = lab.table().await;
+    assert!(!(t.metadata.properties()).contains_key(crate::table::keys::ORDERING_COLUMNS));
+    // Written as a full load's file is: the key (every value distinct) without a dictionary,
+    // which costs readers more than it saves; `v` (a dozen values) with one.
+    let live = (lab.catalog.files())
+        .live(
+            &t.metadata,
+            crate::files::live::Scope::All,
+            crate::files::Fill::Pass,
+        )
+        .await
+        .unwrap();
+    let path = live.data().next().unwrap().file().file_path().to_string();
+    let bytes = std::fs::read(path.trim_start_matches("file://")).unwrap();
+    let footer =
+        parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(bytes)).unwrap();
+    let columns: Vec<(String, bool)> = {
+        use parquet::file::reader::FileReader;
+        let rg = footer.metadata().row_group(0);
+        (rg.columns().iter())
+            .map(|c| {
+                (
+                    c.column_path().string(),
+                    c.dictionary_page_offset().is_some(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        columns,
+        [("id".to_string(), false), ("v".to_string(), true)]
+    );
+}
+
+/// With an ordering column, full-load rows come before every change however old its commit
+/// time (DMS stamps full-load rows with the transfer time): compaction rewrites the full-load
+/// file only with full-load files, so a change cached during the load that arrives after a
+/// compaction still applies to the full-load row.
+#[tokio::test]
+async fn with_ordering_columns_compaction_keeps_full_load_rows_apart_and_first() {
+    let mut lab = Lab::new("ordered-compaction");
+    let dir = lab.dir.join("dms/s/t");
+    let write = |name: &str, rows: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("Op,id,v,ts\n{rows}")).unwrap();
+        input(&path)
+    };
+    let at = "2022-03-02 12:00:00";
+    let load = write(
+        "LOAD00000001.csv",
+        &format!("I,1,a,{at}\nI,2,b,{at}\nI,3,c,{at}\nI,4,d,{at}\n"),
+    );
+    // The table is made without the ordering column; the first commit made with it records it.
+    lab.ingest(vec![load]).await;
+    let props = |t: &LoadedTable| {
+        let key = crate::table::keys::ORDERING_COLUMNS;
+        t.metadata.properties().get(key).cloned()
+    };
+    assert_eq!(props(&lab.table().await), None);
+    lab.config =
+        Config::from_toml("[tables.\"s.t\"]\nprimary_key = [\"id\"]\nordering_column = \"ts\"\n")
+            .unwrap();
+    let cached = write("20220302-1134010000.csv", "U,2,b1,2022-03-02 11:34:01\n");
+    lab.ingest(vec![cached]).await;
+    assert_eq!(props(&lab.table().await).as_deref(), Some(r#"["ts"]"#));
+    let newer = write("20220302-1234010000.csv", "U,3,c1,2022-03-02 12:34:01\n");
+    lab.ingest(vec![newer]).await;
+    lab.compact().await;
+    let files = ids_per_file(&lab).await;
+    assert!(
+        files.contains(&vec![1, 4]),
+        "full-load rows apart: {files:?}"
+    );
+    // More changes cached during the load, in a later file: older than the full-load rows'
+    // time, they still replace 1; older than 3's change, they do not replace 3.
+    let late = write(
+        "20220302-1300010000.csv",
+        "U,1,a1,2022-03-02 11:34:02\nU,3,c0,2022-03-02 11:34:02\n",
+    );
+    let report = Ingest::new(&lab.catalog, &lab.config)
+        .execute("s", "t", vec![late], |_| {})
+        .await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let stale: usize = report.commits.iter().map(|c| c.stale_changes).sum();
+    assert_eq!(stale, 1, "{report:?}");
+    assert_eq!(lab.rows().await, ["1=a1", "2=b1", "3=c1", "4=d"]);
 }
 
 #[tokio::test]
@@ -1454,8 +1538,9 @@ async fn a_file_that_claims_the_key_order_but_is_unsorted_is_sorted_before_mergi
             "1=a", "2=b1", "3=c", "4=d", "5=e", "6=f", "7=g", "8=h", "9=i"
         ]
     );
+    // One file (the full load's rows too: no ordering columns), in key order.
     let files = ids_per_file(&lab).await;
-    assert!(files.contains(&vec![2, 4, 5, 6, 7, 8, 9]), "{files:?}");
+    assert_eq!(files, [vec![1, 2, 3, 4, 5, 6, 7, 8, 9]]);
 }
 
 #[tokio::test]

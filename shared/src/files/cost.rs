@@ -45,7 +45,8 @@ impl Files {
         let live = self.live_in(md, snapshot, Scope::All, Fill::Keep).await?;
         // Per data file: rows, delete files paired, rows deleted by file-scoped ones.
         let mut data: BTreeMap<&str, (u64, usize, u64)> = BTreeMap::new();
-        // Small files' sizes per partition (full-load files apart, as compaction groups them).
+        // Small files' sizes per partition (full-load files apart where compaction keeps them
+        // apart).
         let mut small: HashMap<(i32, String, bool), Vec<u64>> = HashMap::new();
         for d in live.data() {
             let f = d.file();
@@ -56,7 +57,7 @@ impl Files {
                     .entry((
                         d.spec_id,
                         format!("{:?}", f.partition()),
-                        crate::write::is_full_load_file(f.file_path()),
+                        crate::write::keeps_apart(md, f.file_path()),
                     ))
                     .or_default()
                     .push(f.file_size_in_bytes());

@@ -12,7 +12,7 @@ use crate::files::Fill;
 use crate::files::cost::tiered_out;
 use crate::files::deletes::{DeleteId, DeleteSource, DeletedPositions};
 use crate::files::live::Scope;
-use crate::write::is_full_load_file;
+use crate::write::keeps_apart;
 
 use super::Compact;
 
@@ -55,8 +55,8 @@ impl Compact<'_> {
     pub(super) fn plan(&self, md: &TableMetadata, data: &[LiveData]) -> Vec<Group> {
         let target = self.target(md);
         let small = (target as f64 * self.options.min_file_ratio) as u64;
-        // Full-load files are rewritten only with each other, so their rows keep their place
-        // before every change (see `write::FULL_LOAD_SUFFIX`).
+        // Where changes are ordered by columns, full-load files are rewritten only with each
+        // other, so their rows keep their place before every change (`write::keeps_apart`).
         let mut by_partition: BTreeMap<(i32, String, bool), Vec<LiveData>> = BTreeMap::new();
         for f in data {
             if f.size < small || self.heavy(f) {
@@ -64,7 +64,7 @@ impl Compact<'_> {
                     .entry((
                         f.spec_id,
                         format!("{:?}", f.partition),
-                        is_full_load_file(&f.path),
+                        keeps_apart(md, &f.path),
                     ))
                     .or_default()
                     .push(f.clone());

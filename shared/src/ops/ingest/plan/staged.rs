@@ -237,6 +237,7 @@ impl IngestPlanner<'_> {
                 if cfg.mode.appends() {
                     props.insert(keys::MODE.to_string(), cfg.mode.as_str().to_string());
                 }
+                props.extend(ordering_property(cfg, None)?);
                 props.extend(cfg.properties.iter().map(|(k, v)| (k.clone(), v.clone())));
                 let md = TableMetadataBuilder::new(
                     schema.clone(),
@@ -253,7 +254,12 @@ impl IngestPlanner<'_> {
                 Ok((Base::Create(md.clone()), MetadataChanges::default(), md))
             }
             Some(t) => {
-                let mut changes = MetadataChanges::default();
+                let mut changes = MetadataChanges {
+                    properties: ordering_property(cfg, Some(&t.metadata))?
+                        .into_iter()
+                        .collect(),
+                    ..Default::default()
+                };
                 if !change.is_empty() {
                     changes.schema = Some(schema.clone());
                 }
@@ -268,4 +274,23 @@ impl IngestPlanner<'_> {
             }
         }
     }
+}
+
+/// The table property that records the ordering columns ([`keys::ORDERING_COLUMNS`]), when
+/// they are configured and `current` (the table, if it exists) does not already say so. It
+/// stays when they are taken out of the configuration: full-load files merged with change rows
+/// could not be told apart again.
+fn ordering_property(
+    cfg: &TableConfig,
+    current: Option<&TableMetadata>,
+) -> Result<Option<(String, String)>> {
+    let columns: Vec<String> = (cfg.ordering_columns().iter())
+        .map(|c| cfg.column_name(c))
+        .collect();
+    if columns.is_empty() {
+        return Ok(None);
+    }
+    let value = serde_json::to_string(&columns).map_err(|e| Error::Internal(e.to_string()))?;
+    let known = current.and_then(|md| md.properties().get(keys::ORDERING_COLUMNS));
+    Ok((known != Some(&value)).then(|| (keys::ORDERING_COLUMNS.to_string(), value)))
 }
