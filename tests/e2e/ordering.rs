@@ -174,6 +174,54 @@ fn full_load_rows_come_before_changes_in_any_batching() {
     }
 }
 
+/// The changes cached during the load delivered late, after later change files and a
+/// compaction: compaction kept the full-load rows in a file of their own (the table records its
+/// ordering column), so they still come before the cached changes, which apply.
+#[test]
+fn full_load_rows_come_before_cached_changes_after_a_compaction() {
+    let w = Work::new("cached_compacted");
+    w.generate(
+        "synthetic",
+        &[
+            "--rows",
+            "120",
+            "--cdc-files",
+            "3",
+            "--cdc-rows",
+            "60",
+            "--timestamp-column",
+            "dms_ts",
+            "--cached-changes",
+        ],
+    );
+    let dir = w.dms().join("shop/orders");
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .expect("generated tree")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    let (load, changes): (Vec<_>, Vec<_>) = files.into_iter().partition(|p| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("LOAD"))
+    });
+    let (cached, later) = changes.split_first().expect("three change files");
+    let mut first = load.clone();
+    first.extend(later.iter().cloned());
+    let reports = w.ingest_json(&first);
+    assert_eq!(stale(&reports), 0, "{reports:?}");
+    let wh = w.wh();
+    w.cli(&[
+        "compact".as_ref(),
+        "shop.orders".as_ref(),
+        "--warehouse".as_ref(),
+        wh.as_os_str(),
+    ])
+    .assert_success();
+    let reports = w.ingest_json(std::slice::from_ref(cached));
+    assert_eq!(stale(&reports), 0, "{reports:?}");
+    w.assert_table("shop.orders");
+}
+
 /// An ISO-8601 string, a decimal and a date order changes too (compared as their type).
 #[test]
 fn ordering_column_of_other_types() {
