@@ -710,10 +710,29 @@ async fn write_delete_rows(
     if positions.is_empty() {
         return Ok(());
     }
+    // The path as a dictionary, one value per run of rows of the same data file: written as a
+    // plain string column it was copied once per row (megabytes for the tens of thousands of
+    // positions a full-load file's delete file holds between compactions).
+    let mut keys: Vec<i32> = Vec::with_capacity(paths.len());
+    let mut values: Vec<&str> = Vec::new();
+    for p in paths.drain(..) {
+        if values.last() != Some(&p) {
+            values.push(p);
+        }
+        keys.push(values.len() as i32 - 1);
+    }
+    let path = arrow_array::DictionaryArray::<arrow_array::types::Int32Type>::try_new(
+        arrow_array::Int32Array::from(keys),
+        Arc::new(StringArray::from(values)),
+    )?;
+    let fields: Vec<arrow_schema::FieldRef> = (arrow_schema.fields().iter())
+        .zip([arrow_array::Array::data_type(&path), &arrow_schema::DataType::Int64])
+        .map(|(f, t)| Arc::new(f.as_ref().clone().with_data_type(t.clone())))
+        .collect();
     let batch = RecordBatch::try_new(
-        arrow_schema.clone(),
+        Arc::new(arrow_schema::Schema::new(fields)),
         vec![
-            Arc::new(StringArray::from(std::mem::take(paths))) as ArrayRef,
+            Arc::new(path) as ArrayRef,
             Arc::new(Int64Array::from(std::mem::take(positions))) as ArrayRef,
         ],
     )?;
