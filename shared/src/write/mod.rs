@@ -726,7 +726,10 @@ async fn write_delete_rows(
         Arc::new(StringArray::from(values)),
     )?;
     let fields: Vec<arrow_schema::FieldRef> = (arrow_schema.fields().iter())
-        .zip([arrow_array::Array::data_type(&path), &arrow_schema::DataType::Int64])
+        .zip([
+            arrow_array::Array::data_type(&path),
+            &arrow_schema::DataType::Int64,
+        ])
         .map(|(f, t)| Arc::new(f.as_ref().clone().with_data_type(t.clone())))
         .collect();
     let batch = RecordBatch::try_new(
