@@ -65,6 +65,68 @@ fn a_shuffled_load_larger_than_its_sort_budget_is_spilled_and_exact() {
     w.assert_table(TABLE);
 }
 
+/// The two key ranges of a spilled load are merged at once; when one fails, the other stops at
+/// its next batch instead of finishing its half first, and nothing is committed or left behind.
+/// Both directions: the lower range is held back at its first batch while the upper one fails,
+/// then the other way round.
+#[test]
+fn a_key_range_that_fails_stops_the_other_and_commits_nothing() {
+    let w = Work::new("fullload_range_fails");
+    w.generate(
+        "synthetic",
+        &[
+            "--rows",
+            "20000",
+            "--load-order",
+            "shuffled",
+            "--cdc-files",
+            "1",
+            "--cdc-rows",
+            "100",
+            "--seed",
+            "7",
+        ],
+    );
+    w.set_default("large_input_bytes = 262144");
+    let load = w.dms().join("shop/orders/LOAD00000001.csv");
+    for (failpoints, stops) in [
+        (
+            "lower-key-range:sleep=300,upper-key-range",
+            "the upper key range failed: the lower one stops",
+        ),
+        (
+            "upper-key-range:sleep=300,lower-key-range",
+            "the lower key range failed: the upper one stops",
+        ),
+    ] {
+        let (r, reports) = crate::stress_support::ingest_json(
+            &w,
+            std::slice::from_ref(&load),
+            &["-v"],
+            &[("DMS2ICEBERG_FAILPOINT", failpoints)],
+        );
+        assert!(!r.status.success(), "{}", r.describe());
+        assert!(
+            reports.iter().all(|c| c["status"] != "applied"),
+            "{reports:?}"
+        );
+        let out = r.output();
+        assert!(out.contains(stops), "{failpoints}: {}", r.describe());
+        assert!(
+            !w.scan_run(TABLE, &[]).status.success(),
+            "the table must not exist"
+        );
+        let data = w.wh().join("shop.db/orders/data");
+        let left = std::fs::read_dir(&data).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(left, 0, "files left in {}", data.display());
+    }
+    let reports = w.ingest_json(&[w.dms()]);
+    let loads = load_commits(&reports);
+    assert_eq!(loads.len(), 1, "{reports:?}");
+    assert_eq!(loads[0]["data_files"], 2, "two key ranges: {}", loads[0]);
+    w.assert_table(TABLE);
+}
+
 #[test]
 fn a_sorted_load_goes_straight_through() {
     let w = Work::new("fullload_sorted");

@@ -3,6 +3,7 @@
 //!
 //! `DMS2ICEBERG_FAILPOINT=<name>` fails at that step with an error, `<name>:kill` aborts the
 //! process there, `<name>:sleep=MS` pauses there (without blocking the runtime) to force races.
+//! Several, separated by commas, act each at its own step.
 
 use crate::error::Result;
 
@@ -11,10 +12,12 @@ pub(crate) async fn failpoint(name: &str) -> Result<()> {
     let Ok(v) = std::env::var("DMS2ICEBERG_FAILPOINT") else {
         return Ok(());
     };
-    let (point, action) = v.split_once(':').unwrap_or((v.as_str(), "error"));
-    if point != name {
+    let Some(action) = v.split(',').find_map(|spec| {
+        let (point, action) = spec.split_once(':').unwrap_or((spec, "error"));
+        (point == name).then_some(action)
+    }) else {
         return Ok(());
-    }
+    };
     if action == "kill" {
         eprintln!("failpoint {name}: killing the process");
         std::process::abort();

@@ -22,6 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 
@@ -763,7 +764,8 @@ fn consume(
 /// Settles the lower key range of a sort here (`settle`) while the upper one, if the sort was
 /// split, is settled, looked up and written on threads of its own ([`apply_range`]): merging
 /// and encoding then use both cores. The upper range's outcome joins `output`'s, or its files
-/// are deleted if the lower range fails.
+/// are deleted if the lower range fails. A range that fails stops the other at its next batch,
+/// so the error is reported without waiting for the other half of the input.
 fn settle_ranges(
     spec: &StreamSpec,
     handle: &tokio::runtime::Handle,
@@ -774,29 +776,60 @@ fn settle_ranges(
     settle: &mut impl FnMut(RecordBatch, &mut Output<'_>) -> Result<()>,
 ) -> Result<()> {
     let target = output.target;
+    // Set by the range that fails first; the other stops at its next batch.
+    let failed = AtomicBool::new(false);
+    let failed = &failed;
     std::thread::scope(|s| {
-        let upper =
-            upper.map(|merge| s.spawn(move || apply_range(spec, target, schema, merge, handle)));
-        let lower = lower
-            .into_iter()
-            .try_for_each(|b| b.and_then(|b| settle(b, output)));
+        let upper = upper.map(|merge| {
+            s.spawn(move || {
+                let r = apply_range(spec, target, schema, merge, handle, failed);
+                if r.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+                r
+            })
+        });
+        let mut lower = lower.into_iter();
+        // `Ok(false)`: stopped because the upper range failed.
+        let lower = loop {
+            if let Err(e) = handle.block_on(crate::commit::failpoint("lower-key-range")) {
+                failed.store(true, Ordering::Relaxed);
+                break Err(e);
+            }
+            if failed.load(Ordering::Relaxed) {
+                tracing::info!("the upper key range failed: the lower one stops");
+                break Ok(false);
+            }
+            match lower.next() {
+                None => break Ok(true),
+                Some(b) => {
+                    if let Err(e) = b.and_then(|b| settle(b, output)) {
+                        failed.store(true, Ordering::Relaxed);
+                        break Err(e);
+                    }
+                }
+            }
+        };
         let upper = upper.map(|t| {
             t.join()
                 .unwrap_or_else(|_| Err(Error::Internal("a merge thread panicked".into())))
         });
         match (lower, upper) {
-            (Ok(()), None) => Ok(()),
-            (Ok(()), Some(Ok(range))) => {
+            (Ok(true), None) => Ok(()),
+            (Ok(_), Some(Ok(Some(range)))) => {
                 output.absorb(range);
                 Ok(())
             }
             (Err(e), upper) => {
-                if let Some(Ok(range)) = upper {
+                if let Some(Ok(Some(range))) = upper {
                     handle.block_on(range.abandon(target));
                 }
                 Err(e)
             }
-            (Ok(()), Some(Err(e))) => Err(e),
+            (Ok(_), Some(Err(e))) => Err(e),
+            (Ok(false), None) | (Ok(true), Some(Ok(None))) | (Ok(false), Some(Ok(None))) => Err(
+                Error::Internal("a key range stopped without an error".into()),
+            ),
         }
     })
 }
@@ -822,22 +855,30 @@ impl Range {
 
 /// Settles, looks up and writes the rows of one key range, through an [`Output`] and a writer
 /// of its own (its files deleted if it fails).
+/// `None`: stopped because `failed` was set (the other range failed).
 fn apply_range(
     spec: &StreamSpec,
     target: &Target<'_>,
     schema: &SchemaRef,
     merge: crate::spill::Merge,
     handle: &tokio::runtime::Handle,
-) -> Result<Range> {
+    failed: &AtomicBool,
+) -> Result<Option<Range>> {
     let (wtx, wrx) = sync_channel::<ToWriter>(WRITE_AHEAD);
     std::thread::scope(|s| {
         let writer = s.spawn(|| write_rows(spec, target, wrx, handle));
         // Made inside the scope: should the work below panic, the unwinding drops the writer's
         // sender before the scope joins the writer, which then stops instead of waiting.
         let mut output = Output::new(spec, target, schema, wtx)?;
-        let applied = (|| -> Result<usize> {
+        // `Ok(None)`: stopped.
+        let applied = (|| -> Result<Option<usize>> {
             let mut winners = Winners::new(schema, &output.key_idx, &output.order_idx)?;
             for b in merge {
+                if failed.load(Ordering::Relaxed) {
+                    tracing::info!("the lower key range failed: the upper one stops");
+                    return Ok(None);
+                }
+                handle.block_on(crate::commit::failpoint("upper-key-range"))?;
                 for w in winners.push(b?)? {
                     handle.block_on(output.push(w))?;
                 }
@@ -846,7 +887,7 @@ fn apply_range(
                 handle.block_on(output.push(w))?;
             }
             handle.block_on(output.finish())?;
-            Ok(winners.duplicates)
+            Ok(Some(winners.duplicates))
         })();
         // Without `Finish`, the writer deletes what it wrote.
         output.writer = None;
@@ -854,13 +895,17 @@ fn apply_range(
             .join()
             .unwrap_or_else(|_| Err(Error::Internal("the writer thread panicked".into())));
         match (applied, written) {
-            (Ok(duplicates), Ok(data)) => Ok(Range {
+            (Ok(Some(duplicates)), Ok(data)) => Ok(Some(Range {
                 data,
                 deletes: std::mem::take(&mut output.deletes),
                 counts: output.counts,
                 lookup: std::mem::take(&mut output.lookup),
                 duplicates,
-            }),
+            })),
+            (Ok(None), written) => {
+                abandon(written, target, handle);
+                Ok(None)
+            }
             (Err(e), written) => {
                 abandon(written, target, handle);
                 Err(e)
