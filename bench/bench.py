@@ -919,7 +919,12 @@ def main() -> None:
     res["load_end"] = os.getloadavg()[0]
     analyse(res)
     md = markdown(res)
-    stem = res["date"] + (f"-{a.tag}" if a.tag else "-big" if a.big else "")
+    # Never over an earlier result of the same name (a figure RESULTS.md may cite): -2, -3, ...
+    base = res["date"] + (f"-{a.tag}" if a.tag else "-big" if a.big else "")
+    stem, n = base, 1
+    while (a.results / f"{stem}.json").exists() or (a.results / f"{stem}.md").exists():
+        n += 1
+        stem = f"{base}-{n}"
     out_json = a.results / f"{stem}.json"
     out_md = a.results / f"{stem}.md"
     out_json.write_text(json.dumps(res, indent=1, default=str))
