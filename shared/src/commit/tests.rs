@@ -1464,6 +1464,50 @@ async fn compaction_merges_files_by_key_and_drops_deleted_rows() {
     );
 }
 
+/// A change's data file of a few rows is written uncompressed (a zstd context per column chunk
+/// costs more than it saves there), a larger one with zstd; full loads always with zstd.
+#[tokio::test]
+async fn small_change_files_are_written_uncompressed() {
+    let lab = loaded("codec").await;
+    let big: String = (100..3000)
+        .map(|k| format!("I,{k},{}{k}\n", "x".repeat(40)))
+        .collect();
+    lab.ingest(vec![lab.file("20220302-1135010000.csv", &big)])
+        .await;
+    let t = lab.table().await;
+    let live = (lab.catalog.files())
+        .live(
+            &t.metadata,
+            crate::files::live::Scope::All,
+            crate::files::Fill::Pass,
+        )
+        .await
+        .unwrap();
+    let mut codecs: Vec<(u64, String)> = live
+        .data()
+        .map(|d| {
+            let path = d.file().file_path().to_string();
+            let bytes = std::fs::read(path.trim_start_matches("file://")).unwrap();
+            let footer =
+                parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(bytes))
+                    .unwrap();
+            use parquet::file::reader::FileReader;
+            let codec = footer.metadata().row_group(0).column(0).compression();
+            (d.file().record_count(), format!("{codec:?}"))
+        })
+        .collect();
+    codecs.sort();
+    assert_eq!(
+        codecs,
+        [
+            (1, "UNCOMPRESSED".to_string()),
+            (3, "ZSTD(ZstdLevel(1))".to_string()),
+            (2900, "ZSTD(ZstdLevel(1))".to_string())
+        ]
+    );
+    assert_eq!(lab.rows().await.len(), 2903);
+}
+
 /// With an ordering column, full-load rows come before every change however old its commit
 /// time (DMS stamps full-load rows with the transfer time): compaction rewrites the full-load
 /// file only with full-load files, so a change cached during the load that arrives after a

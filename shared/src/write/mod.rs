@@ -39,6 +39,12 @@ pub(crate) const WRITE_CONCURRENCY: usize = 64;
 /// an abandoned attempt deletes what it wrote; the bound is round trips, not memory.
 pub(crate) const SMALL_FILE_CONCURRENCY: usize = 256;
 
+/// A change's rows for one partition below this (in memory) are written uncompressed: the
+/// Parquet writer makes a zstd context per column chunk (about a megabyte to set up, even for a
+/// few rows), so a commit spread over 200 partitions made ~1,200 of them for files of a few KB
+/// whose compression saves less than it costs. Compaction rewrites them with zstd.
+const SMALL_FILE_BYTES: usize = 64 << 10;
+
 /// Rows per Parquet row group: the unit that statistics and bloom filters let a lookup skip.
 pub(crate) const ROW_GROUP_ROWS: usize = 128 * 1024;
 
@@ -210,7 +216,10 @@ pub(crate) async fn write_data_files_seen(
     let plan_ref = &plan;
     let written: Vec<Vec<(i32, DataFile)>> = futures::stream::iter(parts)
         .map(|(pk, part)| {
-            let mut w = plan_ref.builder.build();
+            let mut w = match &plan_ref.small {
+                Some(small) if part.get_array_memory_size() < SMALL_FILE_BYTES => small.build(),
+                _ => plan_ref.builder.build(),
+            };
             async move {
                 let (pk, part, builders) = tokio::spawn(async move {
                     w.write(&pk, &part).await?;
@@ -246,6 +255,8 @@ type DataWriter =
 /// (a bloom filter per key column) and file names.
 struct DataFilePlan {
     builder: DataWriterBuilder,
+    /// [`Encoding::Change`]: the builder of files below [`SMALL_FILE_BYTES`], uncompressed.
+    small: Option<DataWriterBuilder>,
     /// Set when the plain columns are not known yet ([`Encoding::Sampled`]): the builder is
     /// made again from these properties once the first rows show which columns vary too much
     /// for a dictionary.
@@ -285,6 +296,7 @@ impl DataFilePlan {
         let arrow_schema = Arc::new(schema_to_arrow_schema(&schema)?);
         let ndv = (rows.min(ROW_GROUP_ROWS)) as u64;
         let sampled = matches!(encoding, Encoding::Sampled);
+        let change = matches!(encoding, Encoding::Change);
         let mut props = base_properties(encoding);
         for k in key {
             let path = ColumnPath::from(k.as_str());
@@ -315,8 +327,24 @@ impl DataFilePlan {
             location.clone(),
             names.clone(),
         );
+        let small = change.then(|| {
+            RollingFileWriterBuilder::new(
+                ParquetWriterBuilder::new(
+                    props
+                        .clone()
+                        .set_compression(Compression::UNCOMPRESSED)
+                        .build(),
+                    schema.clone(),
+                ),
+                target_file_size as usize,
+                file_io.clone(),
+                location.clone(),
+                names.clone(),
+            )
+        });
         Ok(DataFilePlan {
             builder,
+            small,
             undecided: sampled.then_some(props),
             schema,
             target_file_size,
