@@ -1049,7 +1049,12 @@ def main() -> None:
             traces[f"one {mode} file"] = (r, f, tr)
     md = markdown(res, traces)
     a.results.mkdir(parents=True, exist_ok=True)
-    stem = f"{res['date']}-{a.tag}"
+    # Never over an earlier result of the same name (a figure RESULTS.md may cite): -2, -3, ...
+    base = f"{res['date']}-{a.tag}"
+    stem, n = base, 1
+    while (a.results / f"{stem}.json").exists() or (a.results / f"{stem}.md").exists():
+        n += 1
+        stem = f"{base}-{n}"
     for r in res["cases"]:  # the wave lists stay in the JSON; the traces in bench/work
         for f in r.get("files_detail") or []:
             f["analysis"]["wave_list"] = f["analysis"]["wave_list"][:400]
