@@ -147,39 +147,10 @@ fn ordering_column_integer_batched() {
     w.assert_table("shop.orders");
 }
 
-/// Changes DMS cached during the full load carry commit timestamps older than the full-load
-/// rows (stamped with the transfer time). Full-load rows still come first: the changes apply,
-/// whether the full load and the changes share a commit or not.
-#[test]
-fn full_load_rows_come_before_changes_in_any_batching() {
-    for (n, name) in [(1, "cached_1"), (100, "cached_all")] {
-        let w = Work::new(name);
-        w.generate(
-            "synthetic",
-            &[
-                "--rows",
-                "120",
-                "--cdc-files",
-                "3",
-                "--cdc-rows",
-                "60",
-                "--timestamp-column",
-                "dms_ts",
-                "--cached-changes",
-            ],
-        );
-        let reports = ingest_reports(&w, n);
-        assert_eq!(stale(&reports), 0, "--files-per-commit {n}: {reports:?}");
-        w.assert_table("shop.orders");
-    }
-}
-
-/// The changes cached during the load delivered late, after later change files and a
-/// compaction: compaction kept the full-load rows in a file of their own (the table records its
-/// ordering column), so they still come before the cached changes, which apply.
-#[test]
-fn full_load_rows_come_before_cached_changes_after_a_compaction() {
-    let w = Work::new("cached_compacted");
+/// A generated tree whose first change file holds changes DMS cached during the full load:
+/// commit timestamps (`dms_ts`) older than the full-load rows'.
+fn cached_changes(name: &str) -> Work {
+    let w = Work::new(name);
     w.generate(
         "synthetic",
         &[
@@ -194,6 +165,28 @@ fn full_load_rows_come_before_cached_changes_after_a_compaction() {
             "--cached-changes",
         ],
     );
+    w
+}
+
+/// Changes DMS cached during the full load carry commit timestamps older than the full-load
+/// rows (stamped with the transfer time). Full-load rows still come first: the changes apply,
+/// whether the full load and the changes share a commit or not.
+#[test]
+fn full_load_rows_come_before_changes_in_any_batching() {
+    for (n, name) in [(1, "cached_1"), (100, "cached_all")] {
+        let w = cached_changes(name);
+        let reports = ingest_reports(&w, n);
+        assert_eq!(stale(&reports), 0, "--files-per-commit {n}: {reports:?}");
+        w.assert_table("shop.orders");
+    }
+}
+
+/// The changes cached during the load delivered late, after later change files and a
+/// compaction: compaction kept the full-load rows in a file of their own (the table records its
+/// ordering column), so they still come before the cached changes, which apply.
+#[test]
+fn full_load_rows_come_before_cached_changes_after_a_compaction() {
+    let w = cached_changes("cached_compacted");
     let dir = w.dms().join("shop/orders");
     let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
         .expect("generated tree")

@@ -56,11 +56,51 @@ impl Lab {
         input(&path)
     }
 
+    /// A DMS file of `Op,id,v,ts` rows (`ts`: a timestamp to order changes by).
+    fn file_ts(&self, name: &str, rows: &str) -> FileInput {
+        let path = self.dir.join("dms/s/t").join(name);
+        std::fs::write(&path, format!("Op,id,v,ts\n{rows}")).unwrap();
+        input(&path)
+    }
+
     async fn ingest(&self, files: Vec<FileInput>) {
+        self.ingest_stale(files).await;
+    }
+
+    /// Applies `files` (no error expected); the changes found stale.
+    async fn ingest_stale(&self, files: Vec<FileInput>) -> usize {
         let r = Ingest::new(&self.catalog, &self.config)
             .execute("s", "t", files, |_| {})
             .await;
         assert!(r.error.is_none(), "{:?}", r.error);
+        r.commits.iter().map(|c| c.stale_changes).sum()
+    }
+
+    /// Each live data file's row count and first row group, as its Parquet footer says.
+    async fn first_row_groups(&self) -> Vec<(u64, parquet::file::metadata::RowGroupMetaData)> {
+        use parquet::file::reader::FileReader;
+        let t = self.table().await;
+        let live = (self.catalog.files())
+            .live(
+                &t.metadata,
+                crate::files::live::Scope::All,
+                crate::files::Fill::Pass,
+            )
+            .await
+            .unwrap();
+        live.data()
+            .map(|d| {
+                let path = d.file().file_path();
+                let bytes = std::fs::read(path.trim_start_matches("file://")).unwrap();
+                let footer =
+                    parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(bytes))
+                        .unwrap();
+                (
+                    d.file().record_count(),
+                    footer.metadata().row_group(0).clone(),
+                )
+            })
+            .collect()
     }
 
     /// `compact` with 1 MiB target files (every file of these tables is small: all rewritten).
@@ -1434,30 +1474,15 @@ async fn compaction_merges_files_by_key_and_drops_deleted_rows() {
     assert!(!(t.metadata.properties()).contains_key(crate::table::keys::ORDERING_COLUMNS));
     // Written as a full load's file is: the key (every value distinct) without a dictionary,
     // which costs readers more than it saves; `v` (a dozen values) with one.
-    let live = (lab.catalog.files())
-        .live(
-            &t.metadata,
-            crate::files::live::Scope::All,
-            crate::files::Fill::Pass,
-        )
-        .await
-        .unwrap();
-    let path = live.data().next().unwrap().file().file_path().to_string();
-    let bytes = std::fs::read(path.trim_start_matches("file://")).unwrap();
-    let footer =
-        parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(bytes)).unwrap();
-    let columns: Vec<(String, bool)> = {
-        use parquet::file::reader::FileReader;
-        let rg = footer.metadata().row_group(0);
-        (rg.columns().iter())
-            .map(|c| {
-                (
-                    c.column_path().string(),
-                    c.dictionary_page_offset().is_some(),
-                )
-            })
-            .collect()
-    };
+    let [(_, rg)] = lab.first_row_groups().await.try_into().unwrap();
+    let columns: Vec<(String, bool)> = (rg.columns().iter())
+        .map(|c| {
+            (
+                c.column_path().string(),
+                c.dictionary_page_offset().is_some(),
+            )
+        })
+        .collect();
     assert_eq!(
         columns,
         [("id".to_string(), false), ("v".to_string(), true)]
@@ -1474,27 +1499,8 @@ async fn small_change_files_are_written_uncompressed() {
         .collect();
     lab.ingest(vec![lab.file("20220302-1135010000.csv", &big)])
         .await;
-    let t = lab.table().await;
-    let live = (lab.catalog.files())
-        .live(
-            &t.metadata,
-            crate::files::live::Scope::All,
-            crate::files::Fill::Pass,
-        )
-        .await
-        .unwrap();
-    let mut codecs: Vec<(u64, String)> = live
-        .data()
-        .map(|d| {
-            let path = d.file().file_path().to_string();
-            let bytes = std::fs::read(path.trim_start_matches("file://")).unwrap();
-            let footer =
-                parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(bytes))
-                    .unwrap();
-            use parquet::file::reader::FileReader;
-            let codec = footer.metadata().row_group(0).column(0).compression();
-            (d.file().record_count(), format!("{codec:?}"))
-        })
+    let mut codecs: Vec<(u64, String)> = (lab.first_row_groups().await.into_iter())
+        .map(|(rows, rg)| (rows, format!("{:?}", rg.column(0).compression())))
         .collect();
     codecs.sort();
     assert_eq!(
@@ -1515,14 +1521,8 @@ async fn small_change_files_are_written_uncompressed() {
 #[tokio::test]
 async fn with_ordering_columns_compaction_keeps_full_load_rows_apart_and_first() {
     let mut lab = Lab::new("ordered-compaction");
-    let dir = lab.dir.join("dms/s/t");
-    let write = |name: &str, rows: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, format!("Op,id,v,ts\n{rows}")).unwrap();
-        input(&path)
-    };
     let at = "2022-03-02 12:00:00";
-    let load = write(
+    let load = lab.file_ts(
         "LOAD00000001.csv",
         &format!("I,1,a,{at}\nI,2,b,{at}\nI,3,c,{at}\nI,4,d,{at}\n"),
     );
@@ -1536,10 +1536,10 @@ async fn with_ordering_columns_compaction_keeps_full_load_rows_apart_and_first()
     lab.config =
         Config::from_toml("[tables.\"s.t\"]\nprimary_key = [\"id\"]\nordering_column = \"ts\"\n")
             .unwrap();
-    let cached = write("20220302-1134010000.csv", "U,2,b1,2022-03-02 11:34:01\n");
+    let cached = lab.file_ts("20220302-1134010000.csv", "U,2,b1,2022-03-02 11:34:01\n");
     lab.ingest(vec![cached]).await;
     assert_eq!(props(&lab.table().await).as_deref(), Some(r#"["ts"]"#));
-    let newer = write("20220302-1234010000.csv", "U,3,c1,2022-03-02 12:34:01\n");
+    let newer = lab.file_ts("20220302-1234010000.csv", "U,3,c1,2022-03-02 12:34:01\n");
     lab.ingest(vec![newer]).await;
     lab.compact().await;
     let files = ids_per_file(&lab).await;
@@ -1549,16 +1549,11 @@ async fn with_ordering_columns_compaction_keeps_full_load_rows_apart_and_first()
     );
     // More changes cached during the load, in a later file: older than the full-load rows'
     // time, they still replace 1; older than 3's change, they do not replace 3.
-    let late = write(
+    let late = lab.file_ts(
         "20220302-1300010000.csv",
         "U,1,a1,2022-03-02 11:34:02\nU,3,c0,2022-03-02 11:34:02\n",
     );
-    let report = Ingest::new(&lab.catalog, &lab.config)
-        .execute("s", "t", vec![late], |_| {})
-        .await;
-    assert!(report.error.is_none(), "{:?}", report.error);
-    let stale: usize = report.commits.iter().map(|c| c.stale_changes).sum();
-    assert_eq!(stale, 1, "{report:?}");
+    assert_eq!(lab.ingest_stale(vec![late]).await, 1);
     assert_eq!(lab.rows().await, ["1=a1", "2=b1", "3=c1", "4=d"]);
 }
 
@@ -1856,28 +1851,19 @@ async fn files_written_during_the_lookup_are_replaced_when_a_key_turns_out_stale
     lab.config =
         Config::from_toml("[tables.\"s.t\"]\nprimary_key = [\"id\"]\nordering_column = \"ts\"\n")
             .unwrap();
-    let write = |name: &str, rows: &str| {
-        let path = lab.dir.join("dms/s/t").join(name);
-        std::fs::write(&path, format!("Op,id,v,ts\n{rows}")).unwrap();
-        input(&path)
-    };
-    let load = write(
+    let load = lab.file_ts(
         "LOAD00000001.csv",
         "I,1,a,2022-03-01 00:00:00\nI,2,b,2022-03-01 00:00:00\nI,3,c,2022-03-01 00:00:00\n",
     );
     lab.ingest(vec![load]).await;
-    let newer = write("20220302-1134010000.csv", "U,1,x,2022-03-02 11:34:05\n");
+    let newer = lab.file_ts("20220302-1134010000.csv", "U,1,x,2022-03-02 11:34:05\n");
     lab.ingest(vec![newer]).await;
     // A later file that carries an older change of key 1 (a replay) and a new one of key 2.
-    let older = write(
+    let older = lab.file_ts(
         "20220302-1134020000.csv",
         "U,1,y,2022-03-02 11:34:03\nU,2,b2,2022-03-02 11:34:03\n",
     );
-    let report = Ingest::new(&lab.catalog, &lab.config)
-        .execute("s", "t", vec![older], |_| {})
-        .await;
-    assert!(report.error.is_none(), "{:?}", report.error);
-    let stale: usize = report.commits.iter().map(|c| c.stale_changes).sum();
+    let stale = lab.ingest_stale(vec![older]).await;
     assert_eq!(stale, 1, "the replayed change of key 1 is stale");
     assert_eq!(lab.rows().await, vec!["1=x", "2=b2", "3=c"]);
     let orphans = crate::ops::maintain::Orphans::new(&lab.catalog, lab.ident.clone(), 0)

@@ -261,16 +261,33 @@ struct DataFilePlan {
     /// made again from these properties once the first rows show which columns vary too much
     /// for a dictionary.
     undecided: Option<WriterPropertiesBuilder>,
-    /// What the builder is made of, besides its properties.
+    writers: Writers,
+    splitter: Option<RecordBatchPartitionSplitter>,
+    arrow_schema: arrow_schema::SchemaRef,
+    spec_id: i32,
+    sort_order_id: i32,
+}
+
+/// What a data file writer is made of besides its Parquet properties; the file names (and
+/// their counter) are shared by every writer made from it.
+struct Writers {
     schema: iceberg::spec::SchemaRef,
     target_file_size: u64,
     file_io: FileIO,
     location: DefaultLocationGenerator,
     names: DefaultFileNameGenerator,
-    splitter: Option<RecordBatchPartitionSplitter>,
-    arrow_schema: arrow_schema::SchemaRef,
-    spec_id: i32,
-    sort_order_id: i32,
+}
+
+impl Writers {
+    fn builder(&self, props: WriterProperties) -> DataWriterBuilder {
+        RollingFileWriterBuilder::new(
+            ParquetWriterBuilder::new(props, self.schema.clone()),
+            self.target_file_size as usize,
+            self.file_io.clone(),
+            self.location.clone(),
+            self.names.clone(),
+        )
+    }
 }
 
 impl DataFilePlan {
@@ -314,43 +331,28 @@ impl DataFilePlan {
                 spec.clone(),
             )?)
         };
-        let location = DefaultLocationGenerator::new(metadata)?;
-        let names = DefaultFileNameGenerator::new(
-            uuid::Uuid::new_v4().to_string(),
-            full_load.then(|| FULL_LOAD_SUFFIX.to_string()),
-            DataFileFormat::Parquet,
-        );
-        let builder = RollingFileWriterBuilder::new(
-            ParquetWriterBuilder::new(props.clone().build(), schema.clone()),
-            target_file_size as usize,
-            file_io.clone(),
-            location.clone(),
-            names.clone(),
-        );
-        let small = change.then(|| {
-            RollingFileWriterBuilder::new(
-                ParquetWriterBuilder::new(
-                    props
-                        .clone()
-                        .set_compression(Compression::UNCOMPRESSED)
-                        .build(),
-                    schema.clone(),
-                ),
-                target_file_size as usize,
-                file_io.clone(),
-                location.clone(),
-                names.clone(),
-            )
-        });
-        Ok(DataFilePlan {
-            builder,
-            small,
-            undecided: sampled.then_some(props),
+        let writers = Writers {
             schema,
             target_file_size,
             file_io: file_io.clone(),
-            location,
-            names,
+            location: DefaultLocationGenerator::new(metadata)?,
+            names: DefaultFileNameGenerator::new(
+                uuid::Uuid::new_v4().to_string(),
+                full_load.then(|| FULL_LOAD_SUFFIX.to_string()),
+                DataFileFormat::Parquet,
+            ),
+        };
+        Ok(DataFilePlan {
+            builder: writers.builder(props.clone().build()),
+            small: change.then(|| {
+                writers.builder(
+                    (props.clone())
+                        .set_compression(Compression::UNCOMPRESSED)
+                        .build(),
+                )
+            }),
+            undecided: sampled.then_some(props),
+            writers,
             splitter,
             arrow_schema,
             spec_id: spec.spec_id(),
@@ -367,13 +369,7 @@ impl DataFilePlan {
         for c in varied_columns(first) {
             props = props.set_column_dictionary_enabled(ColumnPath::from(c.as_str()), false);
         }
-        self.builder = RollingFileWriterBuilder::new(
-            ParquetWriterBuilder::new(props.build(), self.schema.clone()),
-            self.target_file_size as usize,
-            self.file_io.clone(),
-            self.location.clone(),
-            self.names.clone(),
-        );
+        self.builder = self.writers.builder(props.build());
     }
 
     /// `batch`'s rows per partition of the default spec.
@@ -581,7 +577,7 @@ pub(crate) async fn write_position_deletes(
             ])
             .build()?,
     );
-    let arrow_schema = Arc::new(schema_to_arrow_schema(&delete_schema)?);
+    let arrow_schema = delete_batch_schema(&delete_schema)?;
     let files: Vec<(&String, &FileDeletes)> = deletes
         .iter()
         .filter(|(_, d)| !d.positions.is_empty())
@@ -674,7 +670,7 @@ pub(crate) async fn write_partition_scoped_deletes(
         props: base_properties(Encoding::Change)
             .set_statistics_truncate_length(None)
             .build(),
-        arrow: Arc::new(schema_to_arrow_schema(&delete_schema)?),
+        arrow: delete_batch_schema(&delete_schema)?,
         schema: delete_schema,
     };
     let files: Vec<(&String, &FileDeletes)> = deletes.iter().collect();
@@ -732,7 +728,7 @@ async fn write_delete_rows(
     w: &mut DataWriter,
     pk: &Option<PartitionKey>,
     arrow_schema: &Arc<arrow_schema::Schema>,
-    paths: &mut Vec<&str>,
+    runs: &mut Vec<(&str, usize)>,
     positions: &mut Vec<i64>,
 ) -> Result<()> {
     if positions.is_empty() {
@@ -741,27 +737,20 @@ async fn write_delete_rows(
     // The path as a dictionary, one value per run of rows of the same data file: written as a
     // plain string column it was copied once per row (megabytes for the tens of thousands of
     // positions a full-load file's delete file holds between compactions).
-    let mut keys: Vec<i32> = Vec::with_capacity(paths.len());
+    let mut keys: Vec<i32> = Vec::with_capacity(positions.len());
     let mut values: Vec<&str> = Vec::new();
-    for p in paths.drain(..) {
+    for (p, n) in runs.drain(..) {
         if values.last() != Some(&p) {
             values.push(p);
         }
-        keys.push(values.len() as i32 - 1);
+        keys.extend(std::iter::repeat_n(values.len() as i32 - 1, n));
     }
     let path = arrow_array::DictionaryArray::<arrow_array::types::Int32Type>::try_new(
         arrow_array::Int32Array::from(keys),
         Arc::new(StringArray::from(values)),
     )?;
-    let fields: Vec<arrow_schema::FieldRef> = (arrow_schema.fields().iter())
-        .zip([
-            arrow_array::Array::data_type(&path),
-            &arrow_schema::DataType::Int64,
-        ])
-        .map(|(f, t)| Arc::new(f.as_ref().clone().with_data_type(t.clone())))
-        .collect();
     let batch = RecordBatch::try_new(
-        Arc::new(arrow_schema::Schema::new(fields)),
+        arrow_schema.clone(),
         vec![
             Arc::new(path) as ArrayRef,
             Arc::new(Int64Array::from(std::mem::take(positions))) as ArrayRef,
@@ -771,11 +760,26 @@ async fn write_delete_rows(
     Ok(())
 }
 
-/// The delete-file schema, in Iceberg and Arrow form, and the writer properties.
+/// The delete-file schema, in Iceberg and Arrow form (the path column dictionary-typed, as
+/// [`write_delete_rows`] builds it), and the writer properties.
 struct DeleteSchema {
     props: WriterProperties,
     schema: Arc<Schema>,
     arrow: Arc<arrow_schema::Schema>,
+}
+
+/// The Arrow form of the delete-file schema whose batches [`write_delete_rows`] makes.
+fn delete_batch_schema(schema: &Schema) -> Result<Arc<arrow_schema::Schema>> {
+    let plain = schema_to_arrow_schema(schema)?;
+    let path = arrow_schema::DataType::Dictionary(
+        Box::new(arrow_schema::DataType::Int32),
+        Box::new(arrow_schema::DataType::Utf8),
+    );
+    let fields: Vec<arrow_schema::FieldRef> = (plain.fields().iter())
+        .zip([path, arrow_schema::DataType::Int64])
+        .map(|(f, t)| Arc::new(f.as_ref().clone().with_data_type(t)))
+        .collect();
+    Ok(Arc::new(arrow_schema::Schema::new(fields)))
 }
 
 /// One partition's position-delete file.
@@ -817,7 +821,8 @@ async fn write_delete_file(
     // Written a chunk of rows at a time: a large input can delete millions of rows, and each
     // row repeats its data file's path.
     let mut count = 0u64;
-    let mut paths: Vec<&str> = Vec::new();
+    // (data file, rows) in order: the path column's runs.
+    let mut runs: Vec<(&str, usize)> = Vec::new();
     let mut positions: Vec<i64> = Vec::new();
     for (path, d) in files {
         let mut p = d.positions.clone();
@@ -825,14 +830,14 @@ async fn write_delete_file(
         p.dedup();
         count += p.len() as u64;
         for chunk in p.chunks(DELETE_CHUNK_ROWS) {
-            paths.extend(std::iter::repeat_n(path.as_str(), chunk.len()));
+            runs.push((path.as_str(), chunk.len()));
             positions.extend_from_slice(chunk);
             if positions.len() >= DELETE_CHUNK_ROWS {
-                write_delete_rows(&mut w, &pk, &arrow_schema, &mut paths, &mut positions).await?;
+                write_delete_rows(&mut w, &pk, &arrow_schema, &mut runs, &mut positions).await?;
             }
         }
     }
-    write_delete_rows(&mut w, &pk, &arrow_schema, &mut paths, &mut positions).await?;
+    write_delete_rows(&mut w, &pk, &arrow_schema, &mut runs, &mut positions).await?;
     for mut b in w.close().await? {
         b.content(DataContentType::PositionDeletes)
             .partition(partition.clone())

@@ -789,47 +789,42 @@ fn settle_ranges(
                 r
             })
         });
-        let mut lower = lower.into_iter();
-        // `Ok(false)`: stopped because the upper range failed.
-        let lower = loop {
-            if let Err(e) = handle.block_on(crate::commit::failpoint("lower-key-range")) {
-                failed.store(true, Ordering::Relaxed);
-                break Err(e);
-            }
-            if failed.load(Ordering::Relaxed) {
-                tracing::info!("the upper key range failed: the lower one stops");
-                break Ok(false);
-            }
-            match lower.next() {
-                None => break Ok(true),
-                Some(b) => {
-                    if let Err(e) = b.and_then(|b| settle(b, output)) {
-                        failed.store(true, Ordering::Relaxed);
-                        break Err(e);
-                    }
+        // Stops (without an error of its own) once the upper range has failed.
+        let lower = (|| {
+            for b in lower {
+                handle.block_on(crate::commit::failpoint("lower-key-range"))?;
+                if failed.load(Ordering::Relaxed) {
+                    tracing::info!("the upper key range failed: the lower one stops");
+                    break;
                 }
+                settle(b?, output)?;
             }
-        };
+            Ok(())
+        })();
+        if lower.is_err() {
+            failed.store(true, Ordering::Relaxed);
+        }
         let upper = upper.map(|t| {
             t.join()
                 .unwrap_or_else(|_| Err(Error::Internal("a merge thread panicked".into())))
         });
         match (lower, upper) {
-            (Ok(true), None) => Ok(()),
-            (Ok(_), Some(Ok(Some(range)))) => {
+            (Ok(()), None) => Ok(()),
+            (Ok(()), Some(Ok(Some(range)))) => {
                 output.absorb(range);
                 Ok(())
             }
+            (Ok(()), Some(Err(e))) => Err(e),
             (Err(e), upper) => {
                 if let Some(Ok(Some(range))) = upper {
                     handle.block_on(range.abandon(target));
                 }
                 Err(e)
             }
-            (Ok(_), Some(Err(e))) => Err(e),
-            (Ok(false), None) | (Ok(true), Some(Ok(None))) | (Ok(false), Some(Ok(None))) => Err(
-                Error::Internal("a key range stopped without an error".into()),
-            ),
+            // The upper range stops only after the lower one failed.
+            (Ok(()), Some(Ok(None))) => Err(Error::Internal(
+                "a key range stopped without an error".into(),
+            )),
         }
     })
 }
