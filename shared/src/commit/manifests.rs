@@ -32,7 +32,7 @@ use iceberg::spec::{
     TableMetadata, UNASSIGNED_SEQUENCE_NUMBER,
 };
 
-use super::lineage;
+use super::{encode, lineage};
 use crate::error::{Error, Result};
 use crate::files::{Files, Fill};
 
@@ -90,21 +90,19 @@ pub(crate) async fn upload(files: &Files, uploads: Vec<Upload>) -> Result<()> {
     Ok(())
 }
 
-/// One manifest being written, with its entries as written (what [`Files::remember_manifest`]
-/// keeps): the writer's own statistics and partition summaries come with it. It is encoded
-/// into memory under its real path; [`Out::finish`] hands back the bytes to store.
+/// One manifest being written: its entries as written (what [`Files::remember_manifest`]
+/// keeps), encoded at [`Out::finish`] into memory under its real path ([`encode`]; iceberg-rust's
+/// writer where that declines), the bytes handed back to store.
 struct Out {
-    memory: iceberg::io::FileIO,
     path: String,
-    spec_id: i32,
+    snapshot_id: i64,
+    spec: iceberg::spec::PartitionSpecRef,
     content: ManifestContentType,
-    writer: ManifestWriter,
     entries: Vec<ManifestEntry>,
 }
 
 impl Out {
     fn new(
-        files: &Files,
         md: &TableMetadata,
         snapshot_id: i64,
         spec_id: i32,
@@ -120,34 +118,34 @@ impl Out {
             md.location(),
             uuid::Uuid::new_v4()
         );
-        let _ = files;
-        let memory = iceberg::io::FileIO::new_with_memory();
+        Ok(Out {
+            path,
+            snapshot_id,
+            spec: spec.clone(),
+            content,
+            entries: Vec::new(),
+        })
+    }
+
+    /// iceberg-rust's writer of this manifest, into `memory`.
+    fn writer(&self, md: &TableMetadata, memory: &iceberg::io::FileIO) -> Result<ManifestWriter> {
         let builder = ManifestWriterBuilder::new(
-            memory.new_output(&path)?,
-            Some(snapshot_id),
+            memory.new_output(&self.path)?,
+            Some(self.snapshot_id),
             md.current_schema().clone(),
-            spec.as_ref().clone(),
+            self.spec.as_ref().clone(),
         );
-        let writer = match (content, lineage::tracks(md)) {
+        Ok(match (self.content, lineage::tracks(md)) {
             (ManifestContentType::Data, false) => builder.build_v2_data(),
             (ManifestContentType::Deletes, false) => builder.build_v2_deletes(),
             (ManifestContentType::Data, true) => builder.build_v3_data(),
             (ManifestContentType::Deletes, true) => builder.build_v3_deletes(),
-        };
-        Ok(Out {
-            memory,
-            path,
-            spec_id,
-            content,
-            writer,
-            entries: Vec::new(),
         })
     }
 
     /// A file this snapshot adds: `sequence_number` unassigned (the list gives the snapshot's)
     /// or the data sequence number a rewrite keeps.
     fn added(&mut self, snapshot_id: i64, f: DataFile, sequence_number: i64) -> Result<()> {
-        self.writer.add_file(f.clone(), sequence_number)?;
         self.entries.push(
             ManifestEntry::builder()
                 .status(ManifestStatus::Added)
@@ -163,9 +161,7 @@ impl Out {
     /// `first_row_id` it inherited.
     fn existing(&mut self, e: &ManifestEntry, first_row_id: Option<i64>) -> Result<()> {
         let (sid, seq, file_seq) = numbers(e)?;
-        let f = lineage::with_first_row_id(e.data_file(), self.spec_id, first_row_id)?;
-        self.writer
-            .add_existing_file(f.clone(), sid, seq, file_seq)?;
+        let f = lineage::with_first_row_id(e.data_file(), self.spec.spec_id(), first_row_id)?;
         self.entries.push(
             ManifestEntry::builder()
                 .status(ManifestStatus::Existing)
@@ -187,8 +183,7 @@ impl Out {
         first_row_id: Option<i64>,
     ) -> Result<()> {
         let (_, seq, file_seq) = numbers(e)?;
-        let f = lineage::with_first_row_id(e.data_file(), self.spec_id, first_row_id)?;
-        self.writer.add_delete_file(f.clone(), seq, file_seq)?;
+        let f = lineage::with_first_row_id(e.data_file(), self.spec.spec_id(), first_row_id)?;
         self.entries.push(
             ManifestEntry::builder()
                 .status(ManifestStatus::Deleted)
@@ -203,36 +198,60 @@ impl Out {
 
     /// The manifest's list entry and its bytes, remembered as written.
     async fn finish(self, files: &Files, md: &TableMetadata) -> Result<(ManifestFile, Upload)> {
-        let Out {
-            memory,
-            path,
-            spec_id,
-            content,
-            writer,
-            entries,
-        } = self;
-        // Encoded by a task of its own: a commit encodes several manifests at once (its own,
-        // the filtered, the merged; thousands of entries on a partitioned table), and the
-        // encoding is CPU that every core the function has can share.
-        let written = tokio::spawn(writer.write_manifest_file())
-            .await
-            .map_err(|e| Error::Internal(format!("manifest writer: {e}")))??;
-        let bytes = memory.new_input(&path)?.read().await?;
-        let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
-            Error::Table(format!(
-                "partition spec {spec_id} is not in the table metadata"
-            ))
-        })?;
+        let memory = iceberg::io::FileIO::new_with_memory();
+        // The writer with no entries: the header and the list entry's constant fields.
+        let template = self.writer(md, &memory)?.write_manifest_file().await?;
+        let header = memory.new_input(&self.path)?.read().await?;
+        let partition_type = self.spec.partition_type(md.current_schema())?;
+        let encoded = encode::manifest(
+            &header,
+            template,
+            &partition_type,
+            self.content,
+            &self.entries,
+        )?;
+        let (written, bytes) = match encoded {
+            Some(done) => done,
+            None => self.write_with_iceberg(md, &memory).await?,
+        };
         let schema = md.current_schema().clone();
         let metadata = ManifestMetadata::builder()
             .schema_id(schema.schema_id())
             .schema(schema)
-            .partition_spec(spec.as_ref().clone())
+            .partition_spec(self.spec.as_ref().clone())
             .format_version(md.format_version().max(FormatVersion::V2))
-            .content(content)
+            .content(self.content)
             .build();
-        files.remember_manifest(&path, Manifest::new(metadata, entries));
-        Ok((written, (path, bytes)))
+        files.remember_manifest(&self.path, Manifest::new(metadata, self.entries));
+        Ok((written, (self.path, bytes)))
+    }
+
+    /// The manifest as iceberg-rust's writer encodes it: for partition values [`encode`] does
+    /// not write.
+    async fn write_with_iceberg(
+        &self,
+        md: &TableMetadata,
+        memory: &iceberg::io::FileIO,
+    ) -> Result<(ManifestFile, bytes::Bytes)> {
+        let mut w = self.writer(md, memory)?;
+        for e in &self.entries {
+            let f = e.data_file().clone();
+            match e.status() {
+                ManifestStatus::Added => {
+                    w.add_file(f, e.sequence_number().unwrap_or(UNASSIGNED_SEQUENCE_NUMBER))?
+                }
+                ManifestStatus::Existing | ManifestStatus::Deleted => {
+                    let (sid, seq, file_seq) = numbers(e)?;
+                    match e.status() {
+                        ManifestStatus::Existing => w.add_existing_file(f, sid, seq, file_seq)?,
+                        _ => w.add_delete_file(f, seq, file_seq)?,
+                    }
+                }
+            }
+        }
+        let written = w.write_manifest_file().await?;
+        let bytes = memory.new_input(&self.path)?.read().await?;
+        Ok((written, bytes))
     }
 }
 
@@ -296,7 +315,7 @@ pub(crate) async fn write_manifests(
                 (false, Some(s)) => s,
                 _ => UNASSIGNED_SEQUENCE_NUMBER,
             };
-            let mut out = Out::new(files, metadata, snapshot_id, *spec_id, content)?;
+            let mut out = Out::new(metadata, snapshot_id, *spec_id, content)?;
             for f in of_kind {
                 out.added(snapshot_id, f.clone(), seq)?;
             }
@@ -391,7 +410,7 @@ pub(crate) async fn filter(
             listed.push(Either::Left(futures::future::ok((m.clone(), None))));
             continue;
         };
-        let mut w = Out::new(files, md, snapshot_id, m.partition_spec_id, m.content)?;
+        let mut w = Out::new(md, snapshot_id, m.partition_spec_id, m.content)?;
         let row_ids = lineage::inherited(m, manifest.entries());
         for (e, row_id) in manifest.entries().iter().zip(row_ids) {
             if !e.is_alive() {
@@ -539,7 +558,7 @@ async fn merge_bin(
     members: &[ManifestFile],
     pending: &[Upload],
 ) -> Result<(ManifestFile, Upload)> {
-    let mut w = Out::new(files, md, snapshot_id, spec_id, content)?;
+    let mut w = Out::new(md, snapshot_id, spec_id, content)?;
     for m in members {
         let manifest = entries_of(files, m, snapshot_id, pending).await?;
         // This attempt's own manifests have no range yet: their entries hold what they

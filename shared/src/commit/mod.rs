@@ -36,6 +36,7 @@
 //!    properties) covers lost swaps and replans alike, with jittered backoff between them.
 
 pub(crate) mod carry;
+mod encode;
 mod failpoint;
 pub(crate) mod lineage;
 pub(crate) mod manifests;
