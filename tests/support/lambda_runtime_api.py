@@ -130,6 +130,10 @@ def parse_body(raw: bytes):
 def make_handler(emu: Emulator):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in two writes: with Nagle's algorithm the body waits for the
+        # client's (delayed, up to 40 ms) ACK of the headers, and an invocation's event reached
+        # the function ~40 ms after `served_at_ms`, on some runs and not others.
+        disable_nagle_algorithm = True
 
         def log_message(self, fmt, *args):  # quiet: outcomes are what matter
             pass
