@@ -537,6 +537,26 @@ fn partition_bucket_and_day() {
 }
 
 #[test]
+fn partition_by_decimal() {
+    // A decimal partition value: manifests written by iceberg-rust's writer, not by
+    // commit/encode.rs (which writes the other partition types).
+    roundtrip(
+        "partition_decimal",
+        "synthetic",
+        &with(
+            SMALL,
+            &[
+                "--partition-by",
+                "truncate(100000, amount)",
+                "--seed",
+                "44",
+            ],
+        ),
+        "shop.orders",
+    );
+}
+
+#[test]
 fn new_column_and_reordered_columns() {
     roundtrip(
         "new_column",
