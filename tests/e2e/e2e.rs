@@ -545,12 +545,7 @@ fn partition_by_decimal() {
         "synthetic",
         &with(
             SMALL,
-            &[
-                "--partition-by",
-                "truncate(100000, amount)",
-                "--seed",
-                "44",
-            ],
+            &["--partition-by", "truncate(100000, amount)", "--seed", "44"],
         ),
         "shop.orders",
     );
