@@ -465,9 +465,17 @@ mod tests {
         spec = spec
             .add_partition_field(7, "ts_day", Transform::Day)
             .unwrap();
+        metadata(schema, spec.build(), version)
+    }
+
+    fn metadata(
+        schema: Schema,
+        spec: UnboundPartitionSpec,
+        version: FormatVersion,
+    ) -> TableMetadata {
         TableMetadataBuilder::new(
             schema,
-            spec.build(),
+            spec,
             SortOrder::unsorted_order(),
             "memory:///t".into(),
             version,
@@ -563,6 +571,22 @@ mod tests {
             .unwrap()
     }
 
+    /// `entries` encoded by [`manifest`], with the header and template of `md`'s writer.
+    async fn encoded(
+        md: &TableMetadata,
+        kind: ManifestContentType,
+        entries: &[ManifestEntry],
+    ) -> Result<Option<(ManifestFile, Bytes)>> {
+        let io = FileIO::new_with_memory();
+        let template = writer(md, kind, &io).write_manifest_file().await.unwrap();
+        let header = bytes(&io).await;
+        let partition_type = md
+            .default_partition_spec()
+            .partition_type(md.current_schema())
+            .unwrap();
+        manifest(&header, template, &partition_type, kind, entries)
+    }
+
     /// `n` entries of every status, written by iceberg-rust's writer and by [`manifest`]: the
     /// list entries are equal (length included) and iceberg-rust reads the same entries back
     /// from both.
@@ -605,14 +629,7 @@ mod tests {
         let their_file = theirs.write_manifest_file().await.unwrap();
         let their_bytes = bytes(&io).await;
 
-        let io = FileIO::new_with_memory();
-        let template = writer(&md, kind, &io).write_manifest_file().await.unwrap();
-        let header = bytes(&io).await;
-        let partition_type = md
-            .default_partition_spec()
-            .partition_type(md.current_schema())
-            .unwrap();
-        let (our_file, our_bytes) = manifest(&header, template, &partition_type, kind, &entries)
+        let (our_file, our_bytes) = (encoded(&md, kind, &entries).await)
             .unwrap()
             .expect("every partition type is written");
 
@@ -657,40 +674,13 @@ mod tests {
             .add_partition_field(1, "amount", Transform::Identity)
             .unwrap()
             .build();
-        let md = TableMetadataBuilder::new(
-            schema,
-            spec,
-            SortOrder::unsorted_order(),
-            "memory:///t".into(),
-            FormatVersion::V2,
-            HashMap::new(),
-        )
-        .unwrap()
-        .build()
-        .unwrap()
-        .metadata;
-        let io = FileIO::new_with_memory();
-        let template = (writer(&md, ManifestContentType::Data, &io).write_manifest_file())
-            .await
-            .unwrap();
-        let header = bytes(&io).await;
-        let partition_type = md
-            .default_partition_spec()
-            .partition_type(md.current_schema())
-            .unwrap();
-        let out = manifest(
-            &header,
-            template,
-            &partition_type,
-            ManifestContentType::Data,
-            &[],
-        )
-        .unwrap();
+        let md = metadata(schema, spec, FormatVersion::V2);
+        let out = encoded(&md, ManifestContentType::Data, &[]).await.unwrap();
         assert!(out.is_none());
     }
 
-    #[test]
-    fn a_delete_file_in_a_data_manifest_is_refused() {
+    #[tokio::test]
+    async fn a_delete_file_in_a_data_manifest_is_refused() {
         let md = table(FormatVersion::V2);
         let f = data_file(1, DataContentType::PositionDeletes, 0);
         let e = ManifestEntry::builder()
@@ -698,37 +688,7 @@ mod tests {
             .snapshot_id(1)
             .data_file(f)
             .build();
-        let partition_type = md
-            .default_partition_spec()
-            .partition_type(md.current_schema())
-            .unwrap();
-        let header = vec![0u8; SYNC_BYTES];
-        let template = ManifestFile {
-            manifest_path: String::new(),
-            manifest_length: 0,
-            partition_spec_id: 0,
-            content: ManifestContentType::Data,
-            sequence_number: 0,
-            min_sequence_number: 0,
-            added_snapshot_id: 1,
-            added_files_count: None,
-            existing_files_count: None,
-            deleted_files_count: None,
-            added_rows_count: None,
-            existing_rows_count: None,
-            deleted_rows_count: None,
-            partitions: None,
-            key_metadata: None,
-            first_row_id: None,
-        };
-        let err = manifest(
-            &header,
-            template,
-            &partition_type,
-            ManifestContentType::Data,
-            &[e],
-        )
-        .unwrap_err();
+        let err = (encoded(&md, ManifestContentType::Data, &[e]).await).unwrap_err();
         assert!(err.to_string().contains("data manifest"), "{err}");
     }
 }

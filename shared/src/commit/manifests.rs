@@ -145,7 +145,7 @@ impl Out {
 
     /// A file this snapshot adds: `sequence_number` unassigned (the list gives the snapshot's)
     /// or the data sequence number a rewrite keeps.
-    fn added(&mut self, snapshot_id: i64, f: DataFile, sequence_number: i64) -> Result<()> {
+    fn added(&mut self, snapshot_id: i64, f: DataFile, sequence_number: i64) {
         self.entries.push(
             ManifestEntry::builder()
                 .status(ManifestStatus::Added)
@@ -154,7 +154,6 @@ impl Out {
                 .data_file(f)
                 .build(),
         );
-        Ok(())
     }
 
     /// A live entry of an earlier snapshot, carried as EXISTING with its numbers and the
@@ -236,17 +235,14 @@ impl Out {
         let mut w = self.writer(md, memory)?;
         for e in &self.entries {
             let f = e.data_file().clone();
+            if e.status() == ManifestStatus::Added {
+                w.add_file(f, e.sequence_number().unwrap_or(UNASSIGNED_SEQUENCE_NUMBER))?;
+                continue;
+            }
+            let (sid, seq, file_seq) = numbers(e)?;
             match e.status() {
-                ManifestStatus::Added => {
-                    w.add_file(f, e.sequence_number().unwrap_or(UNASSIGNED_SEQUENCE_NUMBER))?
-                }
-                ManifestStatus::Existing | ManifestStatus::Deleted => {
-                    let (sid, seq, file_seq) = numbers(e)?;
-                    match e.status() {
-                        ManifestStatus::Existing => w.add_existing_file(f, sid, seq, file_seq)?,
-                        _ => w.add_delete_file(f, seq, file_seq)?,
-                    }
-                }
+                ManifestStatus::Existing => w.add_existing_file(f, sid, seq, file_seq)?,
+                _ => w.add_delete_file(f, seq, file_seq)?,
             }
         }
         let written = w.write_manifest_file().await?;
@@ -317,7 +313,7 @@ pub(crate) async fn write_manifests(
             };
             let mut out = Out::new(metadata, snapshot_id, *spec_id, content)?;
             for f in of_kind {
-                out.added(snapshot_id, f.clone(), seq)?;
+                out.added(snapshot_id, f.clone(), seq);
             }
             out.finish(files, metadata).await
         })
@@ -580,7 +576,7 @@ async fn merge_bin(
                     snapshot_id,
                     e.data_file().clone(),
                     e.sequence_number().unwrap_or(UNASSIGNED_SEQUENCE_NUMBER),
-                )?,
+                ),
                 _ => w.existing(e, row_id)?,
             }
         }
