@@ -602,14 +602,26 @@ struct Head {
     row: usize,
     /// Index of `batch` in the merge's `slots`.
     slot: usize,
+    /// No rows left: loses every match.
+    done: bool,
 }
 
+/// An empty node of the tournament while it is built.
+const EMPTY: usize = usize::MAX;
+
 /// Sorted inputs merged into one sorted stream of batches.
+///
+/// A tournament (loser) tree picks the next row: a row costs one match per level (log2 of the
+/// inputs), half what a binary heap's sift costs. With a single integer key, each input's
+/// current key is kept beside the tree, so a match compares two tuples in one array.
 pub(crate) struct Merge {
     encoder: KeyEncoder,
     heads: Vec<Head>,
-    /// Min-heap of indexes into `heads`.
-    heap: Vec<usize>,
+    /// Per head, its current (key, sequence number) when the key is a single integer.
+    ints: Option<Vec<(i64, u64)>>,
+    /// `tree[0]`: the head whose row comes next; `tree[1..]`: the loser of each match (the
+    /// inputs are the leaves `heads.len()..2 * heads.len()`, node `n`'s parent is `n / 2`).
+    tree: Vec<usize>,
     /// Batches the pending output rows come from.
     slots: Vec<RecordBatch>,
     pending: Vec<(usize, usize)>,
@@ -624,9 +636,10 @@ impl Merge {
         spilled_bytes: u64,
     ) -> Result<Merge> {
         let mut m = Merge {
+            ints: encoder.rows.is_none().then(Vec::new),
             encoder,
             heads: Vec::new(),
-            heap: Vec::new(),
+            tree: Vec::new(),
             slots: Vec::new(),
             pending: Vec::new(),
             spilled_bytes,
@@ -640,73 +653,112 @@ impl Merge {
                     keys,
                     row: 0,
                     slot: m.slots.len() - 1,
+                    done: false,
                 });
             }
         }
-        m.heap = (0..m.heads.len()).collect();
-        for i in (0..m.heap.len() / 2).rev() {
-            m.sift_down(i);
+        if let Some(ints) = &mut m.ints {
+            *ints = m.heads.iter().map(|h| current_int(&h.keys, 0)).collect();
         }
+        m.build();
         Ok(m)
     }
 
-    /// Whether head `a` comes before head `b` (ties: the earlier input, which holds the
-    /// earlier sequence numbers).
-    fn less(&self, a: usize, b: usize) -> bool {
+    /// Plays every input up the tree: a node keeps the first input that reaches it until the
+    /// other side's arrives, then the loser, and the winner goes on.
+    fn build(&mut self) {
+        let k = self.heads.len();
+        self.tree = vec![EMPTY; k.max(1)];
+        for leaf in 0..k {
+            let mut c = leaf;
+            let mut node = (leaf + k) / 2;
+            while node > 0 {
+                let t = self.tree[node];
+                if t == EMPTY {
+                    self.tree[node] = c;
+                    c = EMPTY;
+                    break;
+                }
+                if self.beats(t, c) {
+                    self.tree[node] = c;
+                    c = t;
+                }
+                node /= 2;
+            }
+            if c != EMPTY {
+                self.tree[0] = c;
+            }
+        }
+    }
+
+    /// Whether head `a`'s row comes before head `b`'s (ties: the earlier input, which holds
+    /// the earlier sequence numbers).
+    fn beats(&self, a: usize, b: usize) -> bool {
         let (x, y) = (&self.heads[a], &self.heads[b]);
-        match x.keys.cmp(x.row, &y.keys, y.row) {
+        if x.done || y.done {
+            return !x.done || (y.done && a < b);
+        }
+        let order = match &self.ints {
+            Some(ints) => ints[a].cmp(&ints[b]),
+            None => x.keys.cmp(x.row, &y.keys, y.row),
+        };
+        match order {
             std::cmp::Ordering::Less => true,
             std::cmp::Ordering::Greater => false,
             std::cmp::Ordering::Equal => a < b,
         }
     }
 
-    fn sift_down(&mut self, mut i: usize) {
-        let n = self.heap.len();
-        loop {
-            let (l, r) = (2 * i + 1, 2 * i + 2);
-            let mut m = i;
-            if l < n && self.less(self.heap[l], self.heap[m]) {
-                m = l;
+    /// Moves head `h` to its next row (its source's next batch past the last one).
+    fn advance(&mut self, h: usize) -> Result<()> {
+        let head = &mut self.heads[h];
+        head.row += 1;
+        if head.row >= head.batch.num_rows() {
+            match next_batch(&mut head.source, &self.encoder)? {
+                Some((batch, keys)) => {
+                    self.slots.push(batch.clone());
+                    let head = &mut self.heads[h];
+                    head.batch = batch;
+                    head.keys = keys;
+                    head.row = 0;
+                    head.slot = self.slots.len() - 1;
+                }
+                None => {
+                    head.done = true;
+                    return Ok(());
+                }
             }
-            if r < n && self.less(self.heap[r], self.heap[m]) {
-                m = r;
-            }
-            if m == i {
-                return;
-            }
-            self.heap.swap(i, m);
-            i = m;
         }
+        if let Some(ints) = &mut self.ints {
+            let head = &self.heads[h];
+            ints[h] = current_int(&head.keys, head.row);
+        }
+        Ok(())
     }
 
     /// The next sorted batch of up to [`MERGE_BATCH_ROWS`] rows.
     fn next_sorted(&mut self) -> Result<Option<RecordBatch>> {
-        while self.pending.len() < MERGE_BATCH_ROWS && !self.heap.is_empty() {
-            let h = self.heap[0];
-            let head = &mut self.heads[h];
+        let k = self.heads.len();
+        while self.pending.len() < MERGE_BATCH_ROWS {
+            let w = self.tree[0];
+            if w == EMPTY || self.heads[w].done {
+                break;
+            }
+            let head = &self.heads[w];
             self.pending.push((head.slot, head.row));
-            head.row += 1;
-            if head.row >= head.batch.num_rows() {
-                match next_batch(&mut head.source, &self.encoder)? {
-                    Some((batch, keys)) => {
-                        self.slots.push(batch.clone());
-                        let head = &mut self.heads[h];
-                        head.batch = batch;
-                        head.keys = keys;
-                        head.row = 0;
-                        head.slot = self.slots.len() - 1;
-                    }
-                    None => {
-                        let last = self.heap.len() - 1;
-                        self.heap.swap(0, last);
-                        self.heap.pop();
-                    }
+            self.advance(w)?;
+            // Replay the winner's path: it meets the loser kept at each node on the way up.
+            let mut c = w;
+            let mut node = (w + k) / 2;
+            while node > 0 {
+                let t = self.tree[node];
+                if self.beats(t, c) {
+                    self.tree[node] = c;
+                    c = t;
                 }
+                node /= 2;
             }
-            if !self.heap.is_empty() {
-                self.sift_down(0);
-            }
+            self.tree[0] = c;
         }
         if self.pending.is_empty() {
             return Ok(None);
@@ -716,13 +768,21 @@ impl Merge {
         self.pending.clear();
         // Keep only the batches the heads are still in.
         let mut slots = Vec::with_capacity(self.heads.len());
-        for &h in &self.heap {
-            let head = &mut self.heads[h];
+        for head in self.heads.iter_mut().filter(|h| !h.done) {
             slots.push(head.batch.clone());
             head.slot = slots.len() - 1;
         }
         self.slots = slots;
         Ok(Some(out))
+    }
+}
+
+/// Row `row`'s (key, sequence number) of an integer-keyed batch.
+fn current_int(keys: &BatchKeys, row: usize) -> (i64, u64) {
+    match keys {
+        BatchKeys::Ints { keys, seq } => (keys[row], seq[row]),
+        // One sort converts every batch the same way.
+        BatchKeys::Rows(_) => (0, 0),
     }
 }
 

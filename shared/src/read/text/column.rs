@@ -12,7 +12,7 @@ use iceberg::spec::PrimitiveType;
 
 use super::parse::{
     format_time, parse_bool, parse_date, parse_decimal, parse_float, parse_integer, parse_time,
-    parse_timestamp,
+    parse_timestamp, plain_integer_bytes,
 };
 use crate::error::{InputError, VALUE};
 
@@ -144,6 +144,12 @@ impl ColumnBuilder {
             self.push_null();
             return Ok(());
         };
+        if let ColumnBuilder::Long(b) = self
+            && let Some(x) = plain_integer_bytes(v)
+        {
+            b.append_value(x);
+            return Ok(());
+        }
         match self {
             ColumnBuilder::String(b) => b.append_value(utf8(v)?),
             ColumnBuilder::Binary(b) => b.append_value(v),

@@ -2,7 +2,7 @@
 
 use iceberg::spec::PrimitiveType;
 
-use super::parse::{parse_date, parse_timestamp, plain_integer};
+use super::parse::{parse_date, parse_timestamp};
 
 /// What a column of text looks like, accumulated over its values: the narrowest type that
 /// holds every value seen.
@@ -17,6 +17,23 @@ pub struct TypeGuess {
     not_date: bool,
     max_scale: u32,
     max_int_digits: u32,
+}
+
+/// The significant digits of a plain integer (`-?digits`, what [`super::parse::plain_integer`] takes without
+/// a `+`), on bytes: the path every value of an integer column of a full load takes.
+fn integer_digits(v: &[u8]) -> Option<u32> {
+    let digits = v.strip_prefix(b"-").unwrap_or(v);
+    let plain = !digits.is_empty()
+        && digits.len() <= 18
+        && (digits.len() == 1 || digits[0] != b'0')
+        && digits.iter().all(u8::is_ascii_digit);
+    plain.then(|| {
+        if digits == b"0" {
+            0
+        } else {
+            digits.len() as u32
+        }
+    })
 }
 
 impl TypeGuess {
@@ -34,15 +51,8 @@ impl TypeGuess {
             && self.not_timestamp
             && self.not_date
             && !(self.not_long || self.not_decimal || self.not_double)
-            && v.first() != Some(&b'+')
-            && let Ok(s) = std::str::from_utf8(v)
-            && plain_integer(s).is_some()
+            && let Some(digits) = integer_digits(v)
         {
-            let digits = s
-                .strip_prefix('-')
-                .unwrap_or(s)
-                .trim_start_matches('0')
-                .len() as u32;
             self.max_int_digits = self.max_int_digits.max(digits);
             if self.max_scale + self.max_int_digits > 38 {
                 self.not_decimal = true;

@@ -133,7 +133,13 @@ fn split_sign(s: &[u8]) -> (bool, &[u8]) {
 /// (always in range), no leading zeros. `None` means "take the general path", which also
 /// produces the errors; the two agree on every value this accepts.
 pub(super) fn plain_integer(s: &str) -> Option<i64> {
-    let (neg, digits) = split_sign(s.as_bytes());
+    plain_integer_bytes(s.as_bytes())
+}
+
+/// [`plain_integer`] on the value's bytes: a value it takes is ASCII, so it needs no UTF-8
+/// check first (the path every value of an integer column takes).
+pub(super) fn plain_integer_bytes(s: &[u8]) -> Option<i64> {
+    let (neg, digits) = split_sign(s);
     if digits.is_empty() || digits.len() > 18 || (digits.len() > 1 && digits[0] == b'0') {
         return None;
     }
