@@ -48,6 +48,7 @@ pub mod catalog;
 pub(crate) mod commit;
 pub mod config;
 pub(crate) mod dedupe;
+pub(crate) mod direct_io;
 pub mod error;
 pub(crate) mod evolve;
 pub(crate) mod files;

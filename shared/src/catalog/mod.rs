@@ -17,6 +17,7 @@
 
 #[cfg(feature = "aws")]
 mod glue;
+mod local;
 mod rest;
 #[cfg(feature = "aws")]
 mod s3tables;

@@ -260,7 +260,7 @@ impl RestCatalog {
             } => t.clone(),
             _ => format!("{uri}/v1/oauth/tokens"),
         };
-        let vended = super::vended::Vended::new(iceberg::io::FileIO::new_with_fs());
+        let vended = super::vended::Vended::new(super::local::file_io());
         let mut catalog = RestCatalog {
             http,
             routes: format!("{uri}/v1/"),

@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
 use iceberg::{NamespaceIdent, TableIdent};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -64,7 +63,7 @@ impl SqliteCatalog {
             conn: Mutex::new(conn),
             name: CATALOG_NAME.to_string(),
             warehouse_uri: format!("file://{}", warehouse.display()),
-            files: Files::new(FileIO::new_with_fs(), Arc::new(TableCache::default())),
+            files: Files::new(super::local::file_io(), Arc::new(TableCache::default())),
             path,
         })
     }
