@@ -617,12 +617,14 @@ const EMPTY: usize = usize::MAX;
 ///
 /// A tournament (loser) tree picks the next row: a row costs one match per level (log2 of the
 /// inputs), half what a binary heap's sift costs. With a single integer key, each input's
-/// current key is kept beside the tree, so a match compares two tuples in one array.
+/// current key and sequence number are kept beside the tree as one `u128` ordered as they
+/// are, so a match compares two integers in one small array.
 pub(crate) struct Merge {
     encoder: KeyEncoder,
     heads: Vec<Head>,
-    /// Per head, its current (key, sequence number) when the key is a single integer.
-    ints: Option<Vec<(i64, u64)>>,
+    /// Per head, its current row's [`int_order`] when the key is a single integer
+    /// (`u128::MAX` once it has no rows).
+    ints: Option<Vec<u128>>,
     /// `tree[0]`: the head whose row comes next; `tree[1..]`: the loser of each match (the
     /// inputs are the leaves `heads.len()..2 * heads.len()`, node `n`'s parent is `n / 2`).
     tree: Vec<usize>,
@@ -694,15 +696,14 @@ impl Merge {
     /// Whether head `a`'s row comes before head `b`'s (ties: the earlier input, which holds
     /// the earlier sequence numbers).
     fn beats(&self, a: usize, b: usize) -> bool {
+        if let Some(ints) = &self.ints {
+            return (ints[a], a) < (ints[b], b);
+        }
         let (x, y) = (&self.heads[a], &self.heads[b]);
         if x.done || y.done {
             return !x.done || (y.done && a < b);
         }
-        let order = match &self.ints {
-            Some(ints) => ints[a].cmp(&ints[b]),
-            None => x.keys.cmp(x.row, &y.keys, y.row),
-        };
-        match order {
+        match x.keys.cmp(x.row, &y.keys, y.row) {
             std::cmp::Ordering::Less => true,
             std::cmp::Ordering::Greater => false,
             std::cmp::Ordering::Equal => a < b,
@@ -725,6 +726,9 @@ impl Merge {
                 }
                 None => {
                     head.done = true;
+                    if let Some(ints) = &mut self.ints {
+                        ints[h] = u128::MAX;
+                    }
                     return Ok(());
                 }
             }
@@ -734,6 +738,36 @@ impl Merge {
             ints[h] = current_int(&head.keys, head.row);
         }
         Ok(())
+    }
+
+    /// Replays head `w`'s path (it moved to its next row): it meets the loser kept at each
+    /// node on the way up, and the winner of the last match comes next.
+    fn replay(&mut self, w: usize, k: usize) {
+        let mut c = w;
+        let mut node = (w + k) / 2;
+        match &self.ints {
+            Some(ints) => {
+                while node > 0 {
+                    let t = self.tree[node];
+                    if (ints[t], t) < (ints[c], c) {
+                        self.tree[node] = c;
+                        c = t;
+                    }
+                    node /= 2;
+                }
+            }
+            None => {
+                while node > 0 {
+                    let t = self.tree[node];
+                    if self.beats(t, c) {
+                        self.tree[node] = c;
+                        c = t;
+                    }
+                    node /= 2;
+                }
+            }
+        }
+        self.tree[0] = c;
     }
 
     /// The next sorted batch of up to [`MERGE_BATCH_ROWS`] rows.
@@ -747,18 +781,7 @@ impl Merge {
             let head = &self.heads[w];
             self.pending.push((head.slot, head.row));
             self.advance(w)?;
-            // Replay the winner's path: it meets the loser kept at each node on the way up.
-            let mut c = w;
-            let mut node = (w + k) / 2;
-            while node > 0 {
-                let t = self.tree[node];
-                if self.beats(t, c) {
-                    self.tree[node] = c;
-                    c = t;
-                }
-                node /= 2;
-            }
-            self.tree[0] = c;
+            self.replay(w, k);
         }
         if self.pending.is_empty() {
             return Ok(None);
@@ -777,13 +800,18 @@ impl Merge {
     }
 }
 
-/// Row `row`'s (key, sequence number) of an integer-keyed batch.
-fn current_int(keys: &BatchKeys, row: usize) -> (i64, u64) {
+/// Row `row`'s key and sequence number of an integer-keyed batch as one integer that orders
+/// as the pair does (the key's sign bit flipped, so that negative keys come first).
+fn current_int(keys: &BatchKeys, row: usize) -> u128 {
     match keys {
-        BatchKeys::Ints { keys, seq } => (keys[row], seq[row]),
+        BatchKeys::Ints { keys, seq } => int_order(keys[row], seq[row]),
         // One sort converts every batch the same way.
-        BatchKeys::Rows(_) => (0, 0),
+        BatchKeys::Rows(_) => 0,
     }
+}
+
+fn int_order(key: i64, seq: u64) -> u128 {
+    (u128::from(key as u64 ^ (1 << 63)) << 64) | u128::from(seq)
 }
 
 impl Iterator for Merge {
@@ -833,7 +861,8 @@ mod tests {
     fn batch(schema: &SchemaRef, rows: &[(i64, i64, u64)], string_key: bool) -> RecordBatch {
         let k: ArrayRef = if string_key {
             Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| format!("{:08}", r.0)),
+                // Offset so that text orders as the numbers do.
+                rows.iter().map(|r| format!("{:08}", r.0 + 1_000_000)),
             ))
         } else {
             Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0)))
@@ -948,7 +977,7 @@ mod tests {
         /// every row once, ordered by key and then input order.
         #[test]
         fn merge_equals_a_stable_sort(
-            keys in proptest::collection::vec(0i64..50, 0..3000),
+            keys in proptest::collection::vec(-25i64..25, 0..3000),
             chunk in 1usize..700,
             spill_every_batch in any::<bool>(),
             string_key in any::<bool>(),
@@ -1002,6 +1031,27 @@ mod tests {
         };
         assert!(err.to_string().contains("spool"), "{err}");
         let _ = std::fs::remove_file(&file);
+    }
+
+    #[test]
+    fn integer_keys_order_as_their_pairs() {
+        let pairs = [
+            (i64::MIN, 0),
+            (i64::MIN, u64::MAX - 1),
+            (-1, 5),
+            (0, 0),
+            (0, 1),
+            (1, 0),
+            (i64::MAX, 0),
+            (i64::MAX, u64::MAX - 1),
+        ];
+        for a in pairs {
+            for b in pairs {
+                assert_eq!(int_order(a.0, a.1).cmp(&int_order(b.0, b.1)), a.cmp(&b));
+            }
+            // An input with no rows left comes after every row.
+            assert!(int_order(a.0, a.1) < u128::MAX);
+        }
     }
 
     #[test]
