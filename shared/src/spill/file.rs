@@ -1,7 +1,7 @@
 //! Spool files: written once, read once, never cached ([`crate::direct_io`]: `O_DIRECT`
 //! where the file system takes it).
 //!
-//! Nothing waits for the disk: the writes and reads run on a thread of their own
+//! Nothing waits for the disk: the writes and reads run on threads of their own
 //! ([`SpoolIo`]), each file with one buffer in flight while the next one fills (writing) or
 //! empties (reading).
 
@@ -151,7 +151,7 @@ pub(super) fn create(dir: &Path, io: &SpoolIo) -> Result<SpoolWriter> {
 }
 
 /// Writes a spool file through aligned buffers, in whole blocks while direct: a full buffer
-/// goes to the I/O thread while the next one fills.
+/// goes to an I/O thread while the next one fills.
 pub(super) struct SpoolWriter {
     file: Arc<File>,
     io: SpoolIo,
@@ -177,7 +177,7 @@ impl SpoolWriter {
         Ok(())
     }
 
-    /// Hands the full buffer to the I/O thread and goes on in the spare.
+    /// Hands the full buffer to an I/O thread and goes on in the spare.
     fn write_full(&mut self) -> std::io::Result<()> {
         self.settle()?;
         let next = self
@@ -230,7 +230,7 @@ impl Write for SpoolWriter {
 }
 
 /// Reads a spool file from its start through two aligned buffers of `cap` bytes each (rounded
-/// up to whole blocks): one read from while the I/O thread fills the other.
+/// up to whole blocks): one read from while an I/O thread fills the other.
 pub(super) struct SpoolReader {
     file: Arc<File>,
     io: SpoolIo,
