@@ -207,6 +207,8 @@ impl DirectWrite {
 #[async_trait]
 impl FileWrite for DirectWrite {
     async fn write(&mut self, bs: Bytes) -> iceberg::Result<()> {
+        // Refused once closed, as iceberg-rust's local writer does.
+        self.file()?;
         let mut data = &bs[..];
         while !data.is_empty() {
             let filled = self.filled;
@@ -292,6 +294,17 @@ mod tests {
                     );
                 }
             }
+            // A closed file takes no more bytes.
+            let path = format!("file://{}/closed.bin", dir.display());
+            let mut w = io
+                .new_output(&path)
+                .expect("output")
+                .writer()
+                .await
+                .expect("w");
+            w.close().await.expect("close");
+            assert!(w.write(Bytes::from_static(b"x")).await.is_err());
+            assert!(w.close().await.is_err());
             // Writing over a longer file leaves only the new bytes.
             let path = format!("file://{}/over.bin", dir.display());
             for len in [data.len(), 10] {
