@@ -84,6 +84,13 @@ impl Aligned {
         self.cap
     }
 
+    /// Copies as much of `data` as fits after the first `filled` bytes; how much.
+    pub(crate) fn fill(&mut self, filled: usize, data: &[u8]) -> usize {
+        let n = data.len().min(self.cap - filled);
+        self.bytes_mut()[filled..filled + n].copy_from_slice(&data[..n]);
+        n
+    }
+
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.raw[self.start..self.start + self.cap]
     }

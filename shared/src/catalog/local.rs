@@ -212,9 +212,7 @@ impl FileWrite for DirectWrite {
         let mut data = &bs[..];
         while !data.is_empty() {
             let filled = self.filled;
-            let buf = self.buffer(data.len());
-            let n = data.len().min(buf.cap() - filled);
-            buf.bytes_mut()[filled..filled + n].copy_from_slice(&data[..n]);
+            let n = self.buffer(data.len()).fill(filled, data);
             data = &data[n..];
             self.filled += n;
             if self.filled == WRITE_BUFFER {
@@ -254,6 +252,22 @@ mod tests {
         assert_eq!(local_path("/a/b"), PathBuf::from("/a/b"));
     }
 
+    async fn writer(io: &FileIO, path: &str) -> Box<dyn FileWrite> {
+        io.new_output(path)
+            .expect("output")
+            .writer()
+            .await
+            .expect("writer")
+    }
+
+    async fn read(io: &FileIO, path: &str) -> Bytes {
+        io.new_input(path)
+            .expect("input")
+            .read()
+            .await
+            .expect("read")
+    }
+
     /// Files written in pieces of every size read back whole, in the temporary folder
     /// (direct where it is on a disk) and in tmpfs (through the cache).
     #[tokio::test]
@@ -271,22 +285,12 @@ mod tests {
             for len in [0, 1, 4095, 4096, 70_000, WRITE_BUFFER, data.len()] {
                 for piece in [1000, 4096, WRITE_BUFFER + 5] {
                     let path = format!("file://{}/f-{len}-{piece}.bin", dir.display());
-                    let mut w = io
-                        .new_output(&path)
-                        .expect("output")
-                        .writer()
-                        .await
-                        .expect("w");
+                    let mut w = writer(&io, &path).await;
                     for p in data[..len].chunks(piece) {
                         w.write(Bytes::copy_from_slice(p)).await.expect("write");
                     }
                     w.close().await.expect("close");
-                    let back = io
-                        .new_input(&path)
-                        .expect("input")
-                        .read()
-                        .await
-                        .expect("read");
+                    let back = read(&io, &path).await;
                     assert!(
                         back[..] == data[..len],
                         "{len} bytes in {piece}-byte writes to {} did not read back",
@@ -296,36 +300,20 @@ mod tests {
             }
             // A closed file takes no more bytes.
             let path = format!("file://{}/closed.bin", dir.display());
-            let mut w = io
-                .new_output(&path)
-                .expect("output")
-                .writer()
-                .await
-                .expect("w");
+            let mut w = writer(&io, &path).await;
             w.close().await.expect("close");
             assert!(w.write(Bytes::from_static(b"x")).await.is_err());
             assert!(w.close().await.is_err());
             // Writing over a longer file leaves only the new bytes.
             let path = format!("file://{}/over.bin", dir.display());
             for len in [data.len(), 10] {
-                let mut w = io
-                    .new_output(&path)
-                    .expect("output")
-                    .writer()
-                    .await
-                    .expect("w");
+                let mut w = writer(&io, &path).await;
                 w.write(Bytes::copy_from_slice(&data[..len]))
                     .await
                     .expect("write");
                 w.close().await.expect("close");
             }
-            let back = io
-                .new_input(&path)
-                .expect("input")
-                .read()
-                .await
-                .expect("read");
-            assert_eq!(&back[..], &data[..10]);
+            assert_eq!(&read(&io, &path).await[..], &data[..10]);
             let _ = std::fs::remove_dir_all(&dir);
         }
     }

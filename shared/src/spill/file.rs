@@ -212,8 +212,7 @@ impl SpoolWriter {
 
 impl Write for SpoolWriter {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        let n = data.len().min(self.buf.cap() - self.filled);
-        self.buf.bytes_mut()[self.filled..self.filled + n].copy_from_slice(&data[..n]);
+        let n = self.buf.fill(self.filled, data);
         self.filled += n;
         self.len += n as u64;
         if self.filled == self.buf.cap() {

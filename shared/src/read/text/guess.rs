@@ -2,7 +2,7 @@
 
 use iceberg::spec::PrimitiveType;
 
-use super::parse::{parse_date, parse_timestamp};
+use super::parse::{parse_date, parse_timestamp, plain_integer_bytes};
 
 /// What a column of text looks like, accumulated over its values: the narrowest type that
 /// holds every value seen.
@@ -19,21 +19,14 @@ pub struct TypeGuess {
     max_int_digits: u32,
 }
 
-/// The significant digits of a plain integer (`-?digits`, what [`super::parse::plain_integer`] takes without
-/// a `+`), on bytes: the path every value of an integer column of a full load takes.
+/// The significant digits of a plain integer ([`plain_integer_bytes`]'s, without a `+`): the
+/// path every value of an integer column of a full load takes.
 fn integer_digits(v: &[u8]) -> Option<u32> {
-    let digits = v.strip_prefix(b"-").unwrap_or(v);
-    let plain = !digits.is_empty()
-        && digits.len() <= 18
-        && (digits.len() == 1 || digits[0] != b'0')
-        && digits.iter().all(u8::is_ascii_digit);
-    plain.then(|| {
-        if digits == b"0" {
-            0
-        } else {
-            digits.len() as u32
-        }
-    })
+    if v.first() == Some(&b'+') {
+        return None;
+    }
+    let x = plain_integer_bytes(v)?;
+    Some(x.unsigned_abs().checked_ilog10().map_or(0, |d| d + 1))
 }
 
 impl TypeGuess {
@@ -179,6 +172,18 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        /// A plain integer's significant digits are counted on its text; anything else (a
+        /// `+`, leading zeros, more than 18 digits) takes the general path.
+        #[test]
+        fn integer_digits_are_the_significant_ones(s in "[+-]?[0-9]{1,20}") {
+            let body = s.strip_prefix('-').unwrap_or(&s);
+            let plain = !s.starts_with('+')
+                && body.len() <= 18
+                && (body.len() == 1 || !body.starts_with('0'));
+            let expected = plain.then(|| body.trim_start_matches('0').len() as u32);
+            prop_assert_eq!(integer_digits(s.as_bytes()), expected);
+        }
+
         /// Observing values one by one gives the guess the general path gives, whichever
         /// shortcut a value takes, and a guess over two parts merged is the guess over all.
         #[test]
