@@ -17,7 +17,7 @@ use iceberg::io::FileIO;
 use iceberg::spec::{PrimitiveType, TableMetadata, Type};
 use iceberg::{NamespaceIdent, TableIdent};
 
-use super::{Catalog, ListFiles, ListedFile, Pointer, SwapError};
+use super::{Catalog, ListFiles, ListedFile, Pointer, SwapError, outcome};
 use crate::error::{Error, Result};
 use crate::files::{Files, TableCache};
 
@@ -84,7 +84,7 @@ impl GlueCatalog {
         {
             Ok(_) => Ok(()),
             Err(SdkError::ServiceError(e)) if e.err().is_already_exists_exception() => Ok(()),
-            Err(e) => Err(classify(e, "CreateDatabase")),
+            Err(e) => Err(failed(e, "CreateDatabase")),
         }
     }
 
@@ -111,23 +111,21 @@ impl GlueCatalog {
     }
 }
 
-/// Transport failures may have reached Glue: the outcome of a write is unknown.
-fn classify<E: std::fmt::Debug + std::error::Error + Send + Sync + 'static, R: std::fmt::Debug>(
+/// A failed request of a swap that changes nothing (a read, an idempotent create): the SDK
+/// retried it as it retries any request.
+fn failed<E: std::fmt::Debug + std::error::Error + Send + Sync + 'static, R: std::fmt::Debug>(
     e: SdkError<E, R>,
     op: &str,
 ) -> SwapError {
-    match e {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            SwapError::Unknown(format!(
-                "Glue {op}: {}",
-                aws_sdk_glue::error::DisplayErrorContext(&e)
-            ))
-        }
-        e => SwapError::Failed(Error::Catalog(format!(
-            "Glue {op}: {}",
-            aws_sdk_glue::error::DisplayErrorContext(&e)
-        ))),
-    }
+    SwapError::Failed(Error::Catalog(format!(
+        "Glue {op}: {}",
+        aws_sdk_glue::error::DisplayErrorContext(&e)
+    )))
+}
+
+/// Settings for the request that moves the pointer: sent once (see [`outcome`]).
+fn one_attempt() -> aws_sdk_glue::config::Builder {
+    aws_sdk_glue::config::Builder::default().retry_config(outcome::single_attempt())
 }
 
 /// Glue columns for the current schema, as Iceberg's GlueCatalog writes them.
@@ -258,21 +256,21 @@ impl Catalog for GlueCatalog {
                 let params =
                     HashMap::from([("metadata_location".to_string(), new_location.to_string())]);
                 let input = self.table_input(ident.name(), metadata, params)?;
-                match self
-                    .client
+                self.client
                     .create_table()
                     .set_catalog_id(self.catalog_id.clone())
                     .database_name(&database)
                     .table_input(input)
+                    .customize()
+                    .config_override(one_attempt())
                     .send()
                     .await
-                {
-                    Ok(_) => Ok(()),
-                    Err(SdkError::ServiceError(e)) if e.err().is_already_exists_exception() => {
-                        Err(SwapError::Conflict)
-                    }
-                    Err(e) => Err(classify(e, "CreateTable")),
-                }
+                    .map(|_| ())
+                    .map_err(|e| {
+                        outcome::swap_error(e, "Glue CreateTable", |e| {
+                            e.is_already_exists_exception()
+                        })
+                    })
             }
             Some(base) => {
                 // Keep parameters others set. With a VersionId, those loaded with the base are
@@ -289,7 +287,7 @@ impl Catalog for GlueCatalog {
                             .name(ident.name())
                             .send()
                             .await
-                            .map_err(|e| classify(e, "GetTable"))?;
+                            .map_err(|e| failed(e, "GetTable"))?;
                         let params = current
                             .table()
                             .and_then(|t| t.parameters().cloned())
@@ -306,25 +304,23 @@ impl Catalog for GlueCatalog {
                     base.metadata_location.clone(),
                 );
                 let input = self.table_input(ident.name(), metadata, params)?;
-                match self
-                    .client
+                self.client
                     .update_table()
                     .set_catalog_id(self.catalog_id.clone())
                     .database_name(&database)
                     .table_input(input)
                     .set_version_id(base.version.clone())
                     .skip_archive(true)
+                    .customize()
+                    .config_override(one_attempt())
                     .send()
                     .await
-                {
-                    Ok(_) => Ok(()),
-                    Err(SdkError::ServiceError(e))
-                        if e.err().is_concurrent_modification_exception() =>
-                    {
-                        Err(SwapError::Conflict)
-                    }
-                    Err(e) => Err(classify(e, "UpdateTable")),
-                }
+                    .map(|_| ())
+                    .map_err(|e| {
+                        outcome::swap_error(e, "Glue UpdateTable", |e| {
+                            e.is_concurrent_modification_exception()
+                        })
+                    })
             }
         }
     }

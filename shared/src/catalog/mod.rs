@@ -18,6 +18,8 @@
 #[cfg(feature = "aws")]
 mod glue;
 mod local;
+#[cfg(feature = "aws")]
+mod outcome;
 mod rest;
 #[cfg(feature = "aws")]
 mod s3tables;
@@ -75,15 +77,30 @@ pub struct Pointer {
     pub parameters: Option<std::collections::HashMap<String, String>>,
 }
 
-/// Why a swap did not happen.
+/// Why a swap did not happen, as far as the catalog can know it.
+///
+/// The commit loop may delete what an attempt wrote only after a *certain* refusal
+/// ([`Conflict`](SwapError::Conflict), [`Refused`](SwapError::Refused),
+/// [`Failed`](SwapError::Failed)): the attempt's metadata file is then named by no catalog,
+/// now or later. Anything that may have taken effect is [`Unknown`](SwapError::Unknown), and
+/// its files are kept, because the catalog may name them. A catalog makes each swap a single
+/// request (no client-side retries of it), since a refusal that answers the retry of a request
+/// whose first answer was lost is not certain: the first one may be what moved the version
+/// (Iceberg Java's `CommitStateUnknownException`).
 #[derive(Debug, thiserror::Error)]
 pub enum SwapError {
-    /// Someone else moved the pointer first: rebuild on the new state and retry.
+    /// Someone else moved the pointer first (certain: our request did not take effect):
+    /// rebuild on the new state and retry.
     #[error("the table changed since it was read (concurrent commit)")]
     Conflict,
-    /// The request may or may not have taken effect (timeout, lost connection).
+    /// Refused before taking effect for a passing reason (throttled): retry after a while.
+    #[error("the catalog refused the commit for now: {0}")]
+    Refused(String),
+    /// The request may or may not have taken effect (a 5xx, a timeout, a lost connection):
+    /// look before doing anything else.
     #[error("commit outcome unknown: {0}")]
     Unknown(String),
+    /// Refused before taking effect, for good (access denied, invalid input, no such table).
     #[error(transparent)]
     Failed(#[from] crate::Error),
 }

@@ -21,7 +21,7 @@ use aws_sdk_s3tables::types::OpenTableFormat;
 use iceberg::spec::TableMetadata;
 use iceberg::{NamespaceIdent, TableIdent};
 
-use super::{Catalog, ListFiles, ListedFile, Pointer, SwapError};
+use super::{Catalog, ListFiles, ListedFile, Pointer, SwapError, outcome};
 use crate::error::{Error, Result};
 use crate::files::{Files, TableCache};
 
@@ -85,7 +85,7 @@ impl S3TablesCatalog {
         &self,
         namespace: &str,
         name: &str,
-    ) -> std::result::Result<Option<(String, Option<String>, String)>, SwapError> {
+    ) -> Result<Option<(String, Option<String>, String)>> {
         match self
             .client
             .get_table_metadata_location()
@@ -101,7 +101,7 @@ impl S3TablesCatalog {
                 o.warehouse_location().to_string(),
             ))),
             Err(SdkError::ServiceError(e)) if e.err().is_not_found_exception() => Ok(None),
-            Err(e) => Err(classify(e, "GetTableMetadataLocation")),
+            Err(e) => Err(failed(e, "GetTableMetadataLocation")),
         }
     }
 
@@ -148,22 +148,6 @@ fn valid_name(name: &str) -> bool {
     (1..=255).contains(&b.len()) && b.iter().all(allowed) && edge(b.first()) && edge(b.last())
 }
 
-/// Transport failures may have reached the service: the outcome of a write is unknown.
-fn classify<E: std::fmt::Debug + std::error::Error + Send + Sync + 'static, R: std::fmt::Debug>(
-    e: SdkError<E, R>,
-    op: &str,
-) -> SwapError {
-    match e {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            SwapError::Unknown(format!(
-                "S3 Tables {op}: {}",
-                aws_sdk_s3tables::error::DisplayErrorContext(&e)
-            ))
-        }
-        e => SwapError::Failed(failed(e, op)),
-    }
-}
-
 fn failed<E: std::fmt::Debug + std::error::Error + Send + Sync + 'static, R: std::fmt::Debug>(
     e: SdkError<E, R>,
     op: &str,
@@ -172,13 +156,6 @@ fn failed<E: std::fmt::Debug + std::error::Error + Send + Sync + 'static, R: std
         "S3 Tables {op}: {}",
         aws_sdk_s3tables::error::DisplayErrorContext(&e)
     ))
-}
-
-fn failed_swap(e: SwapError) -> Error {
-    match e {
-        SwapError::Failed(e) => e,
-        other => Error::Catalog(other.to_string()),
-    }
 }
 
 #[async_trait]
@@ -207,7 +184,7 @@ impl Catalog for S3TablesCatalog {
             Err(SdkError::ServiceError(e)) if e.err().is_conflict_exception() => {}
             Err(e) => return Err(failed(e, "CreateTable")),
         }
-        match self.pointer(&namespace, &name).await.map_err(failed_swap)? {
+        match self.pointer(&namespace, &name).await? {
             Some((_, _, warehouse)) => Ok(warehouse.trim_end_matches('/').to_string()),
             None => Err(Error::Catalog(format!(
                 "S3 Tables table {ident} was created but is not there (deleted concurrently?)"
@@ -217,17 +194,15 @@ impl Catalog for S3TablesCatalog {
 
     async fn load(&self, ident: &TableIdent) -> Result<Option<Pointer>> {
         let (namespace, name) = Self::names(ident)?;
-        Ok(
-            match self.pointer(&namespace, &name).await.map_err(failed_swap)? {
-                Some((token, Some(location), _)) => Some(Pointer {
-                    metadata_location: location,
-                    version: Some(token),
-                    parameters: None,
-                }),
-                // No table, or one created without metadata yet: nothing to read.
-                _ => None,
-            },
-        )
+        Ok(match self.pointer(&namespace, &name).await? {
+            Some((token, Some(location), _)) => Some(Pointer {
+                metadata_location: location,
+                version: Some(token),
+                parameters: None,
+            }),
+            // No table, or one created without metadata yet: nothing to read.
+            _ => None,
+        })
     }
 
     async fn swap(
@@ -247,7 +222,11 @@ impl Catalog for S3TablesCatalog {
             // The first metadata: on the token of the empty table our location came from. A
             // table that has metadata already, or is gone (its storage with it), is a lost
             // creation: plan again.
-            None => match self.pointer(&namespace, &name).await? {
+            None => match self
+                .pointer(&namespace, &name)
+                .await
+                .map_err(SwapError::Failed)?
+            {
                 Some((token, None, warehouse))
                     if new_location.starts_with(warehouse.trim_end_matches('/')) =>
                 {
@@ -256,25 +235,28 @@ impl Catalog for S3TablesCatalog {
                 _ => return Err(SwapError::Conflict),
             },
         };
-        match self
-            .client
+        // Sent once (see [`outcome`]): a stale token is a certain refusal only as the answer
+        // to the request's one attempt.
+        self.client
             .update_table_metadata_location()
             .table_bucket_arn(&self.bucket_arn)
             .namespace(&namespace)
             .name(&name)
             .version_token(token)
             .metadata_location(new_location)
+            .customize()
+            .config_override(
+                aws_sdk_s3tables::config::Builder::default()
+                    .retry_config(outcome::single_attempt()),
+            )
             .send()
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(e))
-                if e.err().is_conflict_exception() || e.err().is_not_found_exception() =>
-            {
-                Err(SwapError::Conflict)
-            }
-            Err(e) => Err(classify(e, "UpdateTableMetadataLocation")),
-        }
+            .map(|_| ())
+            .map_err(|e| {
+                outcome::swap_error(e, "S3 Tables UpdateTableMetadataLocation", |e| {
+                    e.is_conflict_exception() || e.is_not_found_exception()
+                })
+            })
     }
 
     async fn list_tables(&self) -> Result<Vec<TableIdent>> {

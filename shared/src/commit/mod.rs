@@ -420,10 +420,12 @@ pub(crate) async fn run<P: Planner>(
             Plan::Commit(staged, report) => (staged, report),
         };
         budget.update(RetryPolicy::of(staged.base.metadata()));
-        match attempt_until_decided(catalog, &staged, &mut budget).await {
+        let mut sent = Sent::default();
+        let decided = attempt_until_decided(catalog, &staged, &mut budget, &mut sent).await;
+        match decided {
             Ok(outcome) => {
                 if matches!(outcome, Outcome::AlreadyApplied { .. }) {
-                    staged.discard(catalog.file_io()).await;
+                    abandon(catalog, ident, &staged, &sent).await;
                 }
                 return Ok(Finished {
                     report,
@@ -432,7 +434,7 @@ pub(crate) async fn run<P: Planner>(
                 });
             }
             Err(CommitError::Conflict(c)) => {
-                staged.discard(catalog.file_io()).await;
+                abandon(catalog, ident, &staged, &sent).await;
                 replans.push(c.kind());
                 if !budget.retry() {
                     return Err(gave_up(ident, &budget, &c));
@@ -442,7 +444,7 @@ pub(crate) async fn run<P: Planner>(
                 table = LoadedTable::load(catalog, ident).await?;
             }
             Err(CommitError::Failed(e)) => {
-                staged.discard(catalog.file_io()).await;
+                abandon(catalog, ident, &staged, &sent).await;
                 return Err(e);
             }
             Err(CommitError::Unknown(reason)) => {
@@ -452,6 +454,23 @@ pub(crate) async fn run<P: Planner>(
                 });
             }
         }
+    }
+}
+
+/// Deletes the files prepared for `staged`, unless an attempt's outcome is unknown: what it
+/// wrote may be what the catalog names (now, or once a request still in flight lands). Files no
+/// snapshot ends up referencing are what `orphans` removes.
+async fn abandon(catalog: &dyn Catalog, ident: &TableIdent, staged: &Staged, sent: &Sent) {
+    if sent.unknown.is_empty() {
+        staged.discard(catalog.file_io()).await;
+    } else {
+        warn!(
+            table = %ident,
+            snapshot_id = staged.snapshot_id,
+            unknown = ?sent.unknown,
+            "kept the commit's files: an attempt's outcome is unknown (files no snapshot \
+             references are left to `orphans`)"
+        );
     }
 }
 
@@ -466,12 +485,38 @@ fn gave_up(ident: &TableIdent, budget: &Budget, last: &Conflict) -> Error {
     }
 }
 
+/// What the attempts of one staged commit sent to the catalog.
+#[derive(Debug, Default)]
+struct Sent {
+    /// The metadata locations of attempts whose swap outcome is unknown (a 5xx, a timeout): each
+    /// may be, or become, the table's current metadata.
+    unknown: Vec<String>,
+}
+
+impl Sent {
+    /// The attempt of unknown outcome that `t` shows landed: its metadata is the current one or
+    /// in the metadata log (Iceberg Java's `checkCommitStatus`). Where the catalog writes the
+    /// metadata (REST) our snapshot id is what shows it, see [`validate`].
+    fn landed_in(&self, t: &LoadedTable) -> Option<&str> {
+        self.unknown
+            .iter()
+            .find(|l| holds_metadata(t, l))
+            .map(String::as_str)
+    }
+}
+
 /// Attempts the staged commit until it lands, is found applied, or needs a replan. Lost swaps
 /// (nothing else changed) are retried here on the new base, within `budget`.
+///
+/// Files an attempt wrote are deleted only after a certain refusal of its swap. After an
+/// unknown outcome the next attempt looks first: the table is reloaded and, if the catalog
+/// names (or has named) that attempt's metadata, or our snapshot is in the table's ancestry,
+/// the commit landed. Otherwise it is attempted again on the table as it is.
 async fn attempt_until_decided(
     catalog: &dyn Catalog,
     staged: &Staged,
     budget: &mut Budget,
+    sent: &mut Sent,
 ) -> std::result::Result<Outcome, CommitError> {
     let file_io = catalog.file_io();
     let mut attempt: u32 = 0;
@@ -486,6 +531,12 @@ async fn attempt_until_decided(
             (1, Base::Create(_)) => None,
             _ => LoadedTable::load(catalog, &staged.ident).await?,
         };
+        if let Some(t) = &current
+            && let Some(location) = sent.landed_in(t)
+        {
+            info!(table = %staged.ident, snapshot_id = staged.snapshot_id, metadata = %location, "an attempt of unknown outcome had landed");
+            return Ok(committed(staged, t, attempt));
+        }
         let validated = validate::check_carrying(staged, current.as_ref(), catalog.files()).await?;
         match validated.verdict {
             validate::Verdict::Proceed => {}
@@ -548,9 +599,14 @@ async fn attempt_until_decided(
                 debug!(table = %staged.ident, attempt, "commit conflict; retrying");
                 built.delete(file_io).await;
             }
+            Err(SwapError::Refused(reason)) => {
+                info!(table = %staged.ident, attempt, %reason, "commit refused for now; retrying");
+                built.delete(file_io).await;
+            }
             Err(SwapError::Unknown(reason)) => {
-                warn!(table = %staged.ident, attempt, %reason, "commit outcome unknown; checking");
+                warn!(table = %staged.ident, attempt, %reason, metadata = %built.location, "commit outcome unknown; looking before anything else");
                 // Keep the files: the swap may have landed and they may be live.
+                sent.unknown.push(built.location.clone());
             }
             Err(SwapError::Failed(e)) => {
                 built.delete(file_io).await;
@@ -558,11 +614,14 @@ async fn attempt_until_decided(
             }
         }
         if !budget.retry() {
-            return Err(CommitError::Failed(gave_up(
-                &staged.ident,
-                budget,
-                &Conflict::SwapLost,
-            )));
+            return Err(match sent.unknown.last() {
+                Some(location) => CommitError::Unknown(format!(
+                    "gave up after {} attempts; whether {location} landed is unknown (the next \
+                     run of the input finds out from the table)",
+                    budget.retries()
+                )),
+                None => CommitError::Failed(gave_up(&staged.ident, budget, &Conflict::SwapLost)),
+            });
         }
         budget.wait().await;
     }
@@ -695,7 +754,8 @@ where
                 cleanup_expired(file_io, Some(&current), &new).await;
                 return Ok(Some(new));
             }
-            Err(SwapError::Conflict) => {
+            // Certain refusals: the file we wrote is named by no catalog.
+            Err(SwapError::Conflict | SwapError::Refused(_)) => {
                 if !writes_metadata {
                     let _ = file_io.delete(&location).await;
                 }

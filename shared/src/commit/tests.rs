@@ -284,7 +284,7 @@ async fn validate_after_replace(
         record: None,
     };
     let mut budget = retry::Budget::new(RetryPolicy::default());
-    attempt_until_decided(&lab.catalog, &rewrite, &mut budget)
+    attempt_until_decided(&lab.catalog, &rewrite, &mut budget, &mut Sent::default())
         .await
         .unwrap();
     match lab.check(staged).await {
@@ -390,7 +390,7 @@ async fn input_applied_by_another_worker_is_a_no_op() {
     assert_eq!(lab.check(&staged).await.unwrap(), Verdict::AlreadyApplied);
     let mut budget = retry::Budget::new(RetryPolicy::default());
     assert!(matches!(
-        attempt_until_decided(&lab.catalog, &staged, &mut budget).await,
+        attempt_until_decided(&lab.catalog, &staged, &mut budget, &mut Sent::default()).await,
         Ok(Outcome::AlreadyApplied { .. })
     ));
     staged.discard(lab.catalog.file_io()).await;
@@ -465,7 +465,7 @@ async fn foreign_append_of(
         record: None,
     };
     let mut budget = retry::Budget::new(RetryPolicy::default());
-    attempt_until_decided(&lab.catalog, &foreign, &mut budget)
+    attempt_until_decided(&lab.catalog, &foreign, &mut budget, &mut Sent::default())
         .await
         .unwrap();
 }
@@ -743,7 +743,7 @@ async fn equality_deletes_from_another_engine_are_refused() {
         record: None,
     };
     let mut budget = retry::Budget::new(RetryPolicy::default());
-    attempt_until_decided(&lab.catalog, &foreign, &mut budget)
+    attempt_until_decided(&lab.catalog, &foreign, &mut budget, &mut Sent::default())
         .await
         .unwrap();
     match lab.check(&staged).await {
@@ -801,7 +801,7 @@ async fn compaction_carries_over_deletes_ingest_commits_meanwhile() {
     assert_eq!(verdict, Verdict::Proceed);
     assert_eq!(carry.values().map(Vec::len).sum::<usize>(), 2, "{carry:?}");
     let mut budget = retry::Budget::new(RetryPolicy::default());
-    let outcome = attempt_until_decided(&lab.catalog, &staged, &mut budget)
+    let outcome = attempt_until_decided(&lab.catalog, &staged, &mut budget, &mut Sent::default())
         .await
         .unwrap();
     // The first attempt swaps from the planned base, which moved: its swap is lost; the
@@ -869,7 +869,7 @@ async fn a_reload_replaces_whatever_is_live_when_it_commits() {
     lab.ingest(vec![lab.file("20220302-1135010000.csv", "I,9,z\n")])
         .await;
     let mut budget = retry::Budget::new(RetryPolicy::default());
-    let r = attempt_until_decided(&lab.catalog, &staged, &mut budget).await;
+    let r = attempt_until_decided(&lab.catalog, &staged, &mut budget, &mut Sent::default()).await;
     // The record moved (another file applied): the reload is planned again, never committed
     // on a record it was not planned against.
     assert!(matches!(
@@ -973,7 +973,7 @@ async fn an_unknown_outcome_is_resolved_by_looking_for_our_snapshot() {
             fired: Mutex::new(false),
         };
         let mut budget = retry::Budget::new(RetryPolicy::default());
-        let outcome = attempt_until_decided(&unsure, &staged, &mut budget)
+        let outcome = attempt_until_decided(&unsure, &staged, &mut budget, &mut Sent::default())
             .await
             .unwrap();
         let Outcome::Committed { snapshot_id, .. } = outcome else {
@@ -1027,6 +1027,200 @@ async fn an_unknown_metadata_commit_is_resolved_by_looking_in_the_metadata_log()
     let t = lab.table().await;
     assert_eq!(t.metadata.properties()["test.applied"], "1");
     assert_eq!(t.metadata.properties()["other.writer"], "1");
+}
+
+/// What a [`Lossy`] catalog does with one swap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Swap {
+    /// Applied, answer lost (a 500 after the change, a timeout after it).
+    LandsAnswerLost,
+    /// Not applied, answer lost (a timeout before it reached the catalog).
+    LostBeforeLanding,
+    Passes,
+}
+
+/// A SQLite catalog whose swaps follow a script (then pass), and whose loads fail while
+/// `blind_loads` is above zero: the look after an unknown outcome cannot be done.
+struct Lossy {
+    inner: SqliteCatalog,
+    swaps: Mutex<std::collections::VecDeque<Swap>>,
+    blind_loads: AtomicUsize,
+}
+
+impl Lossy {
+    fn new(lab: &Lab, swaps: &[Swap], blind_loads: usize) -> Lossy {
+        Lossy {
+            inner: SqliteCatalog::open(&lab.dir.join("wh")).unwrap(),
+            swaps: Mutex::new(swaps.iter().copied().collect()),
+            blind_loads: AtomicUsize::new(blind_loads),
+        }
+    }
+}
+
+#[async_trait]
+impl Catalog for Lossy {
+    fn files(&self) -> &crate::files::Files {
+        self.inner.files()
+    }
+    async fn new_table_location(&self, ident: &TableIdent) -> crate::error::Result<String> {
+        self.inner.new_table_location(ident).await
+    }
+    async fn load(&self, ident: &TableIdent) -> crate::error::Result<Option<Pointer>> {
+        let blind = self
+            .blind_loads
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if blind {
+            return Err(crate::Error::Catalog("GetTable: throttled".into()));
+        }
+        self.inner.load(ident).await
+    }
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        base: Option<&Pointer>,
+        new_location: &str,
+        metadata: &TableMetadata,
+    ) -> std::result::Result<(), SwapError> {
+        let next = self.swaps.lock().unwrap().pop_front();
+        match next.unwrap_or(Swap::Passes) {
+            Swap::Passes => self.inner.swap(ident, base, new_location, metadata).await,
+            Swap::LandsAnswerLost => {
+                self.inner.swap(ident, base, new_location, metadata).await?;
+                Err(SwapError::Unknown("500 after the update".into()))
+            }
+            Swap::LostBeforeLanding => Err(SwapError::Unknown("timed out".into())),
+        }
+    }
+    async fn list_tables(&self) -> crate::error::Result<Vec<TableIdent>> {
+        self.inner.list_tables().await
+    }
+    async fn list_files(&self, location: &str) -> crate::error::Result<Vec<ListedFile>> {
+        self.inner.list_files(location).await
+    }
+}
+
+/// Every file the table's current metadata names (manifest list, manifests, data and delete
+/// files) exists.
+async fn assert_files_exist(lab: &Lab) {
+    use crate::files::Fill;
+    let t = lab.table().await;
+    let md = &t.metadata;
+    let files = lab.catalog.files();
+    let exists = |p: &str| {
+        let path = p.strip_prefix("file://").unwrap_or(p).to_string();
+        assert!(Path::new(&path).exists(), "{p} is named but missing");
+    };
+    exists(&t.pointer.metadata_location);
+    let snapshot = md.current_snapshot().unwrap();
+    exists(snapshot.manifest_list());
+    let list = files.manifest_list(md, snapshot).await.unwrap();
+    for (m, manifest) in list
+        .iter()
+        .zip(files.manifests(&list, Fill::Pass).await.unwrap())
+    {
+        exists(&m.manifest_path);
+        for e in manifest.entries().iter().filter(|e| e.is_alive()) {
+            exists(e.file_path());
+        }
+    }
+}
+
+/// The sequence of the Glue incident (the update applied, its answer lost, and then no way to
+/// look): the loop gives up with an error, and deletes nothing the catalog names.
+#[tokio::test]
+async fn a_landed_commit_whose_answer_was_lost_keeps_its_files_when_the_look_fails() {
+    let lab = loaded("lost_then_blind").await;
+    let ingest = Ingest::new(&lab.catalog, &lab.config);
+    let cfg = lab.config.table("s", "t").unwrap();
+    let input = lab.file("20220302-1135010000.csv", "U,3,c2\nD,1,\nI,7,g\n");
+    let lossy = Lossy::new(&lab, &[Swap::LandsAnswerLost], 1);
+    let mut planner =
+        crate::ops::ingest::planner_for_tests(&ingest, &cfg, &lab.ident, vec![input.clone()]);
+    let before = Some(Some(lab.table().await));
+    let e = run(&lossy, &lab.ident, before, &mut planner)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("GetTable"), "{e}");
+    // Landed: the catalog names the attempt's metadata, and every file it names is there.
+    assert_files_exist(&lab).await;
+    assert_eq!(lab.rows().await, ["2=b1", "3=c2", "7=g"]);
+    // The input again: found applied, nothing deleted, nothing applied twice.
+    let mut again = crate::ops::ingest::planner_for_tests(&ingest, &cfg, &lab.ident, vec![input]);
+    let done = run(&lab.catalog, &lab.ident, None, &mut again)
+        .await
+        .unwrap();
+    assert!(done.outcome.is_none(), "{:?}", done.outcome);
+    assert_files_exist(&lab).await;
+    assert_eq!(lab.rows().await, ["2=b1", "3=c2", "7=g"]);
+}
+
+/// Answers lost on every attempt, none landed: the loop gives up as unknown (not as a lost
+/// race), every attempt's metadata file is kept, and the next run of the input commits once.
+#[tokio::test]
+async fn unknown_outcomes_to_the_end_of_the_budget_are_reported_unknown_and_keep_their_files() {
+    let lab = loaded("unknown_to_the_end").await;
+    let staged = lab
+        .plan(vec![lab.file("20220302-1135010000.csv", "U,3,c2\n")])
+        .await;
+    let lossy = Lossy::new(&lab, &[Swap::LostBeforeLanding; 3], 0);
+    let policy = RetryPolicy {
+        num_retries: 2,
+        min_wait: std::time::Duration::from_millis(1),
+        max_wait: std::time::Duration::from_millis(2),
+        ..RetryPolicy::default()
+    };
+    let mut budget = retry::Budget::new(policy);
+    let mut sent = Sent::default();
+    let r = attempt_until_decided(&lossy, &staged, &mut budget, &mut sent).await;
+    assert!(matches!(r, Err(CommitError::Unknown(_))), "{r:?}");
+    assert_eq!(sent.unknown.len(), 3);
+    for l in &sent.unknown {
+        assert!(
+            Path::new(l.strip_prefix("file://").unwrap()).exists(),
+            "{l} deleted"
+        );
+    }
+    // Landed late (a request still in flight): the next attempt's look finds it.
+    let t = lab.table().await;
+    let late = &sent.unknown[1].clone();
+    lab.catalog
+        .swap(&lab.ident, Some(&t.pointer), late, &t.metadata)
+        .await
+        .unwrap();
+    let outcome = attempt_until_decided(&lab.catalog, &staged, &mut budget_for_tests(), &mut sent)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&outcome, Outcome::Committed { metadata_location, .. } if metadata_location == late),
+        "{outcome:?}"
+    );
+    assert_files_exist(&lab).await;
+    assert_eq!(lab.rows().await, ["1=a", "2=b1", "3=c2"]);
+}
+
+fn budget_for_tests() -> retry::Budget {
+    retry::Budget::new(RetryPolicy::default())
+}
+
+/// A create whose answer was lost: the table exists with our metadata; the loop finds it
+/// there on its next attempt, and the table reads.
+#[tokio::test]
+async fn a_create_whose_answer_was_lost_is_found_created() {
+    let lab = Lab::new("create_lost");
+    let ingest = Ingest::new(&lab.catalog, &lab.config);
+    let cfg = lab.config.table("s", "t").unwrap();
+    let load = lab.file("LOAD00000001.csv", "I,1,a\nI,2,b\n");
+    let lossy = Lossy::new(&lab, &[Swap::LandsAnswerLost], 0);
+    let mut planner = crate::ops::ingest::planner_for_tests(&ingest, &cfg, &lab.ident, vec![load]);
+    let done = run(&lossy, &lab.ident, None, &mut planner).await.unwrap();
+    assert!(
+        matches!(done.outcome, Some(Outcome::Committed { attempts: 2, .. })),
+        "{:?}",
+        done.outcome
+    );
+    assert_files_exist(&lab).await;
+    assert_eq!(lab.rows().await, ["1=a", "2=b"]);
 }
 
 /// A live delete as the tests see it: its file, its offset (deletion vectors), its positions.
@@ -1945,7 +2139,7 @@ async fn our_snapshot_counts_as_committed_only_in_the_ancestry_since_the_base() 
     assert_eq!(lab.check(&staged).await.unwrap(), Verdict::Proceed);
     // An attempt whose outcome was lost landed; other commits followed it.
     let mut budget = retry::Budget::new(RetryPolicy::default());
-    attempt_until_decided(&lab.catalog, &staged, &mut budget)
+    attempt_until_decided(&lab.catalog, &staged, &mut budget, &mut Sent::default())
         .await
         .unwrap();
     foreign_append(&lab, 101).await;
@@ -2014,7 +2208,7 @@ async fn validation_hands_the_record_it_read_to_the_attempt() {
     assert_eq!(v.record, None);
     // Committed through the loop, the new record holds the file.
     let mut budget = retry::Budget::new(RetryPolicy::default());
-    attempt_until_decided(&lab.catalog, &staged, &mut budget)
+    attempt_until_decided(&lab.catalog, &staged, &mut budget, &mut Sent::default())
         .await
         .unwrap();
     assert_eq!(lab.rows().await, ["1=a", "2=b1", "3=c2"]);
