@@ -11,7 +11,9 @@ use arrow_schema::DataType;
 use dms2iceberg::ops::compact::CompactReport;
 use dms2iceberg::ops::history::{RecordView, SnapshotInfo};
 use dms2iceberg::ops::ingest::{CommitReport, TableReport};
-use dms2iceberg::ops::maintain::{ExpireReport, OrphanReport, RewriteManifestsReport};
+use dms2iceberg::ops::maintain::{
+    ExpireReport, OrphanReport, RepairReport, RewriteManifestsReport, VerifyReport,
+};
 use serde::Serialize;
 
 /// `scan --format`.
@@ -404,6 +406,60 @@ pub(crate) fn orphans(
         r.orphans.len(),
         r.too_young
     )
+}
+
+pub(crate) fn verify(out: &mut dyn Write, r: &VerifyReport) -> std::io::Result<()> {
+    for p in &r.problems {
+        writeln!(out, "  {} (snapshots {:?})", p.what, p.snapshots)?;
+    }
+    let read = if r.snapshots_read > 0 {
+        format!(", {} read whole", r.snapshots_read)
+    } else {
+        String::new()
+    };
+    let verdict = match r.problems.len() {
+        0 => "ok".to_string(),
+        n => format!("{n} problems"),
+    };
+    writeln!(
+        out,
+        "{}: {verdict}: {} snapshots{read}, {} files named ({})",
+        r.table, r.snapshots, r.files, r.metadata_location
+    )
+}
+
+pub(crate) fn repair(out: &mut dyn Write, r: &RepairReport) -> std::io::Result<()> {
+    if !r.was_damaged() {
+        return writeln!(
+            out,
+            "{}: not damaged: {} and everything it names read; nothing to do",
+            r.table, r.damaged
+        );
+    }
+    writeln!(out, "{}: damaged: the catalog names {}", r.table, r.damaged)?;
+    for p in &r.problems {
+        writeln!(out, "  {p}")?;
+    }
+    for (path, why) in &r.passed_over {
+        writeln!(out, "  passed over {path}: {why}")?;
+    }
+    let restored = r.restored_from.as_deref().unwrap_or("-");
+    let through = r.applied_through.as_deref().unwrap_or("no DMS file");
+    match (&r.metadata_location, r.dry_run) {
+        (_, true) => writeln!(
+            out,
+            "{}: would restore from {restored} (its record holds {through}; later DMS files \
+             would be applied again by the next ingest)",
+            r.table
+        ),
+        (Some(new), false) => writeln!(
+            out,
+            "{}: restored from {restored} as {new}; the record holds {through}: later DMS files \
+             are applied again by the next ingest of the table",
+            r.table
+        ),
+        (None, false) => writeln!(out, "{}: nothing changed", r.table),
+    }
 }
 
 /// `ingest`: a table's summary line, then what else happened to it (stdout); its failures

@@ -8,7 +8,7 @@ use iceberg::spec::{Snapshot, TableMetadata};
 use iceberg::table::Table;
 
 use crate::catalog::{Catalog, Pointer};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::files::metadata::Refs;
 
 /// Snapshot summary and table property keys we write. Which files a table holds is in the
@@ -63,7 +63,10 @@ impl LoadedTable {
         let Some(pointer) = catalog.load(ident).await? else {
             return Ok(None);
         };
-        let (metadata, refs) = catalog.files().metadata(&pointer.metadata_location).await?;
+        let (metadata, refs) = match catalog.files().metadata(&pointer.metadata_location).await {
+            Ok(m) => m,
+            Err(e) => return Err(missing_or(catalog, ident, &pointer.metadata_location, e).await),
+        };
         Ok(Some(LoadedTable {
             ident: ident.clone(),
             pointer,
@@ -82,6 +85,19 @@ impl LoadedTable {
             .readonly(true)
             .runtime(iceberg::Runtime::try_current()?)
             .build()?)
+    }
+}
+
+/// [`Error::MetadataMissing`] when storage says the file at `location` is not there (a read
+/// that failed for another reason, or a check that failed too, is `e` as it was: only a
+/// definite answer calls the table damaged).
+async fn missing_or(catalog: &dyn Catalog, ident: &TableIdent, location: &str, e: Error) -> Error {
+    match catalog.file_io().exists(location).await {
+        Ok(false) => Error::MetadataMissing {
+            table: ident.to_string(),
+            location: location.to_string(),
+        },
+        _ => e,
     }
 }
 

@@ -1,9 +1,9 @@
 //! Table maintenance: `compact`, `rewrite-manifests`, `expire`, `orphans`, `mark-applied`,
-//! `truncate`.
+//! `truncate`, `upgrade`, `verify`, `repair`.
 
 use anyhow::Result;
 use dms2iceberg::ops::compact::{Compact, CompactOptions, Thresholds};
-use dms2iceberg::ops::maintain::{ExpireSnapshots, Orphans, RewriteManifests};
+use dms2iceberg::ops::maintain::{ExpireSnapshots, Orphans, Repair, RewriteManifests, Verify};
 use dms2iceberg::ops::mark_applied::MarkApplied;
 use dms2iceberg::ops::parse_ident;
 use dms2iceberg::ops::truncate::Truncate;
@@ -335,5 +335,56 @@ pub(crate) async fn truncate(catalog: &CatalogArgs, a: TruncateArgs) -> Result<b
             ),
         }
     })?;
+    Ok(true)
+}
+
+/// Check that every snapshot of a table reads: its manifest list and manifests decode and every
+/// file they name as live exists (`--read`: and each snapshot reads whole in our scan).
+#[derive(clap::Args)]
+pub(crate) struct VerifyArgs {
+    pub table: String,
+    #[arg(long, default_value = super::DEFAULT_WAREHOUSE)]
+    pub warehouse: String,
+    /// Also read every snapshot's rows (through its deletes), as a query would.
+    #[arg(long)]
+    pub read: bool,
+    /// `text` (a summary) or `json` (machine-readable).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: output::TextOrJson,
+}
+
+pub(crate) async fn verify(catalog: &CatalogArgs, a: VerifyArgs) -> Result<bool> {
+    let catalog = open_catalog(catalog, &a.warehouse, true).await?;
+    let r = Verify::new(catalog.as_ref(), parse_ident(&a.table)?)
+        .read_snapshots(a.read)
+        .execute()
+        .await?;
+    output::report(&r, output::json_or(a.format, false), output::verify)?;
+    Ok(r.is_ok())
+}
+
+/// Point a damaged table (its catalog names metadata that is missing, or that names missing
+/// files) back at the newest metadata of its history that reads whole. DMS files applied since
+/// then are applied again by the next ingest.
+#[derive(clap::Args)]
+pub(crate) struct RepairArgs {
+    pub table: String,
+    #[arg(long, default_value = super::DEFAULT_WAREHOUSE)]
+    pub warehouse: String,
+    /// Say what would be done, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// `text` (a summary) or `json` (machine-readable).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: output::TextOrJson,
+}
+
+pub(crate) async fn repair(catalog: &CatalogArgs, a: RepairArgs) -> Result<bool> {
+    let catalog = open_catalog(catalog, &a.warehouse, true).await?;
+    let r = Repair::new(catalog.as_ref(), parse_ident(&a.table)?)
+        .dry_run(a.dry_run)
+        .execute()
+        .await?;
+    output::report(&r, output::json_or(a.format, false), output::repair)?;
     Ok(true)
 }

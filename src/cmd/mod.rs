@@ -39,6 +39,13 @@ pub(crate) enum Command {
     Upgrade(maintain::UpgradeArgs),
     /// List the tables in the warehouse.
     Tables(read::TablesArgs),
+    /// Check that every snapshot of a table reads: manifests decode, every file they name
+    /// exists (`--read`: every snapshot's rows read). Exits 1 if anything is wrong.
+    Verify(maintain::VerifyArgs),
+    /// Point a damaged table (the catalog names metadata that is missing or names missing
+    /// files) back at its newest intact metadata; DMS files applied since are applied again by
+    /// the next ingest.
+    Repair(maintain::RepairArgs),
 }
 
 /// Ok(false): ran, but some table failed.
@@ -55,6 +62,8 @@ pub(crate) async fn run(catalog: &CatalogArgs, command: Command) -> Result<bool>
         Command::Truncate(a) => maintain::truncate(catalog, a).await,
         Command::Upgrade(a) => maintain::upgrade(catalog, a).await,
         Command::Tables(a) => read::tables(catalog, a).await,
+        Command::Verify(a) => maintain::verify(catalog, a).await,
+        Command::Repair(a) => maintain::repair(catalog, a).await,
     }
 }
 

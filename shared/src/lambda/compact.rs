@@ -21,7 +21,7 @@ use crate::catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::files::ReadCost;
 use crate::ops::compact::{Compact, CompactOptions, CompactReport, Thresholds};
-use crate::ops::maintain::{ExpireSnapshots, Orphans};
+use crate::ops::maintain::{ExpireSnapshots, Orphans, Repair};
 use crate::table::LoadedTable;
 
 /// Snapshots the compaction function keeps at most (`DMS2ICEBERG_SNAPSHOT_RETAIN_MAX`): about
@@ -146,6 +146,8 @@ pub struct TableMaintenance {
     pub snapshots_expired: usize,
     pub files_expired: usize,
     pub orphans_deleted: usize,
+    /// The metadata a damaged table was restored from (see `ops::maintain::Repair`).
+    pub repaired: Option<String>,
     pub error: Option<String>,
 }
 
@@ -216,8 +218,29 @@ impl CompactHandler {
         let table_started = Instant::now();
         let mut out = TableMaintenance::of(ident.to_string());
         let catalog = self.catalog.as_ref();
-        if LoadedTable::load(catalog, ident).await?.is_none() {
-            return Ok(out);
+        // A damaged table (its catalog names metadata that is gone) stops every reader and
+        // writer: repaired first, whatever the pass was for. `{"tasks": ["repair"]}` judges
+        // every table whole (missing manifests or data files too).
+        let loaded = match LoadedTable::load(catalog, ident).await {
+            Err(Error::MetadataMissing { .. }) => None,
+            Err(e) => return Err(e),
+            Ok(None) => return Ok(out),
+            Ok(Some(t)) => Some(t),
+        };
+        if loaded.is_none() || event.names("repair") {
+            let r = Repair::new(catalog, ident.clone()).execute().await?;
+            if r.was_damaged() {
+                error!(
+                    table = %out.table,
+                    damaged = %r.damaged,
+                    problems = ?r.problems,
+                    restored_from = ?r.restored_from,
+                    applied_through = ?r.applied_through,
+                    "table was damaged and is repaired: DMS files applied after the restored \
+                     record are applied again by the next ingest of the table"
+                );
+                out.repaired = r.restored_from;
+            }
         }
         let compact_here = self
             .settings
@@ -322,6 +345,11 @@ impl CompactHandler {
                     ("SnapshotsExpired", "Count", out.snapshots_expired as f64),
                     ("OrphansDeleted", "Count", out.orphans_deleted as f64),
                     (
+                        "TablesRepaired",
+                        "Count",
+                        f64::from(u8::from(out.repaired.is_some()))
+                    ),
+                    (
                         "DurationMs",
                         "Milliseconds",
                         table_started.elapsed().as_millis() as f64
@@ -342,6 +370,7 @@ impl TableMaintenance {
             snapshots_expired: 0,
             files_expired: 0,
             orphans_deleted: 0,
+            repaired: None,
             error: None,
         }
     }

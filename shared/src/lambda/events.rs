@@ -276,7 +276,8 @@ fn truncate(s: &str) -> String {
 /// What a compaction invocation receives: a scheduled EventBridge event, or anything (an
 /// on-demand `aws lambda invoke` with `{}`): every payload means "run a pass now". A payload
 /// with `"tasks": ["compact", "expire", "orphans"]` (the template's schedules set it) runs
-/// those only; any other runs all three.
+/// those only; any other runs all three. `"tasks": ["repair"]` judges every table whole and
+/// repairs the damaged ones (every pass repairs a table whose current metadata is missing).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct CompactEvent {
     /// The schedule's event, when it is one.
@@ -291,6 +292,13 @@ impl CompactEvent {
         self.tasks
             .as_ref()
             .is_none_or(|t| t.iter().any(|x| x == task))
+    }
+
+    /// Whether the event names `task` itself (a task no pass runs unasked: `repair`).
+    pub fn names(&self, task: &str) -> bool {
+        self.tasks
+            .as_ref()
+            .is_some_and(|t| t.iter().any(|x| x == task))
     }
 }
 

@@ -1,6 +1,7 @@
 //! Table maintenance: expire old snapshots (and delete the files only they referenced), find or
-//! delete orphan files (in the table's folder, referenced by no snapshot or metadata), and
-//! rewrite a table's manifests into few.
+//! delete orphan files (in the table's folder, referenced by no snapshot or metadata), rewrite
+//! a table's manifests into few, check that every snapshot reads ([`verify`]) and point a
+//! damaged table back at intact metadata ([`repair`]).
 //! Both have a dry-run mode that lists what would go. Orphans younger than a safety age are
 //! never touched: they may belong to a commit in flight.
 //!
@@ -15,12 +16,15 @@
 //! that looks unreferenced may still be in use: `orphans` then refuses to delete and says why.
 //!
 //! One file per idea: [`location`] (the one spelling of a location, metadata versions),
-//! [`expire`] and [`orphans`]; what a table's snapshots reach, which both need, is here.
+//! [`expire`], [`orphans`], [`verify`] and [`repair`]; what a table's snapshots reach, which
+//! expiry and orphans both need, is here.
 
 mod expire;
 mod location;
 mod manifests;
 mod orphans;
+mod repair;
+mod verify;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,6 +37,8 @@ pub use expire::{ExpireReport, ExpireSnapshots};
 pub use location::{metadata_version, normalize_location};
 pub use manifests::{RewriteManifests, RewriteManifestsReport};
 pub use orphans::{OrphanFile, OrphanReport, Orphans};
+pub use repair::{REPAIRED, Repair, RepairReport};
+pub use verify::{Problem, Verify, VerifyReport};
 
 /// Every file snapshots reach (`only`: just those snapshots): manifest lists, manifests and the
 /// data and delete files their entries name, normalized → as referenced; with `live_only`,
