@@ -520,6 +520,17 @@ def glue_catalog(endpoint: str):
     return GlueCatalog("glue", **props)
 
 
+def duckdb_s3(endpoint: str):
+    """A DuckDB connection with the iceberg and httpfs extensions, reading S3 from `endpoint`."""
+    import check_readers
+    con = check_readers.duckdb_connect()
+    con.execute(f"LOAD '{check_readers.extension_file('duckdb_extension_httpfs')}'")
+    host = endpoint.split("://", 1)[1]
+    con.execute(f"CREATE SECRET moto (TYPE s3, KEY_ID 'testing', SECRET 'testing', "
+                f"REGION '{REGION}', ENDPOINT '{host}', URL_STYLE 'path', USE_SSL false)")
+    return con
+
+
 def cmd_check_table(a) -> int:
     import check_readers
     import jsoncmp
@@ -530,14 +541,67 @@ def cmd_check_table(a) -> int:
     cat = glue_catalog(a.endpoint)
     t = cat.load_table(a.table)
     scan = t.scan(snapshot_id=a.snapshot_id) if a.snapshot_id is not None else t.scan()
-    rows = check_readers.sort_rows(check_readers.arrow_to_rows(scan.to_arrow()), key, types)
-    diffs = jsoncmp.compare(expected, rows, key, types)
+    readers = {"pyiceberg-glue": lambda: check_readers.arrow_to_rows(scan.to_arrow())}
+    if a.duckdb:
+        # DuckDB has no Glue catalog here: it reads the metadata Glue names, as an engine
+        # handed the table's location does.
+        def duck():
+            con = duckdb_s3(a.endpoint)
+            sql = "SELECT * FROM iceberg_scan(?)" if a.snapshot_id is None else \
+                "SELECT * FROM iceberg_scan(?, snapshot_from_id => ?)"
+            args = [t.metadata_location] if a.snapshot_id is None else \
+                [t.metadata_location, a.snapshot_id]
+            return check_readers.arrow_to_rows(con.execute(sql, args).fetch_arrow_table())
+        readers["duckdb"] = duck
+    failed = 0
     where = f"{a.table} (metadata {t.metadata_location})"
-    if diffs:
-        print(f"[pyiceberg-glue] {where} differs from {a.expected}:")
-        print("\n".join("    " + d for d in diffs))
-        return 1
-    print(f"[pyiceberg-glue] {where}: {len(rows)} row(s) as expected")
+    for reader, read in readers.items():
+        rows = check_readers.sort_rows(read(), key, types)
+        diffs = jsoncmp.compare(expected, rows, key, types)
+        if diffs:
+            print(f"[{reader}] {where} differs from {a.expected}:")
+            print("\n".join("    " + d for d in diffs))
+            failed += 1
+        else:
+            print(f"[{reader}] {where}: {len(rows)} row(s) as expected")
+    return 1 if failed else 0
+
+
+def cmd_unreferenced(a) -> int:
+    """Prints (one per line) the files under the table's folder in S3 that its metadata, as
+    PyIceberg reads it, does not reference: the current and logged metadata files, every
+    snapshot's manifest list, manifests and the files their entries name (live or not), and
+    statistics files. Key indexes (`<data file>.keyindex`, ours) count as referenced with their
+    data file. Exit 0; the caller judges the list."""
+    import boto3
+    from botocore.config import Config
+
+    cat = glue_catalog(a.endpoint)
+    t = cat.load_table(a.table)
+    md = t.metadata
+    io = t.io
+    refs = {t.metadata_location}
+    refs.update(e.metadata_file for e in md.metadata_log)
+    refs.update(s.statistics_path for s in md.statistics)
+    refs.update(s.statistics_path for s in getattr(md, "partition_statistics", []) or [])
+    for snap in md.snapshots:
+        refs.add(snap.manifest_list)
+        for m in snap.manifests(io):
+            refs.add(m.manifest_path)
+            for e in m.fetch_manifest_entry(io, discard_deleted=False):
+                refs.add(e.data_file.file_path)
+    location = md.location.rstrip("/")
+    bucket, prefix = location[len("s3://"):].split("/", 1)
+    s3 = boto3.client("s3", endpoint_url=a.endpoint, region_name=REGION,
+                      aws_access_key_id="testing", aws_secret_access_key="testing",
+                      config=Config(s3={"addressing_style": "path"}))
+    listed = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+        listed.extend(f"s3://{bucket}/{o['Key']}" for o in page.get("Contents", []))
+    for f in sorted(listed):
+        if f in refs or (f.endswith(".keyindex") and f[:-len(".keyindex")] in refs):
+            continue
+        print(f)
     return 0
 
 
@@ -986,6 +1050,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--meta")
     p.add_argument("--key")
     p.add_argument("--snapshot-id", type=int)
+    p.add_argument("--duckdb", action="store_true",
+                   help="also read the metadata Glue names with DuckDB's iceberg_scan (httpfs)")
+    p = sub.add_parser("unreferenced",
+                       help="files in a Glue table's S3 folder its metadata does not reference")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--table", required=True, help="database.table")
     p = sub.add_parser("check-s3tables",
                        help="read an S3 Tables table (PyIceberg static table, DuckDB) and compare")
     p.add_argument("--endpoint", required=True)
@@ -1004,7 +1074,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
     return {"serve": cmd_serve, "selftest": cmd_selftest, "check-table": cmd_check_table,
-            "check-s3tables": cmd_check_s3tables, "vending-setup": cmd_vending_setup}[a.cmd](a)
+            "check-s3tables": cmd_check_s3tables,
+            "unreferenced": cmd_unreferenced, "vending-setup": cmd_vending_setup}[a.cmd](a)
 
 
 if __name__ == "__main__":
