@@ -182,7 +182,8 @@ def patch_s3tables() -> None:
 from fault_proxy import Faults  # noqa: E402  (stdlib only: the decision scheme, shared)
 
 FAULT_SERVICES = ["s3", "glue", "s3tables"]
-FAULTS = Faults(buckets=[], services=list(FAULT_SERVICES))
+# `actions`: only these (Glue or S3 Tables action names, S3 methods); empty: every action.
+FAULTS = Faults(buckets=[], services=list(FAULT_SERVICES), actions=[])
 GLUE_FAULT_ACTIONS = {"GetTable", "GetTables", "CreateTable", "UpdateTable", "DeleteTable",
                       "GetDatabase", "GetDatabases", "CreateDatabase"}
 
@@ -246,6 +247,14 @@ def _s3tables_action(method: str, environ) -> tuple[str, str] | None:
 
 def fault_scope(environ) -> tuple[str, str, str, str] | None:
     """(service, action, signature, by-label) of a request faults may hit, None if out of scope."""
+    scope = _fault_scope(environ)
+    actions = FAULTS.get("actions")
+    if scope is None or (actions and scope[1] not in actions):
+        return None
+    return scope
+
+
+def _fault_scope(environ) -> tuple[str, str, str, str] | None:
     services = FAULTS.get("services")
     method = environ.get("REQUEST_METHOD", "GET")
     target = environ.get("HTTP_X_AMZ_TARGET", "")
@@ -901,7 +910,7 @@ def selftest_faults(ep: str, check) -> None:
     # before: refused, nothing changed
     got = faults(rate=1.0, after_share=0.0, seed=1, buckets=["fwarehouse"])
     check(got == {"rate": 1.0, "seed": 1, "after_share": 0.0, "buckets": ["fwarehouse"],
-                  "services": FAULT_SERVICES}, f"the config answer reflects the faults: {got}")
+                  "services": FAULT_SERVICES, "actions": []}, f"the config answer reflects the faults: {got}")
     check(error(s3.put_object, Bucket="fwarehouse", Key="a/k1", Body=b"x") == ("SlowDown", 503),
           "S3 PUT before: 503 SlowDown")
     try:
@@ -1012,6 +1021,10 @@ def selftest_faults(ep: str, check) -> None:
     s3.put_object(Bucket="fwarehouse", Key="a/k3", Body=b"x")
     check(error(glue.get_table, DatabaseName="fdb", Name="ft") == ("ThrottlingException", 400),
           "services=[glue]: Glue faulted, S3 not")
+    faults(rate=1.0, after_share=0.0, buckets=["fwarehouse"], services=["glue"], actions=["UpdateTable"])
+    check(error(glue.get_table, DatabaseName="fdb", Name="ft") is None,
+          "actions=[UpdateTable]: GetTable not faulted")
+    faults(actions=[])
     check(control("POST", "config", {"faults": {"rate": 1.5}})[0] == 400, "a rate above 1 is refused")
     check(control("POST", "config", {"faults": {"services": ["ec2"]}})[0] == 400, "unknown services refused")
     check(control("POST", "config", {"faults": {"bogus": 1}})[0] == 400, "unknown keys refused")
@@ -1019,7 +1032,7 @@ def selftest_faults(ep: str, check) -> None:
                              "0.75", "--fault-buckets", "wh,wh2"])
     got = configure_faults(faults_from_args(a))
     check(got == {"rate": 0.25, "seed": 9, "after_share": 0.75, "buckets": ["wh", "wh2"],
-                  "services": FAULT_SERVICES}, f"serve flags: {got}")
+                  "services": FAULT_SERVICES, "actions": []}, f"serve flags: {got}")
     got = faults()
     check(got["rate"] == 0.0 and not FAULTS.on and control("GET", "config")[1]["faults"] == got,
           f"faults null: off, the defaults: {got}")
