@@ -353,6 +353,11 @@ fn sam_local_invoke_every_sample_event() {
     }
     let stats = moto.stats();
     assert_eq!(stats["update_table"]["unversioned"], 0, "{stats}");
+    // The end-of-test invariant (a `Lab` checks it when it drops; this test has none): every
+    // snapshot of every table reads, every file its manifests name exists.
+    if let Err(e) = moto.check_catalogs(dir) {
+        panic!("a table does not verify at the end of the test:\n{e}");
+    }
 
     eprintln!(
         "sam-local-measure: setup {setup_s:.1}s; invocations {}; total {:.1}s",

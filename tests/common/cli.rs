@@ -12,7 +12,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
@@ -217,9 +217,15 @@ static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 /// A fresh work directory for one test: `dms/`, `wh/`, `config.toml` (and, from the generator,
 /// `expected/`).
+///
+/// When it drops at the end of a test that passed, every table of every local warehouse in it
+/// is verified ([`Work::verify_tables`]): a test that leaves a table some snapshot of which does
+/// not read fails, unless it said why with [`Work::skip_verify`].
 pub struct Work {
     pub dir: PathBuf,
     pub name: String,
+    /// Why the end-of-test verification is skipped (`None`: it runs).
+    skip_verify: Mutex<Option<String>>,
 }
 
 impl Work {
@@ -242,6 +248,7 @@ impl Work {
         Work {
             dir,
             name: name.to_string(),
+            skip_verify: Mutex::new(None),
         }
     }
 
@@ -414,9 +421,188 @@ impl Drop for Work {
                 self.name,
                 self.dir.display()
             );
-        } else if std::env::var_os("DMS2ICEBERG_KEEP_TEST_DIRS").is_none() {
+            return;
+        }
+        if let Some(why) = self.verify_skipped() {
+            eprintln!("{}: end-of-test verification skipped: {why}", self.name);
+        } else if let Err(e) = self.check_tables() {
+            panic!(
+                "{}: a table does not verify at the end of the test (every snapshot still in a \
+                 table's metadata must read, and every file its manifests name exist; a test that \
+                 leaves a table broken on purpose calls `skip_verify(\"why\")`).\n{e}\n\
+                 work dir kept: {}",
+                self.name,
+                self.dir.display()
+            );
+        }
+        if std::env::var_os("DMS2ICEBERG_KEEP_TEST_DIRS").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// The invariant every end-to-end test ends on (issue 48): every snapshot still in a table's
+// metadata reads in our scan, and every file its manifests name exists. `Work`, `Lab`
+// (`lambda.rs`: Glue, S3 Tables) and `Rustberg` (`rest.rs`) check it when they drop at the end
+// of a test that passed; a test may check it earlier itself.
+
+/// `dms2iceberg verify TABLE --read --format json CATALOG…` through `cli` (`catalog`: the flags
+/// naming the catalog, e.g. `--warehouse wh`): the report if every snapshot reads whole, else
+/// what is wrong (its problems, or what the command printed).
+pub fn verify_table(
+    cli: &dyn Fn(&[String]) -> Run,
+    catalog: &[String],
+    table: &str,
+) -> Result<Value, String> {
+    let mut a: Vec<String> = ["verify", table, "--read", "--format", "json"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    a.extend_from_slice(catalog);
+    let r = cli(&a);
+    let report = serde_json::from_str::<Value>(r.stdout.trim()).ok();
+    let Some(v) = report.filter(|v| v["problems"].is_array()) else {
+        return Err(format!("{table}: verify failed:\n{}", r.describe()));
+    };
+    let problems = v["problems"].as_array().unwrap();
+    if problems.is_empty() && r.status.success() {
+        // Every snapshot read whole: `--read` did read them.
+        if v["snapshots_read"] != v["snapshots"] {
+            return Err(format!(
+                "{table}: verify read {} of {} snapshots:\n{}",
+                v["snapshots_read"],
+                v["snapshots"],
+                r.describe()
+            ));
+        }
+        return Ok(v);
+    }
+    let mut s = format!(
+        "{table}: {} problem(s) (metadata {}; `{}` exited {}):",
+        problems.len(),
+        v["metadata_location"].as_str().unwrap_or("?"),
+        r.cmd,
+        r.status
+    );
+    for p in problems {
+        s.push_str(&format!(
+            "\n    {} (snapshots {})",
+            p["what"].as_str().unwrap_or("?"),
+            p["snapshots"]
+        ));
+    }
+    Err(s)
+}
+
+/// Every table of a catalog (`tables --format json CATALOG…`), each through [`verify_table`]:
+/// their reports, or every table that does not verify (a catalog whose tables cannot even be
+/// listed fails too).
+pub fn verify_catalog(
+    cli: &dyn Fn(&[String]) -> Run,
+    catalog: &[String],
+) -> Result<Vec<Value>, String> {
+    let mut a: Vec<String> = vec!["tables".into(), "--format".into(), "json".into()];
+    a.extend_from_slice(catalog);
+    let listed = cli(&a);
+    if !listed.status.success() {
+        return Err(format!(
+            "the tables could not be listed:\n{}",
+            listed.describe()
+        ));
+    }
+    let mut reports = Vec::new();
+    let mut failures = Vec::new();
+    for t in parse_json_lines(&listed.stdout, "tables --format json") {
+        let Some(table) = t["table"].as_str() else {
+            return Err(format!("`tables` line without a table: {t}"));
+        };
+        match verify_table(cli, catalog, table) {
+            Ok(r) => reports.push(r),
+            Err(e) => failures.push(e),
+        }
+    }
+    match failures.is_empty() {
+        true => Ok(reports),
+        false => Err(failures.join("\n")),
+    }
+}
+
+impl Work {
+    /// Skips the verification of this work dir's tables when it drops (and of a `Lab`'s
+    /// catalogs built on it): for a test that leaves a table broken on purpose. `why` is
+    /// printed; it must say what is broken.
+    pub fn skip_verify(&self, why: &str) {
+        assert!(!why.trim().is_empty(), "skip_verify needs a reason");
+        *self.skip_verify.lock().unwrap() = Some(why.to_string());
+    }
+
+    /// Why the end-of-test verification is skipped, if it is.
+    pub fn verify_skipped(&self) -> Option<String> {
+        self.skip_verify.lock().unwrap().clone()
+    }
+
+    /// The local warehouses in the work dir: folders holding a `catalog.db` (`wh/`, and any a
+    /// test made elsewhere in it), at most three levels down.
+    pub fn warehouses(&self) -> Vec<PathBuf> {
+        fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+            if dir.join("catalog.db").is_file() {
+                out.push(dir.to_path_buf());
+            }
+            if depth == 0 {
+                return;
+            }
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                return;
+            };
+            let mut dirs: Vec<PathBuf> = rd
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path())
+                .collect();
+            dirs.sort();
+            for d in dirs {
+                walk(&d, depth - 1, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.dir, 3, &mut out);
+        out
+    }
+
+    /// `verify TABLE --warehouse wh EXTRA…`, raw (for tests of `verify` itself).
+    pub fn verify_run(&self, table: &str, extra: &[&str]) -> Run {
+        let wh = self.wh().display().to_string();
+        let mut a = vec!["verify", table, "--warehouse", &wh];
+        a.extend_from_slice(extra);
+        self.cli(&a)
+    }
+
+    /// Every table of every local warehouse in the work dir verified with `verify --read`:
+    /// their reports, or what is wrong.
+    pub fn check_tables(&self) -> Result<Vec<Value>, String> {
+        let cli = |a: &[String]| self.cli(a);
+        let mut reports = Vec::new();
+        let mut failures = Vec::new();
+        for wh in self.warehouses() {
+            let catalog = vec!["--warehouse".to_string(), wh.display().to_string()];
+            match verify_catalog(&cli, &catalog) {
+                Ok(r) => reports.extend(r),
+                Err(e) => failures.push(format!("warehouse {}:\n{e}", wh.display())),
+            }
+        }
+        match failures.is_empty() {
+            true => Ok(reports),
+            false => Err(failures.join("\n")),
+        }
+    }
+
+    /// [`Work::check_tables`], panicking with what is wrong: what every test checks when its
+    /// work dir drops, callable earlier (e.g. between two phases of a test).
+    #[track_caller]
+    pub fn verify_tables(&self) -> Vec<Value> {
+        self.check_tables()
+            .unwrap_or_else(|e| panic!("{}: a table does not verify:\n{e}", self.name))
     }
 }
 

@@ -18,13 +18,15 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::common::{Meta, Run, Work, assert_rows, parse_json_lines, python, support};
+use crate::common::{
+    Meta, Run, Work, assert_rows, parse_json_lines, python, support, verify_catalog,
+};
 
 pub const LANDING: &str = "landing";
 pub const WAREHOUSE_BUCKET: &str = "warehouse";
@@ -266,6 +268,9 @@ fn python_cmd(script: &str) -> Command {
 pub struct Moto {
     pub proc: Proc,
     pub port: u16,
+    /// The S3 Tables table buckets made through [`Moto::create_table_bucket`] (their ARNs):
+    /// the catalogs [`Moto::verify_catalogs`] checks beside Glue.
+    table_buckets: Mutex<Vec<String>>,
 }
 
 /// A fake SigV4 header: moto does not check signatures but reads region and service from it.
@@ -293,7 +298,11 @@ impl Moto {
             .arg(&port_file);
         let mut proc = Proc::spawn("moto_server.py", cmd, dir.join(format!("moto-{n}.log")));
         let port = proc.wait_port(&port_file, Duration::from_secs(90));
-        Moto { proc, port }
+        Moto {
+            proc,
+            port,
+            table_buckets: Mutex::new(Vec::new()),
+        }
     }
 
     pub fn endpoint(&self) -> String {
@@ -405,10 +414,12 @@ impl Moto {
         )
         .unwrap_or_else(|e| panic!("CreateTableBucket {name}: {e}"));
         assert_eq!(r.status, 200, "CreateTableBucket {name}: {}", r.text());
-        r.json()["arn"]
+        let arn = r.json()["arn"]
             .as_str()
             .unwrap_or_else(|| panic!("CreateTableBucket {name}: {}", r.text()))
-            .to_string()
+            .to_string();
+        self.table_buckets.lock().unwrap().push(arn.clone());
+        arn
     }
 
     /// Creates a Secrets Manager secret holding `value` (`SecretString`); its ARN.
@@ -462,6 +473,78 @@ impl Moto {
         )
         .unwrap();
         assert_eq!(r.status, 200, "{}", r.text());
+    }
+
+    /// Turns fault injection off (`{"faults": null}`: the defaults, rate 0), so that what
+    /// follows sees the emulator's state as it is.
+    pub fn faults_off(&self) {
+        let r = http(
+            self.port,
+            "POST",
+            "/_dms2iceberg/config",
+            &[("Content-Type", "application/json")],
+            br#"{"faults": null}"#,
+            Duration::from_secs(10),
+        )
+        .unwrap_or_else(|e| panic!("turning the emulator's faults off: {e}"));
+        assert_eq!(
+            r.status,
+            200,
+            "turning the emulator's faults off: {}",
+            r.text()
+        );
+    }
+
+    /// Our CLI with the emulator's AWS environment (`home`: its HOME).
+    pub fn cli(&self, home: &Path, args: &[String]) -> Run {
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_dms2iceberg"));
+        let mut cmd = Command::new(&bin);
+        cmd.env_clear().args(args);
+        for (k, v) in self.aws_env(home) {
+            cmd.env(k, v);
+        }
+        let out = cmd
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+        Run {
+            cmd: format!("dms2iceberg {}", args.join(" ")),
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// The end-of-test invariant on the emulator's catalogs (faults off first): every Iceberg
+    /// table in Glue (warehouse [`WAREHOUSE`]) and in every table bucket made through
+    /// [`Moto::create_table_bucket`] verified with `verify --read` (see
+    /// [`crate::common::verify_catalog`]): their reports, or what is wrong.
+    pub fn check_catalogs(&self, home: &Path) -> Result<Vec<Value>, String> {
+        self.faults_off();
+        let cli = |a: &[String]| self.cli(home, a);
+        let mut catalogs = vec![(
+            "Glue".to_string(),
+            vec!["--catalog", "glue", "--warehouse", WAREHOUSE],
+        )];
+        let buckets = self.table_buckets.lock().unwrap().clone();
+        for arn in &buckets {
+            catalogs.push((
+                format!("S3 Tables {arn}"),
+                vec!["--catalog", "s3tables", "--warehouse", arn.as_str()],
+            ));
+        }
+        let mut reports = Vec::new();
+        let mut failures = Vec::new();
+        for (what, flags) in catalogs {
+            let flags: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
+            match verify_catalog(&cli, &flags) {
+                Ok(r) => reports.extend(r),
+                Err(e) => failures.push(format!("{what}:\n{e}")),
+            }
+        }
+        match failures.is_empty() {
+            true => Ok(reports),
+            false => Err(failures.join("\n")),
+        }
     }
 
     /// What every AWS client of a test gets: the emulator, a region, dummy credentials, nothing
@@ -1029,11 +1112,32 @@ print(json.dumps(out))
 // ---------------------------------------------------------------------------------------------
 // The lab: emulator, buckets, generated DMS trees, readers
 
+/// When it drops at the end of a test that passed (before its emulator stops), every table in
+/// Glue and in the table buckets made through its emulator is verified
+/// ([`Lab::verify_tables`]); then its work dir checks its local warehouses, if any. A test that
+/// leaves a table broken on purpose says why with [`Lab::skip_verify`].
 pub struct Lab {
+    // Dropped in this order, after `Lab`'s own `drop` (which needs the emulator running).
     pub work: Work,
     pub moto: Moto,
     /// The DMS endpoint's BucketFolder: objects are `<folder>/<schema>/<table>/…`.
     pub folder: String,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if std::thread::panicking() || self.work.verify_skipped().is_some() {
+            return;
+        }
+        if let Err(e) = self.moto.check_catalogs(&self.work.dir) {
+            panic!(
+                "{}: a table does not verify at the end of the test (every snapshot still in a \
+                 table's metadata must read, and every file its manifests name exist; a test \
+                 that leaves a table broken on purpose calls `skip_verify(\"why\")`).\n{e}",
+                self.work.name
+            );
+        }
+    }
 }
 
 impl Lab {
@@ -1055,6 +1159,25 @@ impl Lab {
 
     pub fn events_dir(&self) -> PathBuf {
         self.work.dir.join("events")
+    }
+
+    /// Skips the end-of-test verification of the lab's catalogs (and of its work dir's): for a
+    /// test that leaves a table broken on purpose; `why` says what is broken.
+    pub fn skip_verify(&self, why: &str) {
+        self.work.skip_verify(why);
+    }
+
+    /// The end-of-test invariant now: every table in Glue and in the lab's table buckets (and
+    /// in local warehouses of its work dir) verified with `verify --read`; panics with what is
+    /// wrong. Turns the emulator's fault injection off.
+    #[track_caller]
+    pub fn verify_tables(&self) -> Vec<Value> {
+        let mut reports = self
+            .moto
+            .check_catalogs(&self.work.dir)
+            .unwrap_or_else(|e| panic!("{}: a table does not verify:\n{e}", self.work.name));
+        reports.extend(self.work.verify_tables());
+        reports
     }
 
     /// dmsgen into the work dir: objects under `<folder>/<schema>/<table>/` (the BucketFolder),

@@ -6,10 +6,14 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{Run, Work, bin, python, support};
+use super::{Run, Work, bin, python, support, verify_catalog};
 
+/// When it drops at the end of a test that passed, every table of the catalog is verified with
+/// `verify --read` ([`Rustberg::verify_tables`]) before the server stops; a test that leaves a
+/// table broken on purpose says why with [`Rustberg::skip_verify`].
 pub struct Rustberg {
     child: Child,
     pub uri: String,
@@ -17,6 +21,10 @@ pub struct Rustberg {
     pub token: String,
     pub warehouse: PathBuf,
     log: PathBuf,
+    /// What a client needs beside the token to read the warehouse's files (the owner's keys
+    /// for a warehouse on S3): the environment of the end-of-test verification.
+    storage_env: Vec<(String, String)>,
+    skip_verify: Mutex<Option<String>>,
 }
 
 pub fn rustberg_bin() -> PathBuf {
@@ -52,7 +60,7 @@ impl Rustberg {
         let warehouse = w.dir.join("rustberg").join("warehouse");
         std::fs::create_dir_all(&warehouse).unwrap();
         let storage = format!("warehouse_location = \"file://{}\"\n", warehouse.display());
-        Rustberg::launch(w, &storage, &[], warehouse)
+        Rustberg::launch(w, &storage, &[], warehouse, Vec::new())
     }
 
     /// A warehouse on S3 that vends per-table credentials (STS AssumeRole of `s3.role_arn`)
@@ -87,10 +95,26 @@ duration_seconds = 900
             ("AWS_ENDPOINT_URL", s3.endpoint),
             ("AWS_EC2_METADATA_DISABLED", "true"),
         ];
-        Rustberg::launch(w, &storage, &env, PathBuf::new())
+        // The warehouse owner's keys read its files directly (as DuckDB does in the tests).
+        let storage_env = [
+            ("AWS_ACCESS_KEY_ID", s3.key.0),
+            ("AWS_SECRET_ACCESS_KEY", s3.key.1),
+            ("AWS_ENDPOINT_URL", s3.endpoint),
+            ("DMS2ICEBERG_S3_PATH_STYLE", "true"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        Rustberg::launch(w, &storage, &env, PathBuf::new(), storage_env)
     }
 
-    fn launch(w: &Work, storage: &str, env: &[(&str, &str)], warehouse: PathBuf) -> Rustberg {
+    fn launch(
+        w: &Work,
+        storage: &str,
+        env: &[(&str, &str)],
+        warehouse: PathBuf,
+        storage_env: Vec<(String, String)>,
+    ) -> Rustberg {
         let bin = rustberg_bin();
         let dir = w.dir.join("rustberg");
         let data = dir.join("data");
@@ -124,6 +148,8 @@ duration_seconds = 900
             token,
             warehouse,
             log,
+            storage_env,
+            skip_verify: Mutex::new(None),
         };
         server.wait_ready(&bin);
         server
@@ -247,12 +273,62 @@ duration_seconds = 900
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// Skips the end-of-test verification of the catalog's tables: for a test that leaves a
+    /// table broken on purpose; `why` says what is broken.
+    pub fn skip_verify(&self, why: &str) {
+        assert!(!why.trim().is_empty(), "skip_verify needs a reason");
+        *self.skip_verify.lock().unwrap() = Some(why.to_string());
+    }
+
+    /// Every table of the catalog verified with `verify --read` (see
+    /// [`super::verify_catalog`]): their reports, or what is wrong.
+    pub fn check_tables(&self) -> Result<Vec<serde_json::Value>, String> {
+        let env: Vec<(&str, &str)> = self
+            .storage_env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let cli = |a: &[String]| {
+            let a: Vec<&str> = a.iter().map(String::as_str).collect();
+            self.cli_with(&a, &env, &[])
+        };
+        verify_catalog(&cli, &[])
+    }
+
+    /// [`Rustberg::check_tables`], panicking with what is wrong: the end-of-test invariant,
+    /// callable earlier.
+    #[track_caller]
+    pub fn verify_tables(&self) -> Vec<serde_json::Value> {
+        self.check_tables()
+            .unwrap_or_else(|e| panic!("REST catalog {}: a table does not verify:\n{e}", self.uri))
+    }
 }
 
 impl Drop for Rustberg {
     fn drop(&mut self) {
+        let checked = if std::thread::panicking() {
+            Ok(Vec::new())
+        } else if let Some(why) = self.skip_verify.lock().unwrap().clone() {
+            eprintln!(
+                "REST catalog {}: end-of-test verification skipped: {why}",
+                self.uri
+            );
+            Ok(Vec::new())
+        } else {
+            self.check_tables()
+        };
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Err(e) = checked {
+            panic!(
+                "REST catalog {}: a table does not verify at the end of the test (every snapshot \
+                 still in a table's metadata must read, and every file its manifests name \
+                 exist; a test that leaves a table broken on purpose calls \
+                 `skip_verify(\"why\")`).\n{e}",
+                self.uri
+            );
+        }
     }
 }
 

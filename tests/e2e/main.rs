@@ -6,7 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 // Concurrency, crash and compaction helpers (the library in-process, CLI processes, history
-// checks); used by `compact`, `crash` and `stress`.
+// checks); used by `compact`, `crash`, `repair` and `stress`.
 #[path = "../common/stress.rs"]
 mod stress_support;
 
@@ -20,6 +20,7 @@ mod messages;
 mod modes;
 mod ordering;
 mod reload;
+mod repair;
 mod rest;
 mod settings;
 mod stress;
