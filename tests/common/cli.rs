@@ -425,15 +425,28 @@ impl Drop for Work {
         }
         if let Some(why) = self.verify_skipped() {
             eprintln!("{}: end-of-test verification skipped: {why}", self.name);
-        } else if let Err(e) = self.check_tables() {
-            panic!(
-                "{}: a table does not verify at the end of the test (every snapshot still in a \
-                 table's metadata must read, and every file its manifests name exist; a test that \
-                 leaves a table broken on purpose calls `skip_verify(\"why\")`).\n{e}\n\
-                 work dir kept: {}",
-                self.name,
-                self.dir.display()
-            );
+        } else {
+            let started = Instant::now();
+            match self.check_tables() {
+                Ok(reports) => eprintln!(
+                    "{}: end-of-test verification: {} table(s), {} snapshot(s) read whole in {} ms",
+                    self.name,
+                    reports.len(),
+                    reports
+                        .iter()
+                        .filter_map(|r| r["snapshots_read"].as_u64())
+                        .sum::<u64>(),
+                    started.elapsed().as_millis()
+                ),
+                Err(e) => panic!(
+                    "{}: a table does not verify at the end of the test (every snapshot still in \
+                     a table's metadata must read, and every file its manifests name exist; a \
+                     test that leaves a table broken on purpose calls `skip_verify(\"why\")`).\n\
+                     {e}\nwork dir kept: {}",
+                    self.name,
+                    self.dir.display()
+                ),
+            }
         }
         if std::env::var_os("DMS2ICEBERG_KEEP_TEST_DIRS").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);

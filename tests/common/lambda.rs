@@ -1129,13 +1129,20 @@ impl Drop for Lab {
         if std::thread::panicking() || self.work.verify_skipped().is_some() {
             return;
         }
-        if let Err(e) = self.moto.check_catalogs(&self.work.dir) {
-            panic!(
+        let started = Instant::now();
+        match self.moto.check_catalogs(&self.work.dir) {
+            Ok(reports) => eprintln!(
+                "{}: end-of-test verification of Glue and S3 Tables: {} table(s) in {} ms",
+                self.work.name,
+                reports.len(),
+                started.elapsed().as_millis()
+            ),
+            Err(e) => panic!(
                 "{}: a table does not verify at the end of the test (every snapshot still in a \
                  table's metadata must read, and every file its manifests name exist; a test \
                  that leaves a table broken on purpose calls `skip_verify(\"why\")`).\n{e}",
                 self.work.name
-            );
+            ),
         }
     }
 }
