@@ -316,7 +316,17 @@ impl Drop for Rustberg {
             );
             Ok(Vec::new())
         } else {
-            self.check_tables()
+            let started = Instant::now();
+            let checked = self.check_tables();
+            if let Ok(reports) = &checked {
+                eprintln!(
+                    "REST catalog {}: end-of-test verification: {} table(s) in {} ms",
+                    self.uri,
+                    reports.len(),
+                    started.elapsed().as_millis()
+                );
+            }
+            checked
         };
         let _ = self.child.kill();
         let _ = self.child.wait();
