@@ -225,7 +225,7 @@ impl RestCatalog {
                 None => "namespaces".to_string(),
             };
             let r: ListNamespacesResponse = self
-                .send(reqwest::Method::GET, &route, None)
+                .send_retried(reqwest::Method::GET, &route, None)
                 .await
                 .map_err(|f| catalog_error(f, "list namespaces"))?
                 .ok_or_else(|| Error::Catalog("list namespaces: empty answer".into()))?;
@@ -281,7 +281,7 @@ impl RestCatalog {
             None => "config".to_string(),
         };
         let server: ConfigResponse = catalog
-            .send(reqwest::Method::GET, &query, None)
+            .send_retried(reqwest::Method::GET, &query, None)
             .await
             .map_err(|f| catalog_error(f, "GET /v1/config"))?
             .ok_or_else(|| Error::Catalog("GET /v1/config: empty answer".into()))?;
@@ -383,6 +383,39 @@ impl RestCatalog {
 
     /// Sends a request to `route` (under `/v1/<prefix>/`, or `/v1/` for `config`); `Ok(None)`
     /// for a `204` or an empty body. A `401` with OAuth2 renews the token and tries once more.
+    /// [`Self::send`] for a request that may be repeated (a read, creating a namespace, staging
+    /// a table: none changes what a second one finds): a 5xx, a 429 or no answer is retried a
+    /// few times with backoff, as the AWS SDKs retry. Never for a commit: a commit whose answer
+    /// is lost is looked up (see `catalog::SwapError::Unknown`), not sent again.
+    async fn send_retried<T: serde::de::DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        route: &str,
+        body: Option<Vec<u8>>,
+    ) -> std::result::Result<Option<T>, Failure> {
+        const ATTEMPTS: u32 = 4;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let r = self.send(method.clone(), route, body.clone()).await;
+            let transient = match &r {
+                Err(Failure::NoAnswer(_)) => true,
+                Err(Failure::Status(s, _)) => {
+                    s.is_server_error() || *s == reqwest::StatusCode::TOO_MANY_REQUESTS
+                }
+                _ => false,
+            };
+            if !transient || attempt >= ATTEMPTS {
+                return r;
+            }
+            let cap = 100u64 << (2 * (attempt - 1));
+            tokio::time::sleep(std::time::Duration::from_millis(rand::random_range(
+                cap / 2..=cap,
+            )))
+            .await;
+        }
+    }
+
     async fn send<T: serde::de::DeserializeOwned>(
         &self,
         method: reqwest::Method,
@@ -460,7 +493,7 @@ impl RestCatalog {
     async fn ensure_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
         let body = json!({ "namespace": namespace.clone().inner(), "properties": {} });
         match self
-            .send::<Value>(reqwest::Method::POST, "namespaces", Some(to_json(&body)?))
+            .send_retried::<Value>(reqwest::Method::POST, "namespaces", Some(to_json(&body)?))
             .await
         {
             Ok(_) => Ok(()),
@@ -498,7 +531,7 @@ impl RestCatalog {
         };
         let route = format!("namespaces/{}/tables", namespace_path(ident.namespace()));
         let staged: LoadTableResponse = match self
-            .send(reqwest::Method::POST, &route, Some(to_json(&request)?))
+            .send_retried(reqwest::Method::POST, &route, Some(to_json(&request)?))
             .await
         {
             Ok(Some(t)) => t,
@@ -577,7 +610,7 @@ impl Catalog for RestCatalog {
     async fn load(&self, ident: &TableIdent) -> Result<Option<Pointer>> {
         let route = Self::table_route(ident);
         match self
-            .send::<LoadTableResponse>(reqwest::Method::GET, &route, None)
+            .send_retried::<LoadTableResponse>(reqwest::Method::GET, &route, None)
             .await
         {
             Ok(Some(mut t)) => {
@@ -692,7 +725,7 @@ impl Catalog for RestCatalog {
                     route.push_str(&format!("?pageToken={}", encode(p)));
                 }
                 let r: ListTablesResponse = self
-                    .send(reqwest::Method::GET, &route, None)
+                    .send_retried(reqwest::Method::GET, &route, None)
                     .await
                     .map_err(|f| catalog_error(f, &format!("list tables of {ns:?}")))?
                     .ok_or_else(|| Error::Catalog("list tables: empty answer".into()))?;
