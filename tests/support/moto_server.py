@@ -577,7 +577,7 @@ def cmd_check_table(a) -> int:
 
 
 def cmd_unreferenced(a) -> int:
-    """Prints (one per line) the files under the table's folder in S3 that its metadata, as
+    """Prints `TABLE<TAB>path` for each file under a table's folder in S3 that its metadata, as
     PyIceberg reads it, does not reference: the current and logged metadata files, every
     snapshot's manifest list, manifests and the files their entries name (live or not), and
     statistics files. Key indexes (`<data file>.keyindex`, ours) count as referenced with their
@@ -586,31 +586,32 @@ def cmd_unreferenced(a) -> int:
     from botocore.config import Config
 
     cat = glue_catalog(a.endpoint)
-    t = cat.load_table(a.table)
-    md = t.metadata
-    io = t.io
-    refs = {t.metadata_location}
-    refs.update(e.metadata_file for e in md.metadata_log)
-    refs.update(s.statistics_path for s in md.statistics)
-    refs.update(s.statistics_path for s in getattr(md, "partition_statistics", []) or [])
-    for snap in md.snapshots:
-        refs.add(snap.manifest_list)
-        for m in snap.manifests(io):
-            refs.add(m.manifest_path)
-            for e in m.fetch_manifest_entry(io, discard_deleted=False):
-                refs.add(e.data_file.file_path)
-    location = md.location.rstrip("/")
-    bucket, prefix = location[len("s3://"):].split("/", 1)
     s3 = boto3.client("s3", endpoint_url=a.endpoint, region_name=REGION,
                       aws_access_key_id="testing", aws_secret_access_key="testing",
                       config=Config(s3={"addressing_style": "path"}))
-    listed = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
-        listed.extend(f"s3://{bucket}/{o['Key']}" for o in page.get("Contents", []))
-    for f in sorted(listed):
-        if f in refs or (f.endswith(".keyindex") and f[:-len(".keyindex")] in refs):
-            continue
-        print(f)
+    for name in a.table:
+        t = cat.load_table(name)
+        md = t.metadata
+        io = t.io
+        refs = {t.metadata_location}
+        refs.update(e.metadata_file for e in md.metadata_log)
+        refs.update(s.statistics_path for s in md.statistics)
+        refs.update(s.statistics_path for s in getattr(md, "partition_statistics", []) or [])
+        for snap in md.snapshots:
+            refs.add(snap.manifest_list)
+            for m in snap.manifests(io):
+                refs.add(m.manifest_path)
+                for e in m.fetch_manifest_entry(io, discard_deleted=False):
+                    refs.add(e.data_file.file_path)
+        location = md.location.rstrip("/")
+        bucket, prefix = location[len("s3://"):].split("/", 1)
+        listed = []
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+            listed.extend(f"s3://{bucket}/{o['Key']}" for o in page.get("Contents", []))
+        for f in sorted(listed):
+            if f in refs or (f.endswith(".keyindex") and f[:-len(".keyindex")] in refs):
+                continue
+            print(f"{name}\t{f}")
     return 0
 
 
@@ -1066,9 +1067,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--duckdb", action="store_true",
                    help="also read the metadata Glue names with DuckDB's iceberg_scan (httpfs)")
     p = sub.add_parser("unreferenced",
-                       help="files in a Glue table's S3 folder its metadata does not reference")
+                       help="files in Glue tables' S3 folders their metadata does not reference")
     p.add_argument("--endpoint", required=True)
-    p.add_argument("--table", required=True, help="database.table")
+    p.add_argument("--table", required=True, action="append", help="database.table (repeatable)")
     p = sub.add_parser("check-s3tables",
                        help="read an S3 Tables table (PyIceberg static table, DuckDB) and compare")
     p.add_argument("--endpoint", required=True)
