@@ -12,6 +12,7 @@ mod common;
 #[path = "../common/lambda.rs"]
 mod lambda_support;
 
+mod deadline;
 mod faults;
 mod lambda;
 mod rest;

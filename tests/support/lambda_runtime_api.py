@@ -22,7 +22,9 @@ Events are served one at a time, in the order given, each to one `next`.
 
 Events come from --event (files, or directories of *.json taken in name order) and/or from the
 control endpoint, which a test uses to invoke the warm function again and again:
-  POST /_emulator/invoke[?timeout_s=N]  body: the event; waits for the outcome and returns it
+  POST /_emulator/invoke[?timeout_s=N][&deadline_s=D]  body: the event; waits for the outcome
+                                        and returns it (deadline_s: this invocation's function
+                                        timeout, the Deadline-Ms header, instead of --timeout-s)
   GET  /_emulator/status                {"first_next_ms", "next_requests", "init_error", "results", ...}
   GET  /_emulator/results               every outcome so far
 Each outcome is one JSON object, printed to stdout as a line and appended to --results:
@@ -61,6 +63,8 @@ class Invocation:
         self.done = threading.Event()
         self.result: dict | None = None
         self.served_at_ms: int | None = None
+        # This invocation's function timeout (seconds), if not the emulator's --timeout-s.
+        self.deadline_s: float | None = None
 
 
 class Emulator:
@@ -78,10 +82,11 @@ class Emulator:
         self.preloaded: list[Invocation] = []
         self.all_done = threading.Event()
 
-    def submit(self, event: bytes) -> Invocation:
+    def submit(self, event: bytes, deadline_s: float | None = None) -> Invocation:
         with self.lock:
             self.seq += 1
             inv = Invocation(self.seq, event)
+            inv.deadline_s = deadline_s
         self.pending.put(inv)
         return inv
 
@@ -174,7 +179,8 @@ def make_handler(emu: Emulator):
                 inv.served_at_ms = now_ms()
                 with emu.lock:
                     emu.inflight[inv.request_id] = inv
-                deadline = inv.served_at_ms + emu.a.timeout_s * 1000
+                timeout_s = inv.deadline_s if inv.deadline_s is not None else emu.a.timeout_s
+                deadline = inv.served_at_ms + int(timeout_s * 1000)
                 self.send(200, raw=inv.event, headers={
                     "Lambda-Runtime-Aws-Request-Id": inv.request_id,
                     "Lambda-Runtime-Deadline-Ms": str(deadline),
@@ -229,7 +235,8 @@ def make_handler(emu: Emulator):
                     self.send(200, {"outcome": "init_error", "body": init_error["body"],
                                     "error_type": init_error["error_type"]})
                     return
-                inv = emu.submit(raw)
+                deadline_s = parse_qs(url.query).get("deadline_s")
+                inv = emu.submit(raw, float(deadline_s[0]) if deadline_s else None)
                 if not inv.done.wait(timeout):
                     emu.finish(inv, "timeout", None)
                 self.send(200, inv.result)

@@ -80,6 +80,8 @@ struct TableEvent<'a> {
     named: &'a [&'a str],
     deleted: Option<(BTreeSet<String>, i64)>,
     transactions: Option<&'a Transactions>,
+    /// When the invocation must have answered.
+    deadline: Option<Instant>,
 }
 
 /// A CDC_TXN file's bytes and the tables (`schema`, `table`) it holds.
@@ -173,6 +175,8 @@ const PREFETCH_MAX: usize = 4;
 struct TableOutcome {
     /// Object keys (`s3://bucket/key`) the table records as applied afterwards.
     applied: BTreeSet<String>,
+    /// Files not started because the invocation's deadline was near.
+    left_at_deadline: usize,
     /// Object keys the table folder held when listed (`None`: not listed).
     listed: Option<BTreeSet<String>>,
     error: Option<Failure>,
@@ -249,6 +253,17 @@ impl IngestHandler {
     }
 
     pub async fn handle(&self, event: IngestEvent) -> Result<IngestResponse, FunctionError> {
+        self.handle_until(event, None).await
+    }
+
+    /// [`Self::handle`] with the time by which the invocation must have answered: no file is
+    /// started that could not be finished by then; the files left fail their records as a
+    /// backlog, for the retry, instead of a timeout failing every record of the batch.
+    pub async fn handle_until(
+        &self,
+        event: IngestEvent,
+        deadline: Option<Instant>,
+    ) -> Result<IngestResponse, FunctionError> {
         let records = event.records()?;
         let (config, mut reads) = self.current_config(&records).await?;
         let config: &Config = &config;
@@ -269,6 +284,7 @@ impl IngestHandler {
                         named: &named.in_folder(&folder),
                         deleted: named.deleted_in(&folder),
                         transactions: transactions.as_ref(),
+                        deadline,
                     },
                 )
                 .await;
@@ -299,12 +315,17 @@ impl IngestHandler {
                         None
                     }
                     Some(o) => Some(o.error.clone().unwrap_or_else(|| {
-                        (
-                            "Backlog",
-                            "not applied yet (beyond the per-invocation cap, or waiting for \
-                             the table's full load: its files are applied by their own events)"
-                                .into(),
-                        )
+                        let why = match o.left_at_deadline {
+                            0 => "not applied yet (beyond the per-invocation cap, or waiting \
+                                  for the table's full load: its files are applied by their own \
+                                  events)"
+                                .to_string(),
+                            n => format!(
+                                "not started: the invocation's deadline was near ({n} file(s) \
+                                 of the table left for the next invocation)"
+                            ),
+                        };
+                        ("Backlog", why)
                     })),
                 };
                 if let Some((kind, w)) = why {
@@ -449,10 +470,12 @@ impl IngestHandler {
             named,
             deleted,
             transactions,
+            deadline,
         } = event;
         let started = Instant::now();
         let mut outcome = TableOutcome {
             applied: BTreeSet::new(),
+            left_at_deadline: 0,
             listed: None,
             error: None,
         };
@@ -517,6 +540,7 @@ impl IngestHandler {
                 .spool(self.env.spool.clone())
                 .files_per_commit(self.env.files_per_commit)
                 .parallel(self.env.parallel_loads)
+                .deadline(deadline)
                 .execute(schema, table, pending, |_| {})
                 .await;
             Ok((report, files, applied))
@@ -532,6 +556,7 @@ impl IngestHandler {
             }
         };
         outcome.listed = Some(files.iter().map(|(o, _)| o.key.clone()).collect());
+        outcome.left_at_deadline = report.files_left_at_deadline;
         // What the table holds now. Without an error every pending file this run took was
         // applied, by this run or (reported as skipped) by a concurrent one: the table as
         // loaded before plus the commits' files. After an error, ask the catalog.
@@ -701,6 +726,7 @@ impl IngestHandler {
             commit_attempts = attempts,
             conflicts,
             files_waiting = report.files_waiting,
+            files_left_at_deadline = report.files_left_at_deadline,
             error = ?report.error_log,
             duration_ms = started.elapsed().as_millis() as u64,
             "table processed"
@@ -724,6 +750,11 @@ impl IngestHandler {
             ),
             ("Reloads", "Count", report.reloads() as f64),
             ("FilesFailed", "Count", report.error.is_some() as u8 as f64),
+            (
+                "FilesLeftAtDeadline",
+                "Count",
+                report.files_left_at_deadline as f64,
+            ),
             ("CommitAttempts", "Count", attempts as f64),
             ("CommitConflicts", "Count", conflicts as f64),
         ];

@@ -35,13 +35,28 @@ pub async fn ingest() -> Result<(), lambda_runtime::Error> {
     .await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<IngestEvent>| {
         let handler = handler.clone();
+        // Answer a few seconds before Lambda's deadline: the records' outcome must reach it.
+        let deadline =
+            deadline_of(&event.context).map(|d| d.checked_sub(Duration::from_secs(3)).unwrap_or(d));
         async move {
-            guarded(handler.handle(event.payload))
+            guarded(handler.handle_until(event.payload, deadline))
                 .await
                 .map_err(diagnostic)
         }
     }))
     .await
+}
+
+/// The invocation's deadline (the context's, wall-clock milliseconds) as an `Instant`; `None`
+/// when the Runtime API gave none.
+fn deadline_of(context: &lambda_runtime::Context) -> Option<Instant> {
+    if context.deadline == 0 {
+        return None;
+    }
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    Some(Instant::now() + Duration::from_millis(context.deadline.saturating_sub(now_ms)))
 }
 
 /// The compaction function, with the invocation's deadline passed to the handler (it stops
@@ -61,14 +76,9 @@ pub async fn compact() -> Result<(), lambda_runtime::Error> {
     .await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<CompactEvent>| {
         let handler = handler.clone();
-        // The context's deadline is wall-clock milliseconds; turn it into an Instant.
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let deadline =
-            Instant::now() + Duration::from_millis(event.context.deadline.saturating_sub(now_ms));
+        let deadline = deadline_of(&event.context);
         async move {
-            guarded(handler.handle(event.payload, Some(deadline)))
+            guarded(handler.handle(event.payload, deadline))
                 .await
                 .map_err(diagnostic)
         }

@@ -108,6 +108,33 @@ pub struct Ingest<'a> {
     spool: std::path::PathBuf,
     /// Full-load files of one load applied at once, each its own commit.
     parallel: usize,
+    /// When the caller must have returned (a Lambda invocation's deadline): no file is started
+    /// that could not be finished by then (see [`Ingest::deadline`]).
+    deadline: Option<Deadline>,
+}
+
+/// A deadline and the time the run had when it started.
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    total: std::time::Duration,
+}
+
+impl Deadline {
+    /// Time to keep in hand before starting a file: twice the longest file applied so far in
+    /// this run (the next may take as long), and at least a tenth of the run's time, 1 to 30 s.
+    fn reserve(&self, longest: std::time::Duration) -> std::time::Duration {
+        let floor = (self.total / 10).clamp(
+            std::time::Duration::from_secs(1),
+            std::time::Duration::from_secs(30),
+        );
+        (longest * 2).max(floor)
+    }
+
+    /// Whether a file may still be started.
+    fn allows(&self, longest: std::time::Duration) -> bool {
+        self.at.saturating_duration_since(Instant::now()) > self.reserve(longest)
+    }
 }
 
 impl<'a> Ingest<'a> {
@@ -120,7 +147,20 @@ impl<'a> Ingest<'a> {
             preloaded: std::sync::Mutex::new(None),
             spool: std::env::temp_dir().join("dms2iceberg"),
             parallel: 1,
+            deadline: None,
         }
+    }
+
+    /// Starts no file once the time left before `at` is short of what the files applied so
+    /// far suggest the next one needs (twice the longest, at least a tenth of the time there
+    /// was, 1 to 30 s): the files left are reported (`files_left_at_deadline`), for the next
+    /// invocation, instead of a timeout failing them all.
+    pub fn deadline(mut self, at: Option<Instant>) -> Self {
+        self.deadline = at.map(|at| Deadline {
+            at,
+            total: at.saturating_duration_since(Instant::now()),
+        });
+        self
     }
 
     /// Applies up to `n` full-load files of one load at once, each as its own commit (an
@@ -198,6 +238,7 @@ impl<'a> Ingest<'a> {
             error_log: None,
             error_kind: None,
             files_waiting: 0,
+            files_left_at_deadline: 0,
         };
         let (cfg, ident) = match self.resolve(schema, table) {
             Ok(r) => r,
@@ -246,7 +287,21 @@ impl<'a> Ingest<'a> {
         let stop = same_place(&mut files, record.as_deref());
         let end = stop.as_ref().map_or(files.len(), |s| s.at);
         let mut i = 0;
+        let mut longest = std::time::Duration::ZERO;
         while i < end {
+            if let Some(d) = &self.deadline
+                && !d.allows(longest)
+            {
+                report.files_left_at_deadline = end - i;
+                tracing::info!(
+                    table = %ident,
+                    files_left = end - i,
+                    longest_ms = longest.as_millis() as u64,
+                    "the invocation's deadline is near: files left for the next invocation"
+                );
+                return report;
+            }
+            let started = Instant::now();
             let k = match self
                 .parallel_loads(&ident, &files[i..end], &mut loaded)
                 .await
@@ -271,6 +326,7 @@ impl<'a> Ingest<'a> {
                     report.files_waiting = not_applied + (end - i - k);
                     return report;
                 }
+                longest = longest.max(started.elapsed());
                 i += k;
                 continue;
             }
@@ -302,6 +358,7 @@ impl<'a> Ingest<'a> {
                     return report;
                 }
             }
+            longest = longest.max(started.elapsed());
             i += n;
         }
         if let Some(s) = stop {
@@ -658,4 +715,29 @@ pub(crate) fn planner_for_tests<'a>(
     files: Vec<FileInput>,
 ) -> impl commit::Planner<Report = CommitReport> + 'a {
     IngestPlanner::new(ingest, cfg, ident, files)
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    use super::Deadline;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn the_reserve_is_twice_the_slowest_file_and_a_tenth_of_the_time_within_1_to_30_s() {
+        let d = |total: u64| Deadline {
+            at: Instant::now() + Duration::from_secs(total),
+            total: Duration::from_secs(total),
+        };
+        assert_eq!(d(300).reserve(Duration::ZERO), Duration::from_secs(30));
+        assert_eq!(d(900).reserve(Duration::ZERO), Duration::from_secs(30));
+        assert_eq!(d(60).reserve(Duration::ZERO), Duration::from_secs(6));
+        assert_eq!(d(5).reserve(Duration::ZERO), Duration::from_secs(1));
+        assert_eq!(
+            d(300).reserve(Duration::from_secs(40)),
+            Duration::from_secs(80)
+        );
+        assert!(d(300).allows(Duration::from_secs(100)));
+        assert!(!d(300).allows(Duration::from_secs(200)));
+        assert!(!d(0).allows(Duration::ZERO));
+    }
 }

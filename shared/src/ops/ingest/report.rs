@@ -156,6 +156,8 @@ pub struct TableReport {
     pub error_kind: Option<&'static str>,
     /// Files not applied because an earlier file failed.
     pub files_waiting: usize,
+    /// Files not started because the run's deadline was near ([`super::Ingest::deadline`]).
+    pub files_left_at_deadline: usize,
 }
 
 impl TableReport {
