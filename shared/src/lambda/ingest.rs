@@ -18,7 +18,7 @@ use tracing::{error, info, warn};
 
 use super::events::IngestEvent;
 use super::metrics::emf_line;
-use super::{FunctionEnv, FunctionError};
+use super::{FunctionEnv, FunctionError, Services};
 use crate::catalog::Catalog;
 use crate::commit::{AppliedRecord, Standing};
 use crate::config::Config;
@@ -40,6 +40,7 @@ pub struct IngestHandler {
     last_config: std::sync::Mutex<Option<(String, Arc<Config>)>>,
     catalog: Arc<dyn Catalog>,
     objects: Arc<dyn ObjectStore>,
+    services: Services,
 }
 
 /// A table folder: (bucket, prefix).
@@ -188,16 +189,18 @@ impl IngestHandler {
     pub async fn new(
         env: FunctionEnv,
         catalog: Arc<dyn Catalog>,
-        objects: Arc<dyn ObjectStore>,
+        services: impl Into<Services>,
     ) -> Result<IngestHandler> {
-        let (config, text) = env.load_config_text(objects.as_ref()).await?;
+        let services = services.into();
+        let (config, text) = env.load_config_text(&services).await?;
         let config = Arc::new(config);
         Ok(IngestHandler {
             env,
             last_config: std::sync::Mutex::new(text.map(|t| (t, config.clone()))),
             config,
             catalog,
-            objects,
+            objects: services.objects.clone(),
+            services,
         })
     }
 
@@ -209,12 +212,7 @@ impl IngestHandler {
         &self,
         records: &[super::events::Record],
     ) -> Result<(Arc<Config>, BTreeMap<TableFolder, TableReads>)> {
-        let s3 = self
-            .env
-            .config
-            .as_deref()
-            .is_some_and(|c| c.starts_with("s3://"));
-        if !s3 {
+        if !self.env.config_is_remote() {
             return Ok((self.config.clone(), BTreeMap::new()));
         }
         let last = self.last_config.lock().ok().and_then(|l| l.clone());
@@ -231,11 +229,11 @@ impl IngestHandler {
                     },
                 ));
                 let (fresh, reads) =
-                    futures::join!(self.env.load_config_text(self.objects.as_ref()), reads);
+                    futures::join!(self.env.load_config_text(&self.services), reads);
                 (fresh?, reads)
             }
             None => (
-                self.env.load_config_text(self.objects.as_ref()).await?,
+                self.env.load_config_text(&self.services).await?,
                 Vec::new(),
             ),
         };

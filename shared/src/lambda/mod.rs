@@ -75,6 +75,44 @@ where
     }
 }
 
+/// A parameter store: the ingest function's config when `DMS2ICEBERG_CONFIG=ssm:<name>` (AWS
+/// Systems Manager Parameter Store, [`crate::aws::SsmParameters`]).
+#[async_trait::async_trait]
+pub trait ParameterStore: Send + Sync {
+    /// The parameter's value.
+    async fn get(&self, name: &str) -> Result<String>;
+}
+
+/// Where the ingest function moves a record that no retry can help (a bad file, a table
+/// without a key): its queue's dead-letter queue, at once, instead of after the queue's
+/// receive count ([`crate::aws::SqsDeadLetters`]).
+#[async_trait::async_trait]
+pub trait DeadLetters: Send + Sync {
+    /// Sends `body` (the record as it was received) with `attributes` (why, which table and
+    /// file) to the dead-letter queue.
+    async fn send(&self, body: &str, attributes: &[(&str, &str)]) -> Result<()>;
+}
+
+/// What the ingest function reads from and writes to besides its catalog.
+#[derive(Clone)]
+pub struct Services {
+    pub objects: std::sync::Arc<dyn ObjectStore>,
+    /// For an `ssm:` config.
+    pub parameters: Option<std::sync::Arc<dyn ParameterStore>>,
+    /// With `DMS2ICEBERG_DEAD_LETTER_QUEUE_URL`: records no retry can help go there at once.
+    pub dead_letters: Option<std::sync::Arc<dyn DeadLetters>>,
+}
+
+impl<T: ObjectStore + 'static> From<std::sync::Arc<T>> for Services {
+    fn from(objects: std::sync::Arc<T>) -> Services {
+        Services {
+            objects,
+            parameters: None,
+            dead_letters: None,
+        }
+    }
+}
+
 /// Environment of both functions.
 #[derive(Debug, Clone)]
 pub struct FunctionEnv {
@@ -85,8 +123,14 @@ pub struct FunctionEnv {
     /// `DMS2ICEBERG_GLUE_DATABASE`: every table goes to this Glue database (S3 Tables: this
     /// namespace).
     pub database: Option<String>,
-    /// `DMS2ICEBERG_CONFIG`: a bundled path or an `s3://` URI.
+    /// `DMS2ICEBERG_CONFIG`: a bundled path, an `s3://` URI or `ssm:<parameter name>` (the
+    /// last two read again by every invocation).
     pub config: Option<String>,
+    /// `DMS2ICEBERG_DEAD_LETTER_QUEUE_URL`: records no retry can help are moved there at once.
+    pub dead_letter_queue: Option<String>,
+    /// `DMS2ICEBERG_TABLE_METRICS=on`: metrics per table besides the function's aggregates
+    /// (each table's metrics are custom metrics of their own, billed as such).
+    pub table_metrics: bool,
     /// `DMS2ICEBERG_MAX_FILES_PER_COMMIT` (default 1).
     pub files_per_commit: usize,
     /// `DMS2ICEBERG_MAX_FILES_PER_INVOCATION` (default 100).
@@ -142,6 +186,16 @@ impl FunctionEnv {
             catalog,
             database: var("DMS2ICEBERG_GLUE_DATABASE"),
             config: var("DMS2ICEBERG_CONFIG"),
+            dead_letter_queue: var("DMS2ICEBERG_DEAD_LETTER_QUEUE_URL"),
+            table_metrics: match var("DMS2ICEBERG_TABLE_METRICS").as_deref() {
+                None | Some("off" | "false" | "0") => false,
+                Some("on" | "true" | "1") => true,
+                Some(other) => {
+                    return Err(Error::Config(format!(
+                        "DMS2ICEBERG_TABLE_METRICS=`{other}`: use `on` or `off`"
+                    )));
+                }
+            },
             files_per_commit: num("DMS2ICEBERG_MAX_FILES_PER_COMMIT", 1)?.max(1),
             files_per_invocation: num("DMS2ICEBERG_MAX_FILES_PER_INVOCATION", 100)?.max(1),
             spool: var("DMS2ICEBERG_SPOOL_DIR")
@@ -152,32 +206,49 @@ impl FunctionEnv {
     }
 
     /// The TOML config (if any), with the database override applied.
-    pub async fn load_config(&self, objects: &dyn ObjectStore) -> Result<Config> {
-        Ok(self.load_config_text(objects).await?.0)
+    pub async fn load_config(&self, services: &Services) -> Result<Config> {
+        Ok(self.load_config_text(services).await?.0)
     }
 
-    /// [`FunctionEnv::load_config`], and the text of an `s3://` config as read.
-    pub async fn load_config_text(
-        &self,
-        objects: &dyn ObjectStore,
-    ) -> Result<(Config, Option<String>)> {
-        let mut text_read = None;
-        let mut cfg = match &self.config {
-            None => Config::default(),
+    /// Whether the config is read again by every invocation (`s3://`, `ssm:`): an operator's
+    /// change (`skip_files`, a new table) takes effect without a redeploy.
+    pub fn config_is_remote(&self) -> bool {
+        self.config
+            .as_deref()
+            .is_some_and(|c| c.starts_with("s3://") || c.starts_with("ssm:"))
+    }
+
+    /// [`FunctionEnv::load_config`], and the text of a remote config as read.
+    pub async fn load_config_text(&self, services: &Services) -> Result<(Config, Option<String>)> {
+        let parse = |what: &str, text: String| -> Result<(Config, Option<String>)> {
+            let cfg = Config::from_toml(&text).map_err(|e| Error::Config(format!("{what}: {e}")))?;
+            Ok((cfg, Some(text)))
+        };
+        let (mut cfg, text_read) = match &self.config {
+            None => (Config::default(), None),
             Some(uri) if uri.starts_with("s3://") => {
                 let (bucket, key) = split_s3_uri(uri)?;
-                let bytes = objects
+                let bytes = services
+                    .objects
                     .get(bucket, key)
                     .await
                     .map_err(|e| Error::Config(format!("reading {uri}: {e}")))?;
                 let text = String::from_utf8(bytes)
                     .map_err(|_| Error::Config(format!("{uri} is not UTF-8")))?;
-                let cfg =
-                    Config::from_toml(&text).map_err(|e| Error::Config(format!("{uri}: {e}")))?;
-                text_read = Some(text);
-                cfg
+                parse(uri, text)?
             }
-            Some(path) => Config::load(std::path::Path::new(path))?,
+            Some(uri) if uri.starts_with("ssm:") => {
+                let name = &uri["ssm:".len()..];
+                let store = services.parameters.as_ref().ok_or_else(|| {
+                    Error::Config(format!("{uri}: no Parameter Store client in this process"))
+                })?;
+                let text = store
+                    .get(name)
+                    .await
+                    .map_err(|e| Error::Config(format!("reading {uri}: {e}")))?;
+                parse(uri, text)?
+            }
+            Some(path) => (Config::load(std::path::Path::new(path))?, None),
         };
         if let Some(db) = &self.database {
             if !crate::config::is_identifier(db) {

@@ -77,6 +77,8 @@ impl Lab {
             },
             database: Some(DB.into()),
             config: Some(CONFIG_URI.into()),
+            dead_letter_queue: None,
+            table_metrics: false,
             files_per_commit: 1,
             files_per_invocation: 100,
             spool: self.dir.join("spool"),
