@@ -24,3 +24,4 @@ mod rest;
 mod settings;
 mod stress;
 mod types;
+mod widen;
