@@ -25,8 +25,6 @@ use serde_json::{Value, json};
 use crate::common::*;
 
 const TABLE: &str = "s.t";
-/// Scale of the `amount` column (decimal(9,2), widened to decimal(12,2)).
-const SCALE: u32 = 2;
 
 /// A row of the source table.
 #[derive(Debug, Clone, PartialEq)]
@@ -422,7 +420,8 @@ fn maintain(w: &Work, cmd: &str) -> Run {
     w.cli(&[cmd, TABLE, "--warehouse", &wh]).assert_success()
 }
 
-/// The Iceberg type of each column in the table's current schema (from its metadata.json).
+/// The Iceberg type of each column in the table's current schema, and its `format-version`
+/// (from its metadata.json).
 fn table_types(w: &Work) -> BTreeMap<String, String> {
     let db = w.wh().join("catalog.db");
     let code = format!(
@@ -431,7 +430,9 @@ fn table_types(w: &Work) -> BTreeMap<String, String> {
          loc = con.execute(\"SELECT metadata_location FROM iceberg_tables WHERE table_name='t'\").fetchone()[0]\n\
          md = json.load(open(loc.removeprefix('file://')))\n\
          s = [s for s in md['schemas'] if s['schema-id'] == md['current-schema-id']][0]\n\
-         print(json.dumps({{f['name']: f['type'] for f in s['fields']}}))\n",
+         types = {{f['name']: f['type'] for f in s['fields']}}\n\
+         types['format-version'] = str(md['format-version'])\n\
+         print(json.dumps(types))\n",
         db.display().to_string()
     );
     let r = run(&python(), ["-c", code.as_str()]).assert_success();
@@ -479,6 +480,9 @@ fn run_case(case: &Case) {
     }
     let want_types = types(true, case.key_widens);
     let got_types = table_types(&w);
+    // `scripts/test` runs this suite again on v3 tables (deletion vectors, row lineage).
+    let version = std::env::var("DMS2ICEBERG_FORMAT_VERSION").unwrap_or_else(|_| "2".into());
+    assert_eq!(got_types["format-version"], version);
     for (n, t) in want_types {
         assert_eq!(
             got_types[n].replace(' ', ""),
