@@ -2,7 +2,7 @@
 //! while we process it, and which type changes Iceberg allows (promotions).
 
 use arrow_schema::DataType;
-use iceberg::spec::{Datum, PrimitiveLiteral, PrimitiveType, Type};
+use iceberg::spec::{Datum, Literal, PrimitiveLiteral, PrimitiveType, Struct, StructType, Type};
 
 use crate::error::{Error, Result};
 
@@ -119,6 +119,39 @@ pub(crate) fn promote_datum(d: &Datum, to: &PrimitiveType) -> Option<Datum> {
         _ => d.to_bytes().ok()?.to_vec(),
     };
     Datum::try_from_bytes(&bytes, to.clone()).ok()
+}
+
+/// `partition` (a file's partition values as a manifest written before a column was widened
+/// holds them) in `partition_type`, the spec's partition type under the current schema: values
+/// of an identity or truncate field of a widened column (int → long, float → double) in the
+/// wider type. `None` when every value is of its field's type already (a decimal literal is its
+/// unscaled value at any precision), as for every table that never widened a partition source.
+///
+/// iceberg-rust matches position deletes to data files by partition value (`Int(3)` is not
+/// `Long(3)`), and a partition key whose value is not of its field's type panics where it is
+/// rendered into a file's path.
+pub(crate) fn conform_partition(partition: &Struct, partition_type: &StructType) -> Option<Struct> {
+    let widened = |v: Option<&Literal>, ty: &Type| -> Option<Literal> {
+        let Some(Literal::Primitive(p)) = v else {
+            return None;
+        };
+        match (p, ty.as_primitive_type()?) {
+            (PrimitiveLiteral::Int(i), PrimitiveType::Long) => Some(Literal::long(*i)),
+            (PrimitiveLiteral::Float(x), PrimitiveType::Double) => {
+                Some(Literal::double(f64::from(x.0)))
+            }
+            _ => None,
+        }
+    };
+    let fields = partition_type.fields();
+    if (partition.iter().zip(fields)).all(|(v, f)| widened(v, &f.field_type).is_none()) {
+        return None;
+    }
+    Some(
+        (partition.iter().zip(fields))
+            .map(|(v, f)| widened(v, &f.field_type).or_else(|| v.cloned()))
+            .collect(),
+    )
 }
 
 /// A decimal's unscaled value as Iceberg serializes it: big-endian two's complement in the
@@ -333,6 +366,37 @@ mod tests {
             Some(std::cmp::Ordering::Equal)
         );
         assert_eq!(cmp_datums(&Datum::int(1), &Datum::string("1")), None);
+    }
+
+    #[test]
+    fn partition_values_follow_a_widened_source() {
+        use iceberg::spec::NestedField;
+        use std::sync::Arc;
+        let field =
+            |id, t: PrimitiveType| Arc::new(NestedField::optional(id, "p", Type::Primitive(t)));
+        let wide = StructType::new(vec![
+            field(1000, PrimitiveType::Long),
+            field(1001, PrimitiveType::Double),
+            field(1002, PrimitiveType::Int),
+            field(1003, PrimitiveType::Long),
+        ]);
+        let old = Struct::from_iter([
+            Some(Literal::int(3)),
+            Some(Literal::float(0.5)),
+            Some(Literal::int(7)),
+            None,
+        ]);
+        let now = conform_partition(&old, &wide).unwrap();
+        assert_eq!(
+            now,
+            Struct::from_iter([
+                Some(Literal::long(3)),
+                Some(Literal::double(0.5)),
+                Some(Literal::int(7)),
+                None,
+            ])
+        );
+        assert_eq!(conform_partition(&now, &wide), None, "already of the types");
     }
 
     #[test]

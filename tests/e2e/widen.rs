@@ -99,6 +99,8 @@ struct Case {
     /// `commit.manifest-merge.enabled`: with `false` the manifests of earlier commits stay as
     /// they were written until `rewrite-manifests`.
     merge: bool,
+    /// `partition_by`, if any.
+    partition_by: Option<&'static str>,
 }
 
 fn row(
@@ -343,6 +345,9 @@ fn config(case: &Case, wide: bool) -> String {
     if !case.merge {
         c.push_str("properties = { \"commit.manifest-merge.enabled\" = \"false\" }\n");
     }
+    if let Some(p) = case.partition_by {
+        c.push_str(&format!("partition_by = [\"{p}\"]\n"));
+    }
     if case.format == Format::Csv {
         let pins: Vec<String> = types(wide, case.key_widens)[..4]
             .iter()
@@ -357,7 +362,7 @@ fn config(case: &Case, wide: bool) -> String {
 fn place(w: &Work, case: &Case, f: &DmsFile) -> PathBuf {
     let dir = w.dms().join("s/t");
     std::fs::create_dir_all(&dir).unwrap();
-    let path = match case.format {
+    match case.format {
         Format::Parquet => {
             let p = dir.join(format!("{}.parquet", f.name));
             write_parquet(&p, f, case.key_widens);
@@ -368,8 +373,7 @@ fn place(w: &Work, case: &Case, f: &DmsFile) -> PathBuf {
             write_csv(&p, f);
             p
         }
-    };
-    path
+    }
 }
 
 /// The model: the table's rows after each file, by key.
@@ -543,6 +547,7 @@ fn parquet_widens_in_one_call_key_too() {
         calls: Calls::One,
         key_widens: true,
         merge: true,
+        partition_by: None,
     });
 }
 
@@ -554,6 +559,7 @@ fn parquet_widens_in_separate_calls_manifests_unmerged() {
         calls: Calls::Separate,
         key_widens: false,
         merge: false,
+        partition_by: None,
     });
 }
 
@@ -565,6 +571,7 @@ fn csv_widens_by_pins_in_one_call_manifests_unmerged() {
         calls: Calls::One,
         key_widens: false,
         merge: false,
+        partition_by: None,
     });
 }
 
@@ -576,5 +583,21 @@ fn csv_widens_by_pins_in_separate_calls_key_too() {
         calls: Calls::Separate,
         key_widens: true,
         merge: true,
+        partition_by: None,
+    });
+}
+
+/// Partitioned by a widened column (`truncate` keeps its source's type, so the partition values
+/// widen with it): manifests from before the widening hold int partition values, those after
+/// long ones, and a delete file must still meet its data file in every reader.
+#[test]
+fn parquet_widens_a_partition_source_manifests_unmerged() {
+    run_case(&Case {
+        name: "parquet_partition",
+        format: Format::Parquet,
+        calls: Calls::Separate,
+        key_widens: false,
+        merge: false,
+        partition_by: Some("truncate(1000000, customer_id)"),
     });
 }

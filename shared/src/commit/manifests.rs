@@ -27,17 +27,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use futures::future::Either;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::spec::{
-    DataContentType, DataFile, Datum, FormatVersion, Literal, Manifest, ManifestContentType,
-    ManifestEntry, ManifestFile, ManifestMetadata, ManifestStatus, ManifestWriter,
-    ManifestWriterBuilder, PrimitiveLiteral, PrimitiveType, SchemaRef, Struct, StructType,
-    TableMetadata, Type, UNASSIGNED_SEQUENCE_NUMBER,
+    DataContentType, DataFile, Datum, FormatVersion, Manifest, ManifestContentType, ManifestEntry,
+    ManifestFile, ManifestMetadata, ManifestStatus, ManifestWriter, ManifestWriterBuilder,
+    PrimitiveType, SchemaRef, StructType, TableMetadata, UNASSIGNED_SEQUENCE_NUMBER,
 };
 use tracing::warn;
 
 use super::{encode, lineage};
 use crate::error::{Error, Result};
 use crate::files::{Files, Fill};
-use crate::types::promote_datum;
+use crate::types::{conform_partition, promote_datum};
 
 /// Table properties (and Iceberg Java's defaults) for merging manifests on commit.
 pub(crate) const MERGE_ENABLED: &str = "commit.manifest-merge.enabled";
@@ -162,10 +161,8 @@ impl Out {
     fn conform(&self, f: DataFile) -> DataFile {
         let bound_fits =
             |(id, d): (&i32, &Datum)| self.column_type(*id).is_none_or(|t| d.data_type() == t);
-        let partition_fits = (f.partition().iter())
-            .zip(self.partition_type.fields())
-            .all(|(v, field)| widened_partition_value(v, &field.field_type).is_none());
-        if partition_fits
+        let partition = conform_partition(f.partition(), &self.partition_type);
+        if partition.is_none()
             && f.lower_bounds().iter().all(bound_fits)
             && f.upper_bounds().iter().all(bound_fits)
         {
@@ -185,16 +182,12 @@ impl Out {
                 })
                 .collect()
         };
-        let partition: Struct = (f.partition().iter())
-            .zip(self.partition_type.fields())
-            .map(|(v, field)| {
-                widened_partition_value(v, &field.field_type).unwrap_or_else(|| v.cloned())
-            })
-            .collect();
         let mut b = lineage::builder_of(&f, self.spec.spec_id());
         b.lower_bounds(conform_bounds(f.lower_bounds()))
-            .upper_bounds(conform_bounds(f.upper_bounds()))
-            .partition(partition);
+            .upper_bounds(conform_bounds(f.upper_bounds()));
+        if let Some(p) = partition {
+            b.partition(p);
+        }
         match b.build() {
             Ok(conformed) => conformed,
             // Every field came from a built file: unreachable, but never worth a failed commit.
@@ -331,22 +324,6 @@ impl Out {
     }
 }
 
-/// A partition value of a field whose type was widened since it was written (the source of an
-/// identity or truncate field, int → long or float → double), in the wider type; `None` when it
-/// is of its field's type already (a decimal's literal is its unscaled value at any precision).
-fn widened_partition_value(v: Option<&Literal>, ty: &Type) -> Option<Option<Literal>> {
-    let Some(Literal::Primitive(p)) = v else {
-        return None;
-    };
-    match (p, ty.as_primitive_type()?) {
-        (PrimitiveLiteral::Int(i), PrimitiveType::Long) => Some(Some(Literal::long(*i))),
-        (PrimitiveLiteral::Float(x), PrimitiveType::Double) => {
-            Some(Some(Literal::double(f64::from(x.0))))
-        }
-        _ => None,
-    }
-}
-
 /// Snapshot id, data and file sequence numbers of a live or deleted entry as read (inherited).
 fn numbers(e: &ManifestEntry) -> Result<(i64, i64, Option<i64>)> {
     match (e.snapshot_id(), e.sequence_number()) {
@@ -477,11 +454,16 @@ pub(crate) async fn filter(
     removing: &Removing<'_>,
 ) -> Result<Filtered> {
     let live: Vec<&ManifestFile> = parent.iter().filter(|m| has_live_entries(m)).collect();
-    // A manifest this process could read only with its header widened is written again, in
-    // `md`'s schema, so that every reader decodes it again (see `Files::load_widened`).
+    // Written again in `md`'s schema though nothing is removed from them: a manifest this
+    // process could read only with its header widened (see `Files::load_widened`), and one
+    // whose partition values are of a partition source's type before it was widened.
+    let widened = widened_partition_specs(md);
+    let rewrite = |m: &ManifestFile| {
+        files.was_widened(&m.manifest_path) || widened.contains_key(&m.partition_spec_id)
+    };
     let examined: Vec<ManifestFile> = live
         .iter()
-        .filter(|m| removing.looks_at(m) || files.was_widened(&m.manifest_path))
+        .filter(|m| removing.looks_at(m) || rewrite(m))
         .map(|m| (*m).clone())
         .collect();
     let read = files.manifests(&examined, Fill::Keep).await?;
@@ -491,7 +473,14 @@ pub(crate) async fn filter(
             .entries()
             .iter()
             .any(|e| e.is_alive() && (removing.remove)(e.data_file()));
-        if holds || files.was_widened(&m.manifest_path) {
+        let stale = widened.get(&m.partition_spec_id).is_some_and(|now| {
+            let spec = &manifest.metadata().partition_spec;
+            spec.partition_type(&manifest.metadata().schema)
+                .ok()
+                .as_ref()
+                != Some(now)
+        });
+        if holds || stale || files.was_widened(&m.manifest_path) {
             touched.insert(m.manifest_path.as_str(), manifest.as_ref());
         }
     }
@@ -527,6 +516,27 @@ pub(crate) async fn filter(
         out.written.extend(upload);
     }
     Ok(out)
+}
+
+/// The partition specs of `md` whose partition type an earlier schema gives otherwise (the
+/// source of an identity or truncate field was widened), with their type now; empty for a
+/// table that never widened a partition source.
+///
+/// Every manifest of such a spec that declares the earlier type is written again: iceberg-rust
+/// matches a position delete to its data file by partition value, and a data file listed with
+/// `Int(3)` would not meet a delete file listed with `Long(3)` (our scan and compaction would
+/// bring deleted rows back). Rewritten, every manifest of the snapshot holds the wider type.
+fn widened_partition_specs(md: &TableMetadata) -> BTreeMap<i32, StructType> {
+    md.partition_specs_iter()
+        .filter_map(|spec| {
+            let now = spec.partition_type(md.current_schema()).ok()?;
+            let before = md
+                .schemas_iter()
+                .filter_map(|s| spec.partition_type(s).ok())
+                .any(|t| t != now);
+            before.then(|| (spec.spec_id(), now))
+        })
+        .collect()
 }
 
 /// The entries of a manifest in the list being built: this snapshot's own as written (their
@@ -719,8 +729,8 @@ mod widened {
 
     use iceberg::io::FileIO;
     use iceberg::spec::{
-        DataFileBuilder, DataFileFormat, NestedField, Schema, SortOrder, TableMetadataBuilder,
-        Transform, UnboundPartitionSpec,
+        DataFileBuilder, DataFileFormat, Literal, NestedField, Schema, SortOrder, Struct,
+        TableMetadataBuilder, Transform, Type, UnboundPartitionSpec,
     };
 
     use super::*;
@@ -824,7 +834,7 @@ mod widened {
                 [
                     Datum::int(-5),
                     Datum::float(0.1),
-                    decimal(12_34, 9),
+                    decimal(1234, 9),
                     Datum::int(3),
                 ],
                 Literal::int(3),
@@ -836,7 +846,7 @@ mod widened {
                 [
                     Datum::long(big),
                     Datum::double(0.1),
-                    decimal(1_234_567_890_12, 12),
+                    decimal(123_456_789_012, 12),
                     Datum::long(big),
                 ],
                 Literal::long(big),
@@ -863,7 +873,7 @@ mod widened {
             for bounds in [was.lower_bounds(), was.upper_bounds()] {
                 assert_eq!(bounds[&1], Datum::long(-5));
                 assert_eq!(bounds[&2], Datum::double(f64::from(0.1f32)));
-                assert_eq!(bounds[&3], decimal(12_34, 12));
+                assert_eq!(bounds[&3], decimal(1234, 12));
                 assert_eq!(bounds[&4], Datum::long(3));
             }
             assert_eq!(was.partition().fields()[0], Some(Literal::long(3)));
@@ -872,6 +882,56 @@ mod widened {
             let remembered = files.written_manifest(&path).unwrap();
             assert_eq!(remembered.entries(), m.entries());
         }
+    }
+
+    /// A manifest listed before a partition source was widened holds its partition values in
+    /// the narrower type: a commit on the widened table writes it again, so that every manifest
+    /// of the snapshot holds them in one type (iceberg-rust matches deletes to data files by
+    /// partition value); a table whose partition sources never widened rewrites nothing.
+    #[tokio::test]
+    async fn manifests_with_partition_values_of_the_narrower_type_are_written_again() {
+        let (narrow, wide) = tables(&[(4, "n")]);
+        assert!(widened_partition_specs(&narrow).is_empty());
+        assert_eq!(
+            widened_partition_specs(&wide).keys().collect::<Vec<_>>(),
+            vec![&0]
+        );
+        let io = FileIO::new_with_memory();
+        let files = Files::new(io.clone(), Arc::new(TableCache::default()));
+        let old = file(
+            "old",
+            false,
+            [
+                Datum::int(1),
+                Datum::float(0.5),
+                decimal(1, 9),
+                Datum::int(3),
+            ],
+            Literal::int(3),
+        );
+        let mut out = Out::new(&narrow, 1, 0, ManifestContentType::Data).unwrap();
+        out.added(1, old, UNASSIGNED_SEQUENCE_NUMBER);
+        let (mut listed, (path, bytes)) = out.finish(&files, &narrow).await.unwrap();
+        listed.sequence_number = 1;
+        listed.min_sequence_number = 1;
+        io.new_output(&path).unwrap().write(bytes).await.unwrap();
+        // A fresh process: nothing remembered.
+        let files = Files::new(io, Arc::new(TableCache::default()));
+
+        let parent = [listed.clone()];
+        let nothing = Removing::nothing();
+        let same = filter(&files, &narrow, &parent, 2, &nothing).await.unwrap();
+        assert!(same.written.is_empty(), "nothing widened: kept as it is");
+        assert_eq!(same.manifests, vec![listed]);
+
+        let kept = filter(&files, &wide, &parent, 2, &nothing).await.unwrap();
+        let [(_, rewritten)] = kept.written.as_slice() else {
+            panic!("one manifest rewritten: {:?}", kept.manifests);
+        };
+        let m = Manifest::parse_avro(rewritten).unwrap();
+        let f = m.entries()[0].data_file();
+        assert_eq!(f.partition().fields()[0], Some(Literal::long(3)));
+        assert_eq!(f.lower_bounds()[&4], Datum::long(3));
     }
 
     /// What dms2iceberg wrote before the fix: the widening commit's merged manifest under the
