@@ -247,7 +247,9 @@ fn spark_reads_every_table_and_snapshot() {
 /// Spark reads every snapshot, before the widening and after, as the model and our scan do.
 #[test]
 fn spark_reads_every_snapshot_of_a_widened_table() {
-    use widen_support::{Calls, Case, Format, TABLE, build};
+    use widen_support::{Calls, Case, Format, TABLE, build_in};
+    // The file's tests share one Spark session: a catalog name of its own.
+    const CATALOG: &str = "widen";
     let started = Instant::now();
     let w = Work::new("spark_widen");
     let case = Case {
@@ -258,26 +260,23 @@ fn spark_reads_every_snapshot_of_a_widened_table() {
         merge: false,
         partition_by: Some("truncate(1000000, customer_id)"),
     };
-    let snapshots = build(&w, &case, &mut |rows, label| {
+    let snapshots = build_in(&w, CATALOG, &case, &mut |rows, label| {
         let meta = w.meta(TABLE);
-        assert_rows(&format!("scan ({label})"), &meta, rows, &w.scan(TABLE, &[]));
+        let ours = scan(&w, CATALOG, TABLE, &[]);
+        assert_rows(&format!("scan ({label})"), &meta, rows, &ours);
     });
     let meta = w.meta(TABLE);
     let mut sp = spark();
-    sp.catalog("default", &w.wh());
+    sp.catalog(CATALOG, &w.wh());
     for s in &snapshots {
         let id = s.id.to_string();
-        assert_rows(
-            &format!("scan --snapshot {id}"),
-            &meta,
-            &s.rows,
-            &w.scan(TABLE, &["--snapshot", &id]),
-        );
-        let src = json!({"table": format!("`default`.{TABLE}"), "snapshot_id": s.id});
+        let ours = scan(&w, CATALOG, TABLE, &["--snapshot", &id]);
+        assert_rows(&format!("scan --snapshot {id}"), &meta, &s.rows, &ours);
+        let src = json!({"table": format!("{CATALOG}.{TABLE}"), "snapshot_id": s.id});
         assert_spark(&mut sp, &w, TABLE, src, &s.rows, &format!("snapshot-{id}"));
     }
     let last = &snapshots[snapshots.len() - 1].rows;
-    let src = json!({"table": format!("`default`.{TABLE}")});
+    let src = json!({"table": format!("{CATALOG}.{TABLE}")});
     assert_spark(&mut sp, &w, TABLE, src, last, "current");
     eprintln!(
         "spark-measure: read {} snapshots of a widened table, every one as expected; {:.1}s",

@@ -415,9 +415,12 @@ pub fn write_meta(w: &Work, key_widens: bool) {
     );
 }
 
-pub fn maintain(w: &Work, cmd: &str) -> Run {
+/// `dms2iceberg ARGS… --warehouse wh --catalog-name CATALOG`, succeeded.
+fn cli(w: &Work, catalog: &str, args: &[&str]) -> Run {
     let wh = w.wh().display().to_string();
-    w.cli(&[cmd, TABLE, "--warehouse", &wh]).assert_success()
+    let mut a: Vec<&str> = args.to_vec();
+    a.extend(["--warehouse", &wh, "--catalog-name", catalog]);
+    w.cli(&a).assert_success()
 }
 
 /// The Iceberg type of each column in the table's current schema, and its `format-version`
@@ -451,6 +454,18 @@ pub struct Snapshot {
 /// state after the last DMS file it holds (a compaction or manifest rewrite holds what its
 /// parent held).
 pub fn build(w: &Work, case: &Case, check: &mut dyn FnMut(&[Value], &str)) -> Vec<Snapshot> {
+    build_in(w, "default", case, check)
+}
+
+/// [`build`] with the table under `catalog` in `catalog.db` (`--catalog-name`: Iceberg's
+/// JdbcCatalog in Spark looks it up by the Spark catalog's name).
+pub fn build_in(
+    w: &Work,
+    catalog: &str,
+    case: &Case,
+    check: &mut dyn FnMut(&[Value], &str),
+) -> Vec<Snapshot> {
+    let cfg = w.config().display().to_string();
     write_meta(w, case.key_widens);
     let (before, after) = files(case.key_widens);
     std::fs::write(w.config(), config(case, false)).unwrap();
@@ -477,7 +492,11 @@ pub fn build(w: &Work, case: &Case, check: &mut dyn FnMut(&[Value], &str)) -> Ve
             std::fs::write(w.config(), config(case, true)).unwrap();
         }
         let paths: Vec<PathBuf> = call.iter().map(|&i| place(w, case, &before[i])).collect();
-        w.ingest_paths(&paths).assert_success();
+        let mut args: Vec<String> = vec!["ingest".into()];
+        args.extend(paths.iter().map(|p| p.display().to_string()));
+        args.extend(["--config".into(), cfg.clone()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cli(w, catalog, &args);
         for &i in &call {
             model.apply(&before[i]);
             after_file.insert(before[i].name.clone(), model.rows());
@@ -501,19 +520,21 @@ pub fn build(w: &Work, case: &Case, check: &mut dyn FnMut(&[Value], &str)) -> Ve
     }
 
     if !case.merge {
-        maintain(w, "rewrite-manifests");
+        cli(w, catalog, &["rewrite-manifests", TABLE]);
         check(&model.rows(), "after-rewrite-manifests");
     }
-    maintain(w, "compact");
+    cli(w, catalog, &["compact", TABLE]);
     check(&model.rows(), "after-compact");
 
     let p = place(w, case, &after);
-    w.ingest_paths(&[p]).assert_success();
+    let p = p.display().to_string();
+    cli(w, catalog, &["ingest", &p, "--config", &cfg]);
     model.apply(&after);
     after_file.insert(after.name.clone(), model.rows());
     check(&model.rows(), "after-compaction-and-more");
 
-    let hist = w.history(TABLE);
+    let hist = cli(w, catalog, &["history", TABLE, "--format", "json"]);
+    let hist = parse_json_lines(&hist.stdout, "history");
     let mut state: Option<&Vec<Value>> = None;
     let mut out = Vec::with_capacity(hist.len());
     for (i, snap) in hist.iter().enumerate() {
