@@ -16,6 +16,8 @@
 mod common;
 #[path = "common/spark.rs"]
 mod spark_session;
+#[path = "common/widen.rs"]
+mod widen_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -236,6 +238,50 @@ fn spark_reads_every_table_and_snapshot() {
         tables.len(),
         started.elapsed().as_secs_f64(),
         sp.busy_secs
+    );
+}
+
+/// A table whose columns widen as DMS files arrive (`tests/common/widen.rs`: int → long, its
+/// key too, float → double, decimal(9,2) → decimal(12,2), partitioned by a truncate of a
+/// widened column, manifests unmerged; then `rewrite-manifests`, `compact` and one more file):
+/// Spark reads every snapshot, before the widening and after, as the model and our scan do.
+#[test]
+fn spark_reads_every_snapshot_of_a_widened_table() {
+    use widen_support::{Calls, Case, Format, TABLE, build_in};
+    // The file's tests share one Spark session: a catalog name of its own.
+    const CATALOG: &str = "widen";
+    let started = Instant::now();
+    let w = Work::new("spark_widen");
+    let case = Case {
+        name: "spark",
+        format: Format::Parquet,
+        calls: Calls::Separate,
+        key_widens: true,
+        merge: false,
+        partition_by: Some("truncate(1000000, customer_id)"),
+    };
+    let snapshots = build_in(&w, CATALOG, &case, &mut |rows, label| {
+        let meta = w.meta(TABLE);
+        let ours = scan(&w, CATALOG, TABLE, &[]);
+        assert_rows(&format!("scan ({label})"), &meta, rows, &ours);
+    });
+    let meta = w.meta(TABLE);
+    let mut sp = spark();
+    sp.catalog(CATALOG, &w.wh());
+    for s in &snapshots {
+        let id = s.id.to_string();
+        let ours = scan(&w, CATALOG, TABLE, &["--snapshot", &id]);
+        assert_rows(&format!("scan --snapshot {id}"), &meta, &s.rows, &ours);
+        let src = json!({"table": format!("{CATALOG}.{TABLE}"), "snapshot_id": s.id});
+        assert_spark(&mut sp, &w, TABLE, src, &s.rows, &format!("snapshot-{id}"));
+    }
+    let last = &snapshots[snapshots.len() - 1].rows;
+    let src = json!({"table": format!("{CATALOG}.{TABLE}")});
+    assert_spark(&mut sp, &w, TABLE, src, last, "current");
+    eprintln!(
+        "spark-measure: read {} snapshots of a widened table, every one as expected; {:.1}s",
+        snapshots.len(),
+        started.elapsed().as_secs_f64()
     );
 }
 

@@ -2,7 +2,7 @@
 //! while we process it, and which type changes Iceberg allows (promotions).
 
 use arrow_schema::DataType;
-use iceberg::spec::{PrimitiveType, Type};
+use iceberg::spec::{Datum, Literal, PrimitiveLiteral, PrimitiveType, Struct, StructType, Type};
 
 use crate::error::{Error, Result};
 
@@ -95,6 +95,88 @@ pub(crate) fn can_promote(from: &PrimitiveType, to: &PrimitiveType) -> bool {
         ) => s1 == s2 && p2 >= p1,
         _ => false,
     }
+}
+
+/// A bound or partition value of a column, as the column's type `to` reads it after the
+/// promotion from the type it was written with: what every reader gets from the bytes (Iceberg
+/// does not rewrite bounds when it promotes a column, and a reader takes a 4-byte bound of a
+/// `long` column as an `int`, of a `double` column as a `float`; a decimal's bytes are its
+/// unscaled value at any precision). `None` if `to` is not the value's type or a promotion of it.
+pub(crate) fn promote_datum(d: &Datum, to: &PrimitiveType) -> Option<Datum> {
+    if d.data_type() == to {
+        return Some(d.clone());
+    }
+    if !can_promote(d.data_type(), to) {
+        return None;
+    }
+    // Through the serialized form, as a reader of a bound written before the promotion reads
+    // it (iceberg-rust has no public constructor of a 38-digit decimal at another precision).
+    let bytes = match d.literal() {
+        // Not `to_bytes`: it cuts a decimal to its type's width, and a value read under a
+        // narrower decimal than it was written with (a manifest whose header predates the
+        // widening) would lose its high bytes.
+        PrimitiveLiteral::Int128(v) => decimal_bytes(*v),
+        _ => d.to_bytes().ok()?.to_vec(),
+    };
+    Datum::try_from_bytes(&bytes, to.clone()).ok()
+}
+
+/// `partition` (a file's partition values as a manifest written before a column was widened
+/// holds them) in `partition_type`, the spec's partition type under the current schema: values
+/// of an identity or truncate field of a widened column (int → long, float → double) in the
+/// wider type. `None` when every value is of its field's type already (a decimal literal is its
+/// unscaled value at any precision), as for every table that never widened a partition source.
+///
+/// iceberg-rust matches position deletes to data files by partition value (`Int(3)` is not
+/// `Long(3)`), and a partition key whose value is not of its field's type panics where it is
+/// rendered into a file's path.
+pub(crate) fn conform_partition(partition: &Struct, partition_type: &StructType) -> Option<Struct> {
+    let widened = |v: Option<&Literal>, ty: &Type| -> Option<Literal> {
+        let Some(Literal::Primitive(p)) = v else {
+            return None;
+        };
+        match (p, ty.as_primitive_type()?) {
+            (PrimitiveLiteral::Int(i), PrimitiveType::Long) => Some(Literal::long(*i)),
+            (PrimitiveLiteral::Float(x), PrimitiveType::Double) => {
+                Some(Literal::double(f64::from(x.0)))
+            }
+            _ => None,
+        }
+    };
+    let fields = partition_type.fields();
+    if (partition.iter().zip(fields)).all(|(v, f)| widened(v, &f.field_type).is_none()) {
+        return None;
+    }
+    Some(
+        (partition.iter().zip(fields))
+            .map(|(v, f)| widened(v, &f.field_type).or_else(|| v.cloned()))
+            .collect(),
+    )
+}
+
+/// A decimal's unscaled value as Iceberg serializes it: big-endian two's complement in the
+/// fewest bytes that keep its sign.
+fn decimal_bytes(v: i128) -> Vec<u8> {
+    let b = v.to_be_bytes();
+    let sign = if v < 0 { 0xFF } else { 0x00 };
+    let mut start = 0;
+    while start < b.len() - 1 && b[start] == sign && (b[start + 1] & 0x80) == (sign & 0x80) {
+        start += 1;
+    }
+    b[start..].to_vec()
+}
+
+/// Orders two values of one column, of the same type or one a promotion of the other (a bound
+/// read from a manifest written before the column was widened): `Datum`'s own order has none
+/// between an `int` and a `long`.
+pub(crate) fn cmp_datums(a: &Datum, b: &Datum) -> Option<std::cmp::Ordering> {
+    if a.data_type() == b.data_type() {
+        return a.partial_cmp(b);
+    }
+    if let Some(a) = promote_datum(a, b.data_type()) {
+        return a.partial_cmp(b);
+    }
+    promote_datum(b, a.data_type()).and_then(|b| a.partial_cmp(&b))
 }
 
 /// The type a column must have to hold values of both types, if Iceberg can get there by
@@ -214,6 +296,107 @@ mod tests {
         assert_eq!(unify(&Long, &Int), Some(Long));
         assert_eq!(unify(&Int, &Long), Some(Long));
         assert_eq!(unify(&Long, &String), None);
+    }
+
+    #[test]
+    fn values_written_before_a_promotion_read_as_the_wider_type() {
+        use PrimitiveType::*;
+        let d = |p, s| Decimal {
+            precision: p,
+            scale: s,
+        };
+        assert_eq!(promote_datum(&Datum::int(-7), &Long), Some(Datum::long(-7)));
+        assert_eq!(
+            promote_datum(&Datum::float(0.1), &Double),
+            Some(Datum::double(f64::from(0.1f32)))
+        );
+        // The largest decimal(9,2), at precision 38: the same unscaled value.
+        let narrow = Datum::try_from_bytes(&999_999_999i128.to_be_bytes()[12..], d(9, 2)).unwrap();
+        let wide = promote_datum(&narrow, &d(38, 2)).unwrap();
+        assert_eq!(wide.data_type(), &d(38, 2));
+        assert_eq!(wide.literal(), narrow.literal());
+        // A value read under a header narrower than it was written with keeps its high bytes.
+        let over = Datum::try_from_bytes(&decimal_bytes(123_456_789_012), d(9, 2)).unwrap();
+        assert_ne!(
+            over.to_bytes().unwrap().to_vec(),
+            decimal_bytes(123_456_789_012),
+            "iceberg-rust cuts it to decimal(9,2)'s four bytes"
+        );
+        let fixed = promote_datum(&over, &d(12, 2)).unwrap();
+        assert_eq!(fixed.literal(), &PrimitiveLiteral::Int128(123_456_789_012));
+        assert_eq!(
+            fixed.to_bytes().unwrap().to_vec(),
+            decimal_bytes(123_456_789_012)
+        );
+        for v in [
+            0,
+            1,
+            -1,
+            127,
+            128,
+            -128,
+            -129,
+            255,
+            i128::from(i64::MIN),
+            i128::MAX,
+            i128::MIN,
+        ] {
+            let b = decimal_bytes(v);
+            let back = Datum::try_from_bytes(&b, d(38, 0)).unwrap();
+            assert_eq!(back.literal(), &PrimitiveLiteral::Int128(v), "{v}: {b:?}");
+            assert!(
+                b.len() == 1
+                    || b[0] != if v < 0 { 0xFF } else { 0 }
+                    || (b[1] & 0x80 != 0) != (v < 0),
+                "{v}: {b:?} is not minimal"
+            );
+        }
+        assert_eq!(promote_datum(&Datum::long(1), &Int), None);
+        assert_eq!(promote_datum(&Datum::int(1), &String), None);
+        assert_eq!(promote_datum(&Datum::date(1), &Timestamp), None);
+        assert_eq!(promote_datum(&narrow, &d(12, 3)), None);
+
+        // Across widths, in both directions; `Datum` alone does not order them.
+        let (small, big) = (Datum::int(i32::MAX), Datum::long(i64::from(i32::MAX) + 1));
+        assert_eq!(small.partial_cmp(&big), None);
+        assert_eq!(cmp_datums(&small, &big), Some(std::cmp::Ordering::Less));
+        assert_eq!(cmp_datums(&big, &small), Some(std::cmp::Ordering::Greater));
+        assert_eq!(
+            cmp_datums(&Datum::float(1.5), &Datum::double(1.5)),
+            Some(std::cmp::Ordering::Equal)
+        );
+        assert_eq!(cmp_datums(&Datum::int(1), &Datum::string("1")), None);
+    }
+
+    #[test]
+    fn partition_values_follow_a_widened_source() {
+        use iceberg::spec::NestedField;
+        use std::sync::Arc;
+        let field =
+            |id, t: PrimitiveType| Arc::new(NestedField::optional(id, "p", Type::Primitive(t)));
+        let wide = StructType::new(vec![
+            field(1000, PrimitiveType::Long),
+            field(1001, PrimitiveType::Double),
+            field(1002, PrimitiveType::Int),
+            field(1003, PrimitiveType::Long),
+        ]);
+        let old = Struct::from_iter([
+            Some(Literal::int(3)),
+            Some(Literal::float(0.5)),
+            Some(Literal::int(7)),
+            None,
+        ]);
+        let now = conform_partition(&old, &wide).unwrap();
+        assert_eq!(
+            now,
+            Struct::from_iter([
+                Some(Literal::long(3)),
+                Some(Literal::double(0.5)),
+                Some(Literal::int(7)),
+                None,
+            ])
+        );
+        assert_eq!(conform_partition(&now, &wide), None, "already of the types");
     }
 
     #[test]

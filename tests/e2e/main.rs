@@ -9,6 +9,9 @@ mod common;
 // checks); used by `compact`, `crash`, `repair` and `stress`.
 #[path = "../common/stress.rs"]
 mod stress_support;
+// The widened-columns scenario, shared with tests/spark.rs; used by `widen`.
+#[path = "../common/widen.rs"]
+mod widen_support;
 
 mod compact;
 mod crash;
@@ -25,3 +28,4 @@ mod rest;
 mod settings;
 mod stress;
 mod types;
+mod widen;

@@ -82,8 +82,7 @@ pub(crate) fn inherited(m: &ManifestFile, entries: &[ManifestEntryRef]) -> Vec<O
         .collect()
 }
 
-/// `f` with `first_row_id` set. iceberg-rust 0.10's `DataFile` has no setter: the file is
-/// rebuilt field by field.
+/// `f` with `first_row_id` set.
 pub(crate) fn with_first_row_id(
     f: &DataFile,
     spec_id: i32,
@@ -92,6 +91,15 @@ pub(crate) fn with_first_row_id(
     if f.first_row_id() == first_row_id {
         return Ok(f.clone());
     }
+    let mut b = builder_of(f, spec_id);
+    b.first_row_id(first_row_id);
+    b.build()
+        .map_err(|e| Error::Internal(format!("rebuilding {}: {e}", f.file_path())))
+}
+
+/// A builder holding every field of `f` (of partition spec `spec_id`): iceberg-rust 0.10's
+/// `DataFile` has no setters, so a changed entry is rebuilt field by field.
+pub(crate) fn builder_of(f: &DataFile, spec_id: i32) -> DataFileBuilder {
     let mut b = DataFileBuilder::default();
     b.content(f.content_type())
         .file_path(f.file_path().to_string())
@@ -108,7 +116,7 @@ pub(crate) fn with_first_row_id(
         .key_metadata(f.key_metadata().map(<[u8]>::to_vec))
         .split_offsets(f.split_offsets().map(<[i64]>::to_vec))
         .equality_ids(f.equality_ids())
-        .first_row_id(first_row_id)
+        .first_row_id(f.first_row_id())
         .partition_spec_id(spec_id)
         .referenced_data_file(f.referenced_data_file())
         .content_offset(f.content_offset())
@@ -116,8 +124,7 @@ pub(crate) fn with_first_row_id(
     if let Some(id) = f.sort_order_id() {
         b.sort_order_id(id);
     }
-    b.build()
-        .map_err(|e| Error::Internal(format!("rebuilding {}: {e}", f.file_path())))
+    b
 }
 
 /// A snapshot's row ids on `md` (v3; `None` before): `(first-row-id, added-rows)`, the table's

@@ -22,19 +22,21 @@
 //! together with its manifest list and metadata.json, so filtering and merging add no round
 //! trip to a commit on object storage.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use futures::future::Either;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::spec::{
-    DataContentType, DataFile, FormatVersion, Manifest, ManifestContentType, ManifestEntry,
+    DataContentType, DataFile, Datum, FormatVersion, Manifest, ManifestContentType, ManifestEntry,
     ManifestFile, ManifestMetadata, ManifestStatus, ManifestWriter, ManifestWriterBuilder,
-    TableMetadata, UNASSIGNED_SEQUENCE_NUMBER,
+    PrimitiveType, SchemaRef, StructType, TableMetadata, UNASSIGNED_SEQUENCE_NUMBER,
 };
+use tracing::warn;
 
 use super::{encode, lineage};
 use crate::error::{Error, Result};
 use crate::files::{Files, Fill};
+use crate::types::{conform_partition, promote_datum};
 
 /// Table properties (and Iceberg Java's defaults) for merging manifests on commit.
 pub(crate) const MERGE_ENABLED: &str = "commit.manifest-merge.enabled";
@@ -93,10 +95,21 @@ pub(crate) async fn upload(files: &Files, uploads: Vec<Upload>) -> Result<()> {
 /// One manifest being written: its entries as written (what [`Files::remember_manifest`]
 /// keeps), encoded at [`Out::finish`] into memory under its real path ([`encode`]; iceberg-rust's
 /// writer where that declines), the bytes handed back to store.
+///
+/// A manifest declares in its header the schema its entries' bounds and partition values are
+/// written with, and readers decode them by it (iceberg-rust strictly: an 8-byte bound under an
+/// `int` header fails the whole manifest). It is the current schema of the metadata the
+/// manifest is written against (`md`: for a commit, the table with the commit's own schema
+/// change applied), and every entry is written in it: one listed before a column was widened
+/// has its bounds and partition values converted to the wider type ([`Out::conform`]).
 struct Out {
     path: String,
     snapshot_id: i64,
     spec: iceberg::spec::PartitionSpecRef,
+    /// The schema the header declares.
+    schema: SchemaRef,
+    /// The spec's partition type under `schema`.
+    partition_type: StructType,
     content: ManifestContentType,
     entries: Vec<ManifestEntry>,
 }
@@ -118,13 +131,71 @@ impl Out {
             md.location(),
             uuid::Uuid::new_v4()
         );
+        let schema = md.current_schema().clone();
+        let partition_type = spec.partition_type(&schema)?;
         Ok(Out {
             path,
             snapshot_id,
             spec: spec.clone(),
+            schema,
+            partition_type,
             content,
             entries: Vec::new(),
         })
+    }
+
+    /// The type the header gives column `id`, if it is a column of the schema (a bound may be
+    /// of a reserved column, such as a position delete's `file_path`, or of one since dropped).
+    fn column_type(&self, id: i32) -> Option<&PrimitiveType> {
+        self.schema.field_by_id(id)?.field_type.as_primitive_type()
+    }
+
+    /// `f` as this manifest's schema types it: the bounds and partition values of a column
+    /// widened since `f` was listed (int → long, float → double, decimal precision) converted
+    /// to the wider type, as a reader of the old bytes would read them. Java keeps the old
+    /// bytes under the new header, which readers must then tell by their length; written in
+    /// the header's type they decode the same everywhere, iceberg-rust included, and a later
+    /// rewrite reads them back as the type they are. A bound no promotion explains (another
+    /// writer's) is left out: a missing bound only costs pruning. `f` itself when nothing
+    /// changes, as for every entry of a table that never widened a column.
+    fn conform(&self, f: DataFile) -> DataFile {
+        let bound_fits =
+            |(id, d): (&i32, &Datum)| self.column_type(*id).is_none_or(|t| d.data_type() == t);
+        let partition = conform_partition(f.partition(), &self.partition_type);
+        if partition.is_none()
+            && f.lower_bounds().iter().all(bound_fits)
+            && f.upper_bounds().iter().all(bound_fits)
+        {
+            return f;
+        }
+        let conform_bounds = |m: &HashMap<i32, Datum>| -> HashMap<i32, Datum> {
+            m.iter()
+                .filter_map(|(id, d)| match self.column_type(*id) {
+                    None => Some((*id, d.clone())),
+                    Some(t) => match promote_datum(d, t) {
+                        Some(p) => Some((*id, p)),
+                        None => {
+                            warn!(file = f.file_path(), field = id, bound = %d.data_type(), column = %t, "a bound of another type than its column: left out of the rewritten manifest entry");
+                            None
+                        }
+                    },
+                })
+                .collect()
+        };
+        let mut b = lineage::builder_of(&f, self.spec.spec_id());
+        b.lower_bounds(conform_bounds(f.lower_bounds()))
+            .upper_bounds(conform_bounds(f.upper_bounds()));
+        if let Some(p) = partition {
+            b.partition(p);
+        }
+        match b.build() {
+            Ok(conformed) => conformed,
+            // Every field came from a built file: unreachable, but never worth a failed commit.
+            Err(e) => {
+                warn!(file = f.file_path(), error = %e, "could not rebuild a manifest entry in the widened types; kept as it was");
+                f
+            }
+        }
     }
 
     /// iceberg-rust's writer of this manifest, into `memory`.
@@ -132,7 +203,7 @@ impl Out {
         let builder = ManifestWriterBuilder::new(
             memory.new_output(&self.path)?,
             Some(self.snapshot_id),
-            md.current_schema().clone(),
+            self.schema.clone(),
             self.spec.as_ref().clone(),
         );
         Ok(match (self.content, lineage::tracks(md)) {
@@ -146,6 +217,7 @@ impl Out {
     /// A file this snapshot adds: `sequence_number` unassigned (the list gives the snapshot's)
     /// or the data sequence number a rewrite keeps.
     fn added(&mut self, snapshot_id: i64, f: DataFile, sequence_number: i64) {
+        let f = self.conform(f);
         self.entries.push(
             ManifestEntry::builder()
                 .status(ManifestStatus::Added)
@@ -161,6 +233,7 @@ impl Out {
     fn existing(&mut self, e: &ManifestEntry, first_row_id: Option<i64>) -> Result<()> {
         let (sid, seq, file_seq) = numbers(e)?;
         let f = lineage::with_first_row_id(e.data_file(), self.spec.spec_id(), first_row_id)?;
+        let f = self.conform(f);
         self.entries.push(
             ManifestEntry::builder()
                 .status(ManifestStatus::Existing)
@@ -183,6 +256,7 @@ impl Out {
     ) -> Result<()> {
         let (_, seq, file_seq) = numbers(e)?;
         let f = lineage::with_first_row_id(e.data_file(), self.spec.spec_id(), first_row_id)?;
+        let f = self.conform(f);
         self.entries.push(
             ManifestEntry::builder()
                 .status(ManifestStatus::Deleted)
@@ -201,11 +275,10 @@ impl Out {
         // The writer with no entries: the header and the list entry's constant fields.
         let template = self.writer(md, &memory)?.write_manifest_file().await?;
         let header = memory.new_input(&self.path)?.read().await?;
-        let partition_type = self.spec.partition_type(md.current_schema())?;
         let encoded = encode::manifest(
             &header,
             template,
-            &partition_type,
+            &self.partition_type,
             self.content,
             &self.entries,
         )?;
@@ -213,7 +286,7 @@ impl Out {
             Some(done) => done,
             None => self.write_with_iceberg(md, &memory).await?,
         };
-        let schema = md.current_schema().clone();
+        let schema = self.schema.clone();
         let metadata = ManifestMetadata::builder()
             .schema_id(schema.schema_id())
             .schema(schema)
@@ -381,9 +454,16 @@ pub(crate) async fn filter(
     removing: &Removing<'_>,
 ) -> Result<Filtered> {
     let live: Vec<&ManifestFile> = parent.iter().filter(|m| has_live_entries(m)).collect();
+    // Written again in `md`'s schema though nothing is removed from them: a manifest this
+    // process could read only with its header widened (see `Files::load_widened`), and one
+    // whose partition values are of a partition source's type before it was widened.
+    let widened = widened_partition_specs(md);
+    let rewrite = |m: &ManifestFile| {
+        files.was_widened(&m.manifest_path) || widened.contains_key(&m.partition_spec_id)
+    };
     let examined: Vec<ManifestFile> = live
         .iter()
-        .filter(|m| removing.looks_at(m))
+        .filter(|m| removing.looks_at(m) || rewrite(m))
         .map(|m| (*m).clone())
         .collect();
     let read = files.manifests(&examined, Fill::Keep).await?;
@@ -393,7 +473,14 @@ pub(crate) async fn filter(
             .entries()
             .iter()
             .any(|e| e.is_alive() && (removing.remove)(e.data_file()));
-        if holds {
+        let stale = widened.get(&m.partition_spec_id).is_some_and(|now| {
+            let spec = &manifest.metadata().partition_spec;
+            spec.partition_type(&manifest.metadata().schema)
+                .ok()
+                .as_ref()
+                != Some(now)
+        });
+        if holds || stale || files.was_widened(&m.manifest_path) {
             touched.insert(m.manifest_path.as_str(), manifest.as_ref());
         }
     }
@@ -429,6 +516,27 @@ pub(crate) async fn filter(
         out.written.extend(upload);
     }
     Ok(out)
+}
+
+/// The partition specs of `md` whose partition type an earlier schema gives otherwise (the
+/// source of an identity or truncate field was widened), with their type now; empty for a
+/// table that never widened a partition source.
+///
+/// Every manifest of such a spec that declares the earlier type is written again: iceberg-rust
+/// matches a position delete to its data file by partition value, and a data file listed with
+/// `Int(3)` would not meet a delete file listed with `Long(3)` (our scan and compaction would
+/// bring deleted rows back). Rewritten, every manifest of the snapshot holds the wider type.
+fn widened_partition_specs(md: &TableMetadata) -> BTreeMap<i32, StructType> {
+    md.partition_specs_iter()
+        .filter_map(|spec| {
+            let now = spec.partition_type(md.current_schema()).ok()?;
+            let before = md
+                .schemas_iter()
+                .filter_map(|s| spec.partition_type(s).ok())
+                .any(|t| t != now);
+            before.then(|| (spec.spec_id(), now))
+        })
+        .collect()
 }
 
 /// The entries of a manifest in the list being built: this snapshot's own as written (their
@@ -609,5 +717,310 @@ mod tests {
         assert_eq!(pack_end(&[1, 9, 1], 2), vec![vec![0], vec![1], vec![2]]);
         assert_eq!(pack_end(&[], 2), Vec::<Vec<usize>>::new());
         assert_eq!(pack_end(&[3, 3, 3], 100), vec![vec![0, 1, 2]]);
+    }
+}
+
+/// Manifests of a table whose columns were widened: what the commit that widens them and every
+/// later one writes.
+#[cfg(test)]
+mod widened {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use iceberg::io::FileIO;
+    use iceberg::spec::{
+        DataFileBuilder, DataFileFormat, Literal, NestedField, Schema, SortOrder, Struct,
+        TableMetadataBuilder, Transform, Type, UnboundPartitionSpec,
+    };
+
+    use super::*;
+    use crate::commit::MetadataChanges;
+    use crate::files::TableCache;
+
+    fn decimal(v: i128, precision: u32) -> Datum {
+        let bytes = v.to_be_bytes();
+        let ty = PrimitiveType::Decimal {
+            precision,
+            scale: 2,
+        };
+        // Four bytes hold every value these tests use at precision 9, eight at 12.
+        let width = if precision <= 9 { 4 } else { 8 };
+        Datum::try_from_bytes(&bytes[16 - width..], ty).unwrap()
+    }
+
+    /// id int (the key), x float, d decimal(9,2), n int; and the same widened (long, double,
+    /// decimal(12,2), long). Partitioned by the identity of `partition`'s fields (a decimal
+    /// partition value the direct encoder leaves to iceberg-rust's writer).
+    fn tables(partition: &[(i32, &str)]) -> (TableMetadata, TableMetadata) {
+        let schema = |int: PrimitiveType, float, precision| {
+            let d = PrimitiveType::Decimal {
+                precision,
+                scale: 2,
+            };
+            Schema::builder()
+                .with_fields(vec![
+                    Arc::new(NestedField::required(1, "id", Type::Primitive(int.clone()))),
+                    Arc::new(NestedField::optional(2, "x", Type::Primitive(float))),
+                    Arc::new(NestedField::optional(3, "d", Type::Primitive(d))),
+                    Arc::new(NestedField::optional(4, "n", Type::Primitive(int))),
+                ])
+                .with_identifier_field_ids([1])
+                .build()
+                .unwrap()
+        };
+        let narrow = schema(PrimitiveType::Int, PrimitiveType::Float, 9);
+        let mut spec = UnboundPartitionSpec::builder();
+        for (id, name) in partition {
+            spec = spec
+                .add_partition_field(*id, *name, Transform::Identity)
+                .unwrap();
+        }
+        let md = TableMetadataBuilder::new(
+            narrow,
+            spec.build(),
+            SortOrder::unsorted_order(),
+            "memory:///t".into(),
+            FormatVersion::V2,
+            HashMap::new(),
+        )
+        .unwrap()
+        .build()
+        .unwrap()
+        .metadata;
+        let wide = MetadataChanges {
+            schema: Some(schema(PrimitiveType::Long, PrimitiveType::Double, 12)),
+            ..Default::default()
+        }
+        .apply(&Arc::new(md.clone()))
+        .unwrap();
+        (md, wide.as_ref().clone())
+    }
+
+    fn file(name: &str, decimal_partition: bool, bounds: [Datum; 4], n: Literal) -> DataFile {
+        let mut partition = vec![Some(n)];
+        if decimal_partition {
+            partition.push(Some(Literal::decimal(1234)));
+        }
+        let bounds: HashMap<i32, Datum> = (1..).zip(bounds).collect();
+        DataFileBuilder::default()
+            .content(DataContentType::Data)
+            .file_path(format!("memory:///t/data/{name}.parquet"))
+            .file_format(DataFileFormat::Parquet)
+            .partition(Struct::from_iter(partition))
+            .partition_spec_id(0)
+            .record_count(10)
+            .file_size_in_bytes(100)
+            .lower_bounds(bounds.clone())
+            .upper_bounds(bounds)
+            .build()
+            .unwrap()
+    }
+
+    /// A file listed before the widening (4-byte bounds, an int partition value) and one the
+    /// widening commit adds (8-byte bounds, values past the int range), in one manifest of
+    /// that commit: it declares the widened schema, and iceberg-rust reads back both entries
+    /// in the widened types, through the direct encoder and through iceberg-rust's writer.
+    #[tokio::test]
+    async fn a_widening_commit_writes_its_manifests_in_the_wider_schema() {
+        for decimal_partition in [false, true] {
+            let partition: &[(i32, &str)] = match decimal_partition {
+                false => &[(4, "n")],
+                true => &[(4, "n"), (3, "d")],
+            };
+            let (_, wide) = tables(partition);
+            let old = file(
+                "old",
+                decimal_partition,
+                [
+                    Datum::int(-5),
+                    Datum::float(0.1),
+                    decimal(1234, 9),
+                    Datum::int(3),
+                ],
+                Literal::int(3),
+            );
+            let big = 5_000_000_000i64;
+            let new = file(
+                "new",
+                decimal_partition,
+                [
+                    Datum::long(big),
+                    Datum::double(0.1),
+                    decimal(123_456_789_012, 12),
+                    Datum::long(big),
+                ],
+                Literal::long(big),
+            );
+            let listed = ManifestEntry::builder()
+                .status(ManifestStatus::Added)
+                .snapshot_id(1)
+                .sequence_number(1)
+                .file_sequence_number(1)
+                .data_file(old)
+                .build();
+            let files = Files::new(FileIO::new_with_memory(), Arc::new(TableCache::default()));
+            let mut out = Out::new(&wide, 7, 0, ManifestContentType::Data).unwrap();
+            out.existing(&listed, None).unwrap();
+            out.added(7, new.clone(), UNASSIGNED_SEQUENCE_NUMBER);
+            let (_, (path, bytes)) = out.finish(&files, &wide).await.unwrap();
+
+            let m = Manifest::parse_avro(&bytes).unwrap();
+            assert_eq!(m.metadata().schema.as_ref(), wide.current_schema().as_ref());
+            let [was, added] = m.entries() else {
+                panic!("two entries: {:?}", m.entries());
+            };
+            let was = was.data_file();
+            for bounds in [was.lower_bounds(), was.upper_bounds()] {
+                assert_eq!(bounds[&1], Datum::long(-5));
+                assert_eq!(bounds[&2], Datum::double(f64::from(0.1f32)));
+                assert_eq!(bounds[&3], decimal(1234, 12));
+                assert_eq!(bounds[&4], Datum::long(3));
+            }
+            assert_eq!(was.partition().fields()[0], Some(Literal::long(3)));
+            assert_eq!(added.data_file(), &new);
+            // What a warm process remembers is what it wrote.
+            let remembered = files.written_manifest(&path).unwrap();
+            assert_eq!(remembered.entries(), m.entries());
+        }
+    }
+
+    /// A manifest listed before a partition source was widened holds its partition values in
+    /// the narrower type: a commit on the widened table writes it again, so that every manifest
+    /// of the snapshot holds them in one type (iceberg-rust matches deletes to data files by
+    /// partition value); a table whose partition sources never widened rewrites nothing.
+    #[tokio::test]
+    async fn manifests_with_partition_values_of_the_narrower_type_are_written_again() {
+        let (narrow, wide) = tables(&[(4, "n")]);
+        assert!(widened_partition_specs(&narrow).is_empty());
+        assert_eq!(
+            widened_partition_specs(&wide).keys().collect::<Vec<_>>(),
+            vec![&0]
+        );
+        let io = FileIO::new_with_memory();
+        let files = Files::new(io.clone(), Arc::new(TableCache::default()));
+        let old = file(
+            "old",
+            false,
+            [
+                Datum::int(1),
+                Datum::float(0.5),
+                decimal(1, 9),
+                Datum::int(3),
+            ],
+            Literal::int(3),
+        );
+        let mut out = Out::new(&narrow, 1, 0, ManifestContentType::Data).unwrap();
+        out.added(1, old, UNASSIGNED_SEQUENCE_NUMBER);
+        let (mut listed, (path, bytes)) = out.finish(&files, &narrow).await.unwrap();
+        listed.sequence_number = 1;
+        listed.min_sequence_number = 1;
+        io.new_output(&path).unwrap().write(bytes).await.unwrap();
+        // A fresh process: nothing remembered.
+        let files = Files::new(io, Arc::new(TableCache::default()));
+
+        let parent = [listed.clone()];
+        let nothing = Removing::nothing();
+        let same = filter(&files, &narrow, &parent, 2, &nothing).await.unwrap();
+        assert!(same.written.is_empty(), "nothing widened: kept as it is");
+        assert_eq!(same.manifests, vec![listed]);
+
+        let kept = filter(&files, &wide, &parent, 2, &nothing).await.unwrap();
+        let [(_, rewritten)] = kept.written.as_slice() else {
+            panic!("one manifest rewritten: {:?}", kept.manifests);
+        };
+        let m = Manifest::parse_avro(rewritten).unwrap();
+        let f = m.entries()[0].data_file();
+        assert_eq!(f.partition().fields()[0], Some(Literal::long(3)));
+        assert_eq!(f.lower_bounds()[&4], Datum::long(3));
+    }
+
+    /// What dms2iceberg wrote before the fix: the widening commit's merged manifest under the
+    /// schema before the widening, holding the commit's 8-byte bounds. iceberg-rust cannot read
+    /// it; we read it widened, and the next commit writes it again in the table's schema,
+    /// though it removes nothing from it.
+    #[tokio::test]
+    async fn a_manifest_written_under_the_schema_before_the_widening_is_read_and_rewritten() {
+        let (narrow, wide) = tables(&[]);
+        let unpartitioned = narrow.default_partition_spec().as_ref().clone();
+        let big = 5_000_000_000i64;
+        let bounds = |id: Datum, x: Datum| -> HashMap<i32, Datum> { [(1, id), (2, x)].into() };
+        let data_file = |name: &str, lo: HashMap<i32, Datum>, hi: HashMap<i32, Datum>| {
+            DataFileBuilder::default()
+                .content(DataContentType::Data)
+                .file_path(format!("memory:///t/data/{name}.parquet"))
+                .file_format(DataFileFormat::Parquet)
+                .partition(Struct::empty())
+                .record_count(10)
+                .file_size_in_bytes(100)
+                .lower_bounds(lo)
+                .upper_bounds(hi)
+                .build()
+                .unwrap()
+        };
+        let old = data_file(
+            "old",
+            bounds(Datum::int(1), Datum::float(0.5)),
+            bounds(Datum::int(9), Datum::float(1.5)),
+        );
+        let new = data_file(
+            "new",
+            bounds(Datum::long(big), Datum::double(0.1)),
+            bounds(Datum::long(big + 9), Datum::double(0.2)),
+        );
+        let io = FileIO::new_with_memory();
+        let path = "memory:///t/metadata/broken-m0.avro";
+        let mut w = ManifestWriterBuilder::new(
+            io.new_output(path).unwrap(),
+            Some(7),
+            narrow.current_schema().clone(),
+            unpartitioned,
+        )
+        .build_v2_data();
+        w.add_existing_file(old, 1, 1, Some(1)).unwrap();
+        w.add_file(new, 2).unwrap();
+        let mut listed = w.write_manifest_file().await.unwrap();
+        listed.sequence_number = 2;
+        let bytes = io.new_input(path).unwrap().read().await.unwrap();
+        let err = Manifest::parse_avro(&bytes).unwrap_err().to_string();
+        assert!(
+            err.contains("failed to convert byte slice to array"),
+            "{err}"
+        );
+
+        let files = Files::new(io, Arc::new(TableCache::default()));
+        let read = files.manifest(&listed, Fill::Keep).await.unwrap();
+        let [old, new] = read.entries() else {
+            panic!("two entries: {:?}", read.entries());
+        };
+        assert_eq!(old.data_file().lower_bounds()[&1], Datum::long(1));
+        assert_eq!(old.data_file().upper_bounds()[&2], Datum::double(1.5));
+        assert_eq!(new.data_file().lower_bounds()[&1], Datum::long(big));
+        assert_eq!(new.data_file().upper_bounds()[&2], Datum::double(0.2));
+        assert_eq!(new.sequence_number(), Some(2), "inherited from the list");
+        assert!(files.was_widened(path));
+
+        // A commit that removes nothing from it writes it again, in the widened schema.
+        let kept = filter(&files, &wide, &[listed.clone()], 8, &Removing::nothing())
+            .await
+            .unwrap();
+        let [(rewritten_path, rewritten)] = kept.written.as_slice() else {
+            panic!("one manifest rewritten: {:?}", kept.manifests);
+        };
+        assert_eq!(kept.manifests.len(), 1);
+        assert_ne!(rewritten_path, path);
+        let again = Manifest::parse_avro(rewritten).unwrap();
+        assert_eq!(
+            again.metadata().schema.as_ref(),
+            wide.current_schema().as_ref()
+        );
+        let entries: Vec<_> = again.entries().iter().map(|e| e.data_file()).collect();
+        assert_eq!(entries[0].lower_bounds()[&1], Datum::long(1));
+        assert_eq!(entries[1].upper_bounds()[&1], Datum::long(big + 9));
+        assert!(
+            again
+                .entries()
+                .iter()
+                .all(|e| e.status() == ManifestStatus::Existing)
+        );
     }
 }

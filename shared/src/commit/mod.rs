@@ -224,8 +224,11 @@ pub(crate) struct KeyBounds(
 );
 
 impl KeyBounds {
-    /// The bounds of `files` on the key fields `ids`.
+    /// The bounds of `files` on the key fields `ids`. Bounds of a key column before and after
+    /// it was widened (int and long) compare as the wider type; bounds that do not compare
+    /// leave the range unknown.
     pub(crate) fn of<'a>(files: impl IntoIterator<Item = &'a DataFile>, ids: &[i32]) -> KeyBounds {
+        use crate::types::cmp_datums;
         let mut out: BTreeMap<i32, (iceberg::spec::Datum, iceberg::spec::Datum)> = BTreeMap::new();
         for f in files {
             for id in ids {
@@ -234,11 +237,16 @@ impl KeyBounds {
                     return KeyBounds(None);
                 };
                 let e = out.entry(*id).or_insert_with(|| (lo.clone(), hi.clone()));
-                if lo < &e.0 {
-                    e.0 = lo.clone();
-                }
-                if hi > &e.1 {
-                    e.1 = hi.clone();
+                match (cmp_datums(lo, &e.0), cmp_datums(hi, &e.1)) {
+                    (Some(l), Some(h)) => {
+                        if l.is_lt() {
+                            e.0 = lo.clone();
+                        }
+                        if h.is_gt() {
+                            e.1 = hi.clone();
+                        }
+                    }
+                    _ => return KeyBounds(None),
                 }
             }
         }
@@ -251,8 +259,10 @@ impl KeyBounds {
         ours.iter().all(|(id, (lo, hi))| {
             match (f.lower_bounds().get(id), f.upper_bounds().get(id)) {
                 (Some(flo), Some(fhi)) => {
-                    // Bounds of another type (a promoted column) cannot be compared: overlap.
-                    match (flo.partial_cmp(hi), fhi.partial_cmp(lo)) {
+                    // A key widened since one side was written compares as the wider type;
+                    // bounds that do not compare at all: overlap.
+                    use crate::types::cmp_datums;
+                    match (cmp_datums(flo, hi), cmp_datums(fhi, lo)) {
                         (Some(a), Some(b)) => a.is_le() && b.is_ge(),
                         _ => true,
                     }

@@ -65,7 +65,7 @@ impl Built {
 /// written here are recorded in `written`, the removed files counted in `added`.
 async fn attempt_manifests(
     staged: &Staged,
-    base_md: &TableMetadata,
+    (base_md, write_md): (&TableMetadata, &TableMetadata),
     files: &Files,
     parent_manifests: &[ManifestFile],
     carry: &super::validate::CarriedDeletes,
@@ -73,7 +73,7 @@ async fn attempt_manifests(
 ) -> std::result::Result<(Vec<ManifestFile>, Vec<manifests::Upload>), CommitError> {
     let filtered = manifests::filter(
         files,
-        base_md,
+        write_md,
         parent_manifests,
         staged.snapshot_id,
         &removing(&staged.change),
@@ -102,7 +102,7 @@ async fn attempt_manifests(
     } = &staged.change
         && !carry.is_empty()
     {
-        let c = super::carry::write(files, base_md, staged.snapshot_id, map, carry).await?;
+        let c = super::carry::write(files, write_md, staged.snapshot_id, map, carry).await?;
         written.extend(c.written);
         for f in &c.files {
             added.count_delete(f);
@@ -118,7 +118,7 @@ async fn attempt_manifests(
     }
     let (list, merged) = manifests::merge(
         files,
-        base_md,
+        write_md,
         staged.snapshot_id,
         (ours, filtered.manifests),
         &[filtered.written.as_slice(), held.as_slice()].concat(),
@@ -170,7 +170,14 @@ fn removing(change: &Change) -> manifests::Removing<'_> {
             deletes: true,
             remove: Box::new(|_| true),
         },
-        Change::Append | Change::RewriteManifests => manifests::Removing::nothing(),
+        // Every manifest read (nothing removed): one only readable with its header widened is
+        // written again even where it would not be merged (alone in its bin).
+        Change::RewriteManifests => manifests::Removing {
+            data: true,
+            deletes: true,
+            remove: Box::new(|_| false),
+        },
+        Change::Append => manifests::Removing::nothing(),
     }
 }
 
@@ -191,20 +198,27 @@ pub(super) async fn build_attempt(
     } = validated;
     let carry = &carry;
     let empty = Refs::new();
-    let (base_md, base_location, base_refs): (&TableMetadata, _, &Refs) =
+    let (base_arc, base_location, base_refs): (&std::sync::Arc<TableMetadata>, _, &Refs) =
         match (current, &staged.base) {
             (Some(t), _) => (
-                t.metadata.as_ref(),
+                &t.metadata,
                 Some(t.pointer.metadata_location.clone()),
                 t.refs.as_ref(),
             ),
             // A table not yet created has no snapshots, so no refs.
-            (None, Base::Create(m)) => (m.as_ref(), None, &empty),
+            (None, Base::Create(m)) => (m, None, &empty),
             (None, Base::Existing(_)) => {
                 return Err(Error::Internal("table vanished".into()).into());
             }
         };
+    let base_md = base_arc.as_ref();
     super::writable_version(base_md, &staged.ident.to_string())?;
+    // What the manifests this attempt writes (filtered, merged, carried deletes) are written
+    // against: the table with the commit's own schema and spec changes, as its new files were.
+    // A manifest declares the schema its entries are written in, and a commit that widens a
+    // column lists new files with wide bounds (validation made sure the table's schema is still
+    // the one the changes were planned on). The same `Arc` when the commit changes no metadata.
+    let write_md = staged.changes.apply(base_arc)?;
     let parent = base_md.current_snapshot().cloned();
     // What the table's next sequence number is once it is v2 (a v1 table's is always 0, and our
     // commit upgrades it).
@@ -220,7 +234,7 @@ pub(super) async fn build_attempt(
     let mut added = staged.added.clone();
     let listed = attempt_manifests(
         staged,
-        base_md,
+        (base_md, &write_md),
         files,
         &parent_manifests,
         carry,

@@ -652,3 +652,64 @@ pub(crate) async fn live_data_files(
         .map(|d| d.file().file_path().to_string())
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use iceberg::spec::{
+        DataContentType, DataFile, DataFileBuilder, DataFileFormat, Datum, Struct,
+    };
+
+    use super::super::{KeyBounds, KeyScope};
+
+    fn file(name: &str, lo: Datum, hi: Datum) -> DataFile {
+        DataFileBuilder::default()
+            .content(DataContentType::Data)
+            .file_path(format!("{name}.parquet"))
+            .file_format(DataFileFormat::Parquet)
+            .partition(Struct::empty())
+            .record_count(1)
+            .file_size_in_bytes(1)
+            .lower_bounds([(1, lo)].into())
+            .upper_bounds([(1, hi)].into())
+            .build()
+            .expect("data file")
+    }
+
+    /// A key widened from int to long: the bounds of files written before (4-byte, read as
+    /// `int`) and after (`long`) are one range, and another writer's file conflicts exactly
+    /// when its range meets ours, whichever side is the narrower.
+    #[test]
+    fn key_bounds_compare_across_a_widened_key() {
+        let big = i64::from(i32::MAX) + 10;
+        let old = file("old", Datum::int(100), Datum::int(150));
+        let new = file("new", Datum::long(big), Datum::long(big + 5));
+        let ours = KeyBounds::of([&old, &new], &[1]);
+        assert_eq!(
+            ours,
+            KeyBounds(Some([(1, (Datum::int(100), Datum::long(big + 5)))].into()))
+        );
+        // Either order of the files gives the same range.
+        let reversed = KeyBounds::of([&new, &old], &[1]);
+        assert!(reversed.may_overlap(&file("x", Datum::int(99), Datum::int(100))));
+        assert!(!reversed.may_overlap(&file("x", Datum::int(0), Datum::int(99))));
+
+        for ours in [&ours, &reversed] {
+            assert!(ours.may_overlap(&file("a", Datum::long(big + 5), Datum::long(big + 9))));
+            assert!(!ours.may_overlap(&file("b", Datum::long(big + 6), Datum::long(big + 9))));
+            assert!(!ours.may_overlap(&file("c", Datum::int(0), Datum::int(99))));
+            assert!(ours.may_overlap(&file("d", Datum::int(0), Datum::int(100))));
+            let scope = KeyScope::Bounds((*ours).clone());
+            assert!(!scope.may_hold(&file("e", Datum::long(-5), Datum::long(99))));
+            assert!(scope.may_hold(&file("f", Datum::int(120), Datum::int(120))));
+        }
+        // Only the narrow file's range: a long file beyond the int range does not meet it.
+        let narrow = KeyBounds::of([&old], &[1]);
+        assert!(!narrow.may_overlap(&new));
+        assert!(narrow.may_overlap(&file("g", Datum::long(150), Datum::long(big))));
+
+        // Bounds that compare in no order (another type altogether) leave the range unknown.
+        let odd = file("s", Datum::string("a"), Datum::string("b"));
+        assert_eq!(KeyBounds::of([&old, &odd], &[1]), KeyBounds(None));
+        assert!(narrow.may_overlap(&odd));
+    }
+}

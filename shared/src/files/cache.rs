@@ -68,6 +68,9 @@ pub struct TableCache {
     pub(super) written: Mutex<Fifo<String, Arc<Manifest>>>,
     pub(super) manifests: Mutex<Fifo<String, Arc<Manifest>>>,
     pub(super) deletes: Mutex<Fifo<DeleteId, Arc<DeletedPositions>>>,
+    /// Manifests read only with their header's columns widened (see `files::manifests`): the
+    /// next commit writes them again, in the table's schema.
+    pub(super) widened: Mutex<Fifo<String, ()>>,
     /// Key columns of data files, in file order, for the key types they were read as; and the
     /// ordering-column values of the same files (a warm lookup compares every live hit's
     /// ordering values with the change's from memory). One byte budget for both.
@@ -99,6 +102,7 @@ impl TableCache {
             written: Mutex::new(Fifo::entries(WRITTEN_ENTRIES)),
             manifests: Mutex::new(Fifo::entries(FILE_ENTRIES)),
             deletes: Mutex::new(Fifo::entries(FILE_ENTRIES)),
+            widened: Mutex::new(Fifo::entries(FILE_ENTRIES)),
             keys: Mutex::new(Fifo::weighed(limits.key_bytes, Cached::size)),
             uploads: Mutex::default(),
             reads: Default::default(),

@@ -237,6 +237,66 @@ fn datum_array(d: &Datum) -> Option<ArrayRef> {
 mod tests {
     use super::*;
 
+    /// Bounds of files written before the key was widened are 4-byte ints (decimals at the
+    /// narrower precision): a lookup of keys of the wider type prunes by them as by bounds of
+    /// its own type, for a single integer key and for a composite one.
+    #[test]
+    fn bounds_from_before_a_widened_key_prune_as_wide_ones() {
+        use arrow_array::{Decimal128Array, Int64Array, StringArray};
+        use iceberg::spec::PrimitiveType;
+        let big = i64::from(i32::MAX) + 7;
+        let ids: ArrayRef = Arc::new(Int64Array::from(vec![5, 50, big]));
+        let one = ProbeKeys::new(
+            &RecordBatch::try_from_iter([("id", ids.clone())]).unwrap(),
+            vec![1],
+        )
+        .unwrap();
+        let range = |lo: Datum, hi: Datum| -> [HashMap<i32, Datum>; 2] {
+            [[(1, lo)].into(), [(1, hi)].into()]
+        };
+        for (lo, hi, holds) in [
+            (Datum::int(1), Datum::int(4), false),
+            (Datum::int(1), Datum::int(5), true),
+            (Datum::int(51), Datum::int(i32::MAX), false),
+            (Datum::long(51), Datum::long(big), true),
+        ] {
+            let [l, u] = range(lo.clone(), hi.clone());
+            assert_eq!(one.may_contain(&l, &u).unwrap(), holds, "{lo}..{hi}");
+        }
+
+        // id long, then a decimal(12,2) widened from decimal(9,2): a composite key.
+        let amounts: ArrayRef = Arc::new(
+            Decimal128Array::from(vec![100, 250, 123_456_789_012])
+                .with_precision_and_scale(12, 2)
+                .unwrap(),
+        );
+        let names: ArrayRef = Arc::new(StringArray::from(vec!["a", "b", "c"]));
+        let keys = RecordBatch::try_from_iter([("id", ids), ("amount", amounts), ("n", names)]);
+        let composite = ProbeKeys::new(&keys.unwrap(), vec![1, 2, 3]).unwrap();
+        let narrow = |v: i32| {
+            let ty = PrimitiveType::Decimal {
+                precision: 9,
+                scale: 2,
+            };
+            Datum::try_from_bytes(&v.to_be_bytes(), ty).unwrap()
+        };
+        let bounds = |id: (Datum, Datum), amount: (Datum, Datum)| -> [HashMap<i32, Datum>; 2] {
+            [
+                [(1, id.0), (2, amount.0)].into(),
+                [(1, id.1), (2, amount.1)].into(),
+            ]
+        };
+        let [l, u] = bounds((Datum::int(1), Datum::int(60)), (narrow(200), narrow(300)));
+        assert!(composite.may_contain(&l, &u).unwrap(), "50 with 2.50");
+        let [l, u] = bounds((Datum::int(1), Datum::int(60)), (narrow(300), narrow(400)));
+        assert!(
+            !composite.may_contain(&l, &u).unwrap(),
+            "no amount in 3.00..4.00"
+        );
+        let [l, u] = bounds((Datum::int(6), Datum::int(49)), (narrow(0), narrow(999)));
+        assert!(!composite.may_contain(&l, &u).unwrap(), "no id in 6..49");
+    }
+
     #[test]
     fn the_key_signature_does_not_change() {
         // Stored key indexes carry it: a change would make every one of them unusable.

@@ -27,6 +27,7 @@ use parquet::file::properties::{WriterProperties, WriterPropertiesBuilder};
 use parquet::schema::types::ColumnPath;
 
 use crate::error::{Error, Result};
+use crate::types::conform_partition;
 
 /// Files uploaded at once by one commit: enough to hide object-storage latency with many
 /// partitions (a 200-partition change writes 400 files: 7 rounds of PUTs, not 25). Memory
@@ -709,7 +710,17 @@ async fn write_deletion_vectors(
                 .generate_location(None, &format!("{}-deletes.puffin", uuid::Uuid::new_v4()));
             let size = bytes.len() as u64;
             file_io.new_output(&path)?.write(bytes.into()).await?;
-            let file = p.entry(path, size, d.spec_id, d.partition.clone())?;
+            // As for a position-delete file: the data file's partition in the current types.
+            let spec = metadata.partition_spec_by_id(d.spec_id).ok_or_else(|| {
+                Error::Table(format!(
+                    "partition spec {} not in table metadata",
+                    d.spec_id
+                ))
+            })?;
+            let partition_type = spec.partition_type(metadata.current_schema())?;
+            let partition = conform_partition(&d.partition, &partition_type)
+                .unwrap_or_else(|| d.partition.clone());
+            let file = p.entry(path, size, d.spec_id, partition)?;
             Ok::<_, Error>((d.spec_id, file))
         })
         .buffered(SMALL_FILE_CONCURRENCY)
@@ -799,6 +810,11 @@ async fn write_delete_file(
     let spec = metadata
         .partition_spec_by_id(spec_id)
         .ok_or_else(|| Error::Table(format!("partition spec {spec_id} not in table metadata")))?;
+    // The data file's partition as its manifest entry was read: values of a partition source
+    // widened since are made the current type (see `conform_partition`).
+    let partition_type = spec.partition_type(metadata.current_schema())?;
+    let partition =
+        conform_partition(partition, &partition_type).unwrap_or_else(|| partition.clone());
     let pk = (!spec.is_unpartitioned()).then(|| {
         PartitionKey::new(
             spec.as_ref().clone(),

@@ -17,7 +17,7 @@ use crate::error::{Error, InputError, Rejected, Result};
 use crate::evolve::{self, SchemaChange};
 use crate::locate::OrderKey;
 use crate::read::{ChangeBatch, SourceFile};
-use crate::types::arrow_type;
+use crate::types::{arrow_type, can_promote};
 
 pub(super) struct ReadResult {
     /// The table schema after this commit.
@@ -360,11 +360,17 @@ fn column_types(
         let t = if Some(&c.name) == cfg.change_sequence_column.as_ref() {
             Some(c.declared.clone().unwrap_or(PrimitiveType::String))
         } else if matches!(src, SourceFile::Csv(_)) {
-            // Text takes the table's type when the column exists; else declared or inferred.
-            existing.or(declared).or_else(|| {
-                (Some(&c.name) == cfg.commit_timestamp_column.as_ref())
-                    .then_some(PrimitiveType::Timestamp)
-            })
+            // Text takes the table's type when the column exists, unless `columns` pins a type
+            // it widens to (the source's INT became BIGINT: text says nothing of it, the
+            // operator's pin does); else declared or inferred.
+            match (existing, declared) {
+                (Some(have), Some(pin)) if can_promote(&have, &pin) => Some(pin),
+                (Some(have), _) => Some(have),
+                (None, declared) => declared.or_else(|| {
+                    (Some(&c.name) == cfg.commit_timestamp_column.as_ref())
+                        .then_some(PrimitiveType::Timestamp)
+                }),
+            }
         } else {
             declared
         };
