@@ -355,6 +355,68 @@ async fn read_secret(id: &str) -> Result<String> {
     Ok(value)
 }
 
+/// The ingest function's config in AWS Systems Manager Parameter Store (`ssm:<name>`).
+pub struct SsmParameters(pub aws_sdk_ssm::Client);
+
+#[async_trait]
+impl crate::lambda::ParameterStore for SsmParameters {
+    async fn get(&self, name: &str) -> Result<String> {
+        let out = self
+            .0
+            .get_parameter()
+            .name(name)
+            .with_decryption(true)
+            .send()
+            .await
+            .map_err(|e| {
+                Error::Config(format!(
+                    "SSM GetParameter {name}: {}",
+                    aws_sdk_ssm::error::DisplayErrorContext(&e)
+                ))
+            })?;
+        out.parameter()
+            .and_then(|p| p.value())
+            .map(str::to_string)
+            .ok_or_else(|| Error::Config(format!("SSM parameter {name} has no value")))
+    }
+}
+
+/// The ingest queue's dead-letter queue (`DMS2ICEBERG_DEAD_LETTER_QUEUE_URL`).
+pub struct SqsDeadLetters {
+    pub client: aws_sdk_sqs::Client,
+    pub queue_url: String,
+}
+
+#[async_trait]
+impl crate::lambda::DeadLetters for SqsDeadLetters {
+    async fn send(&self, body: &str, attributes: &[(&str, &str)]) -> Result<()> {
+        let mut req = self
+            .client
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(body);
+        for (k, v) in attributes.iter().filter(|(_, v)| !v.is_empty()) {
+            // An attribute value is at most 256 KiB with the message; reasons are short, but
+            // cut them to be sure the message is not refused for its attributes.
+            let v: String = v.chars().take(4096).collect();
+            let attr = aws_sdk_sqs::types::MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(v)
+                .build()
+                .map_err(|e| Error::Internal(format!("SQS message attribute {k}: {e}")))?;
+            req = req.message_attributes(*k, attr);
+        }
+        req.send().await.map_err(|e| {
+            Error::Storage(format!(
+                "SQS SendMessage to {}: {}",
+                self.queue_url,
+                aws_sdk_sqs::error::DisplayErrorContext(&e)
+            ))
+        })?;
+        Ok(())
+    }
+}
+
 /// DMS objects in S3.
 pub struct S3Objects {
     client: aws_sdk_s3::Client,

@@ -12,9 +12,9 @@ mod common;
 #[path = "../common/lambda.rs"]
 mod lambda_support;
 
-mod deadline;
 mod faults;
 mod lambda;
+mod operations;
 mod rest;
 mod s3tables;
 mod sam_local;

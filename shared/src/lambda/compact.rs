@@ -156,6 +156,8 @@ pub struct CompactHandler {
     /// `DMS2ICEBERG_GLUE_DATABASE`: only this namespace's tables.
     database: Option<String>,
     settings: CompactEnv,
+    /// `DMS2ICEBERG_TABLE_METRICS`: metrics per table besides the aggregates.
+    table_metrics: bool,
 }
 
 impl CompactHandler {
@@ -165,6 +167,7 @@ impl CompactHandler {
             catalog,
             database: env.database.clone(),
             settings,
+            table_metrics: env.table_metrics,
         }
     }
 
@@ -195,6 +198,15 @@ impl CompactHandler {
                     Ok(r) => r,
                     Err(e) => {
                         error!(%table, error = %e, kind = e.kind(), "maintenance failed");
+                        println!(
+                            "{}",
+                            emf_line(
+                                "compact",
+                                &table,
+                                self.table_metrics,
+                                &[("TablesFailed", "Count", 1.0)]
+                            )
+                        );
                         TableMaintenance {
                             error: Some(e.redacted()),
                             ..TableMaintenance::of(table)
@@ -326,7 +338,9 @@ impl CompactHandler {
             emf_line(
                 "compact",
                 &out.table,
+                self.table_metrics,
                 &[
+                    ("TablesFailed", "Count", 0.0),
                     ("FilesRewritten", "Count", c.data_files_rewritten as f64),
                     ("BytesRewritten", "Bytes", c.bytes_rewritten as f64),
                     ("DeleteFilesRemoved", "Count", c.delete_files_removed as f64),

@@ -114,6 +114,7 @@ impl IngestEvent {
                     };
                     Record {
                         id: m.message_id.clone(),
+                        body: m.body.clone(),
                         objects,
                         invalid,
                     }
@@ -177,6 +178,8 @@ impl Body {
 pub struct Record {
     /// SQS `messageId`.
     pub id: Option<String>,
+    /// The SQS message body as received (what goes to the dead-letter queue).
+    pub body: Option<String>,
     pub objects: Vec<S3Ref>,
     /// The record could not be understood: it fails with this reason.
     pub invalid: Option<String>,
@@ -187,11 +190,13 @@ impl Record {
         match objects {
             Ok(objects) => Record {
                 id: None,
+                body: None,
                 objects,
                 invalid: None,
             },
             Err(e) => Record {
                 id: None,
+                body: None,
                 objects: vec![],
                 invalid: Some(e.to_string()),
             },

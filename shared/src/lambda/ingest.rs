@@ -169,6 +169,9 @@ fn load_in_progress(
 
 /// Why a table or record failed: the kind (`errorType`) and the message.
 type Failure = (&'static str, String);
+/// Failures no retry can help: the file itself is bad, or the table's configuration (a table
+/// without a primary key). Their records go to the dead-letter queue at once.
+const PERMANENT: &[&str] = &["InputError", "SchemaError", "ConfigError"];
 /// Objects of one table read ahead per invocation, at most: each is a spool file in /tmp.
 const PREFETCH_MAX: usize = 4;
 
@@ -178,6 +181,8 @@ struct TableOutcome {
     applied: BTreeSet<String>,
     /// Files not started because the invocation's deadline was near.
     left_at_deadline: usize,
+    /// The files `error` is about (empty: the table itself; every file of it waits).
+    failed_files: BTreeSet<String>,
     /// Object keys the table folder held when listed (`None`: not listed).
     listed: Option<BTreeSet<String>>,
     error: Option<Failure>,
@@ -232,10 +237,7 @@ impl IngestHandler {
                     futures::join!(self.env.load_config_text(&self.services), reads);
                 (fresh?, reads)
             }
-            None => (
-                self.env.load_config_text(&self.services).await?,
-                Vec::new(),
-            ),
+            None => (self.env.load_config_text(&self.services).await?, Vec::new()),
         };
         let (config, text) = fresh;
         if let (Some((old, config)), Some(text)) = (&last, &text)
@@ -298,14 +300,31 @@ impl IngestHandler {
         // A record succeeds when every DMS file it names is applied.
         let mut failures = Vec::new();
         let mut reasons = Vec::new();
+        let mut dead_lettered = 0usize;
         for (r, keys) in records.iter().zip(record_keys) {
             let mut reason: Option<Failure> = r.invalid.clone().map(|i| ("InputError", i));
+            let mut about: Option<(String, String)> = None;
             for (uri, table, deleted) in keys {
                 let why = match table.as_ref().and_then(|t| outcomes.get(t)) {
                     None => bad_keys.get(uri).cloned(),
                     // A deletion is done when its table was processed (truncated or not).
                     Some(o) if deleted.is_some() => o.error.clone(),
                     Some(o) if o.applied.contains(uri) => None,
+                    // A later file of a table stopped at another file's failure: it waits
+                    // (delivered again), the failed file is the one to deal with. A config
+                    // error is the table's, whichever file met it: every file waits on it.
+                    Some(o)
+                        if o.error.as_ref().is_some_and(|(k, _)| *k != "ConfigError")
+                            && !o.failed_files.is_empty()
+                            && !o.failed_files.contains(uri) =>
+                    {
+                        let (kind, _) = o.error.clone().unwrap_or_default();
+                        let first = o.failed_files.iter().next().cloned().unwrap_or_default();
+                        Some((
+                            "Blocked",
+                            format!("waiting behind {first}, which failed ({kind})"),
+                        ))
+                    }
                     // Gone from the folder (DMS empties it to reload the table): nothing to
                     // apply, and nothing a retry could change.
                     Some(o) if o.listed.as_ref().is_some_and(|l| !l.contains(uri)) => {
@@ -327,12 +346,27 @@ impl IngestHandler {
                     })),
                 };
                 if let Some((kind, w)) = why {
+                    if reason.is_none() {
+                        let table = table
+                            .as_ref()
+                            .and_then(|t| tables.get(t))
+                            .map(|(s, t)| format!("{s}.{t}"))
+                            .unwrap_or_default();
+                        about = Some((table, uri.clone()));
+                    }
                     reason.get_or_insert((kind, format!("{uri}: {w}")));
                 }
             }
             if let Some(reason) = reason {
                 // Built from redacted table errors and object keys: no input values.
                 warn!(record = ?r.id, reason = %reason.1, kind = reason.0, "record failed");
+                if self
+                    .dead_letter(event.is_sqs(), r, &reason, about.as_ref())
+                    .await
+                {
+                    dead_lettered += 1;
+                    continue;
+                }
                 reasons.push(reason);
                 if let Some(id) = &r.id {
                     let mut f = BatchItemFailure::default();
@@ -340,6 +374,17 @@ impl IngestHandler {
                     failures.push(f);
                 }
             }
+        }
+        if dead_lettered > 0 {
+            println!(
+                "{}",
+                emf_line(
+                    "ingest",
+                    "",
+                    false,
+                    &[("FilesDeadLettered", "Count", dead_lettered as f64)]
+                )
+            );
         }
         if event.is_sqs() {
             let mut response = SqsBatchResponse::default();
@@ -353,6 +398,43 @@ impl IngestHandler {
         Ok(IngestResponse::Tables {
             tables: tables.values().map(|(s, t)| format!("{s}.{t}")).collect(),
         })
+    }
+
+    /// Moves a failed SQS record to the dead-letter queue at once when no retry can help it
+    /// (its file is bad, or its table misconfigured: [`PERMANENT`]), so that it alarms within
+    /// the invocation instead of after the queue's receive count. Whether it was moved (then
+    /// the record counts as handled).
+    async fn dead_letter(
+        &self,
+        sqs: bool,
+        record: &super::events::Record,
+        (kind, reason): &Failure,
+        about: Option<&(String, String)>,
+    ) -> bool {
+        let (Some(queue), Some(body), true) = (&self.services.dead_letters, &record.body, sqs)
+        else {
+            return false;
+        };
+        if !PERMANENT.contains(kind) {
+            return false;
+        }
+        let (table, file) = about.cloned().unwrap_or_default();
+        let attributes = [
+            ("errorType", *kind),
+            ("reason", reason.as_str()),
+            ("table", table.as_str()),
+            ("file", file.as_str()),
+        ];
+        match queue.send(body, &attributes).await {
+            Ok(()) => {
+                error!(record = ?record.id, kind, %reason, %table, %file, "record moved to the dead-letter queue: no retry can apply it (fix the file or the config, or skip it, then re-drive)");
+                true
+            }
+            Err(e) => {
+                warn!(record = ?record.id, error = %e, "could not move the record to the dead-letter queue; it fails and is delivered again");
+                false
+            }
+        }
     }
 
     /// The CDC_TXN files the event names: each read (its tables are in its rows), its tables
@@ -474,6 +556,7 @@ impl IngestHandler {
         let mut outcome = TableOutcome {
             applied: BTreeSet::new(),
             left_at_deadline: 0,
+            failed_files: BTreeSet::new(),
             listed: None,
             error: None,
         };
@@ -548,13 +631,23 @@ impl IngestHandler {
             Ok(r) => r,
             Err(e) => {
                 let (kind, e) = (e.kind(), e.redacted());
-                error!(table = %format!("{schema}.{table}"), error = %e, kind, "table not processed");
+                let name = format!("{schema}.{table}");
+                error!(table = %name, error = %e, kind, "table not processed");
+                let blocked = [
+                    ("FilesFailed", "Count", 1.0),
+                    ("TablesBlocked", "Count", 1.0),
+                ];
+                println!(
+                    "{}",
+                    emf_line("ingest", &name, self.env.table_metrics, &blocked)
+                );
                 outcome.error = Some((kind, e));
                 return outcome;
             }
         };
         outcome.listed = Some(files.iter().map(|(o, _)| o.key.clone()).collect());
         outcome.left_at_deadline = report.files_left_at_deadline;
+        outcome.failed_files = report.failed_files.iter().cloned().collect();
         // What the table holds now. Without an error every pending file this run took was
         // applied, by this run or (reported as skipped) by a concurrent one: the table as
         // loaded before plus the commits' files. After an error, ask the catalog.
@@ -601,7 +694,17 @@ impl IngestHandler {
         if let Some(log) = &report.error_log {
             outcome.error = Some((report.error_kind.unwrap_or("Error"), log.clone()));
         }
-        self.log_table(&report, &files, started);
+        // How long the oldest file not applied after this run has been waiting: 0 for a table
+        // that is caught up (quiet periods count as none), growing at every retry of a table
+        // that is stuck.
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let backlog_age_s = files
+            .iter()
+            .filter(|(o, _)| !outcome.applied.contains(&o.key))
+            .filter_map(|(_, info)| info.last_modified_ms)
+            .min()
+            .map_or(0.0, |m| (now_ms - m).max(0) as f64 / 1000.0);
+        self.log_table(&report, &files, started, backlog_age_s);
         outcome
     }
 
@@ -674,13 +777,24 @@ impl IngestHandler {
             warn!(table = %r.table, snapshot_id = ?r.snapshot_id, reapply = r.reapply.len(), "the source table was truncated (DMS deleted its files): every row removed");
             println!(
                 "{}",
-                emf_line("ingest", &r.table, &[("Truncates", "Count", 1.0)])
+                emf_line(
+                    "ingest",
+                    &r.table,
+                    self.env.table_metrics,
+                    &[("Truncates", "Count", 1.0)]
+                )
             );
         }
         Ok(r.truncated)
     }
 
-    fn log_table(&self, report: &TableReport, files: &[(DmsObject, ObjectInfo)], started: Instant) {
+    fn log_table(
+        &self,
+        report: &TableReport,
+        files: &[(DmsObject, ObjectInfo)],
+        started: Instant,
+        backlog_age_s: f64,
+    ) {
         let applied: Vec<_> = report
             .commits
             .iter()
@@ -725,6 +839,7 @@ impl IngestHandler {
             conflicts,
             files_waiting = report.files_waiting,
             files_left_at_deadline = report.files_left_at_deadline,
+            backlog_age_s,
             error = ?report.error_log,
             duration_ms = started.elapsed().as_millis() as u64,
             "table processed"
@@ -748,6 +863,13 @@ impl IngestHandler {
             ),
             ("Reloads", "Count", report.reloads() as f64),
             ("FilesFailed", "Count", report.error.is_some() as u8 as f64),
+            // Stopped at a failure: the table's later files wait until it is dealt with.
+            (
+                "TablesBlocked",
+                "Count",
+                report.error.is_some() as u8 as f64,
+            ),
+            ("BacklogAgeSeconds", "Seconds", backlog_age_s),
             (
                 "FilesLeftAtDeadline",
                 "Count",
@@ -784,7 +906,10 @@ impl IngestHandler {
                 ),
             ]);
         }
-        println!("{}", emf_line("ingest", &report.table, &metrics));
+        println!(
+            "{}",
+            emf_line("ingest", &report.table, self.env.table_metrics, &metrics)
+        );
     }
 }
 

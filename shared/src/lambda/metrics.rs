@@ -5,8 +5,22 @@ use serde_json::{Map, Value, json};
 
 pub const NAMESPACE: &str = "dms2iceberg";
 
-/// `(name, unit, value)` metrics with dimension `Table`.
-pub fn emf_line(function: &str, table: &str, metrics: &[(&str, &str, f64)]) -> String {
+/// `(name, unit, value)` metrics of one table, published with dimension `Function` (what
+/// alarms and the dashboard's totals read: a fixed number of custom metrics whatever the number
+/// of tables) and, with `per_table`, also with `Function` and `Table` (each table's metrics
+/// custom metrics of their own, billed as such). The table is in the line either way, for
+/// Logs Insights.
+pub fn emf_line(
+    function: &str,
+    table: &str,
+    per_table: bool,
+    metrics: &[(&str, &str, f64)],
+) -> String {
+    let dimensions = if per_table {
+        json!([["Function"], ["Function", "Table"]])
+    } else {
+        json!([["Function"]])
+    };
     let mut root = Map::new();
     root.insert(
         "_aws".into(),
@@ -14,7 +28,7 @@ pub fn emf_line(function: &str, table: &str, metrics: &[(&str, &str, f64)]) -> S
             "Timestamp": chrono::Utc::now().timestamp_millis(),
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
-                "Dimensions": [["Function", "Table"]],
+                "Dimensions": dimensions,
                 "Metrics": metrics.iter().map(|(n, u, _)| json!({"Name": n, "Unit": u})).collect::<Vec<_>>(),
             }],
         }),
@@ -31,13 +45,23 @@ pub fn emf_line(function: &str, table: &str, metrics: &[(&str, &str, f64)]) -> S
 mod tests {
     #[test]
     fn emf_shape() {
-        let l = super::emf_line("ingest", "sales.product", &[("RowsInserted", "Count", 3.0)]);
-        let v: serde_json::Value = serde_json::from_str(&l).unwrap();
-        assert_eq!(v["RowsInserted"], 3.0);
-        assert_eq!(
-            v["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"],
-            "RowsInserted"
-        );
-        assert_eq!(v["Table"], "sales.product");
+        for per_table in [false, true] {
+            let l = super::emf_line(
+                "ingest",
+                "sales.product",
+                per_table,
+                &[("RowsInserted", "Count", 3.0)],
+            );
+            let v: serde_json::Value = serde_json::from_str(&l).unwrap();
+            assert_eq!(v["RowsInserted"], 3.0);
+            let m = &v["_aws"]["CloudWatchMetrics"][0];
+            assert_eq!(m["Metrics"][0]["Name"], "RowsInserted");
+            assert_eq!(v["Table"], "sales.product");
+            assert_eq!(m["Dimensions"][0], serde_json::json!(["Function"]));
+            assert_eq!(
+                m["Dimensions"].as_array().unwrap().len(),
+                1 + usize::from(per_table)
+            );
+        }
     }
 }

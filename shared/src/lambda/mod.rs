@@ -221,7 +221,8 @@ impl FunctionEnv {
     /// [`FunctionEnv::load_config`], and the text of a remote config as read.
     pub async fn load_config_text(&self, services: &Services) -> Result<(Config, Option<String>)> {
         let parse = |what: &str, text: String| -> Result<(Config, Option<String>)> {
-            let cfg = Config::from_toml(&text).map_err(|e| Error::Config(format!("{what}: {e}")))?;
+            let cfg =
+                Config::from_toml(&text).map_err(|e| Error::Config(format!("{what}: {e}")))?;
             Ok((cfg, Some(text)))
         };
         let (mut cfg, text_read) = match &self.config {

@@ -12,8 +12,8 @@ use super::compact::{CompactEnv, CompactHandler};
 use super::events::{CompactEvent, IngestEvent};
 use super::ingest::IngestHandler;
 use super::runtime::report_init_error;
-use super::{FunctionEnv, FunctionError, guarded};
-use crate::aws::{Aws, S3Objects, check_ca_store};
+use super::{FunctionEnv, FunctionError, Services, guarded};
+use crate::aws::{Aws, S3Objects, SqsDeadLetters, SsmParameters, check_ca_store};
 use crate::files::{CacheLimits, TableCache};
 
 /// The ingest function: one warm cache of table files and one catalog (Glue or S3 Tables) for
@@ -29,8 +29,24 @@ pub async fn ingest() -> Result<(), lambda_runtime::Error> {
             key_bytes: env.key_cache_bytes,
         }));
         let catalog = aws.catalog(&env.catalog, Some(cache), None).await?;
-        let objects = Arc::new(S3Objects::new(aws.s3.clone(), env.spool.clone()));
-        Ok(IngestHandler::new(env, catalog, objects).await?)
+        let services = Services {
+            objects: Arc::new(S3Objects::new(aws.s3.clone(), env.spool.clone())),
+            parameters: env
+                .config
+                .as_deref()
+                .is_some_and(|c| c.starts_with("ssm:"))
+                .then(|| {
+                    Arc::new(SsmParameters(aws_sdk_ssm::Client::new(&aws.sdk)))
+                        as Arc<dyn super::ParameterStore>
+                }),
+            dead_letters: env.dead_letter_queue.clone().map(|queue_url| {
+                Arc::new(SqsDeadLetters {
+                    client: aws_sdk_sqs::Client::new(&aws.sdk),
+                    queue_url,
+                }) as Arc<dyn super::DeadLetters>
+            }),
+        };
+        Ok(IngestHandler::new(env, catalog, services).await?)
     })
     .await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<IngestEvent>| {

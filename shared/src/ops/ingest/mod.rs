@@ -239,6 +239,7 @@ impl<'a> Ingest<'a> {
             error_kind: None,
             files_waiting: 0,
             files_left_at_deadline: 0,
+            failed_files: Vec::new(),
         };
         let (cfg, ident) = match self.resolve(schema, table) {
             Ok(r) => r,
@@ -323,6 +324,16 @@ impl<'a> Ingest<'a> {
                 }
                 if let Some((e, not_applied)) = failed {
                     report.fail(&e);
+                    let applied: std::collections::BTreeSet<&str> = report
+                        .commits
+                        .iter()
+                        .flat_map(|c| c.files.iter().map(String::as_str))
+                        .collect();
+                    report.failed_files = files[i..i + k]
+                        .iter()
+                        .map(|f| f.object.key.clone())
+                        .filter(|k| !applied.contains(k.as_str()))
+                        .collect();
                     report.files_waiting = not_applied + (end - i - k);
                     return report;
                 }
@@ -354,6 +365,7 @@ impl<'a> Ingest<'a> {
                     // it with its table): here only for debugging, the value as its own field.
                     tracing::debug!(table = %ident, files = ?group.iter().map(|f| &f.object.key).collect::<Vec<_>>(), error = %e.redacted(), value = ?e.value(), "file not applied");
                     report.fail(&e);
+                    report.failed_files = group.iter().map(|f| f.object.key.clone()).collect();
                     report.files_waiting = files.len() - i - n;
                     return report;
                 }
@@ -364,6 +376,10 @@ impl<'a> Ingest<'a> {
         if let Some(s) = stop {
             tracing::debug!(table = %ident, error = %s.error.redacted(), "two files at one place in DMS order");
             report.fail(&s.error);
+            report.failed_files = files[s.at..(s.at + s.involved).min(files.len())]
+                .iter()
+                .map(|f| f.object.key.clone())
+                .collect();
             report.files_waiting = files.len() - s.at - s.involved;
         }
         report

@@ -158,6 +158,8 @@ pub struct TableReport {
     pub files_waiting: usize,
     /// Files not started because the run's deadline was near ([`super::Ingest::deadline`]).
     pub files_left_at_deadline: usize,
+    /// The files the error is about (empty: it is about the table, every file waits on it).
+    pub failed_files: Vec<String>,
 }
 
 impl TableReport {
