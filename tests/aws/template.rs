@@ -4,12 +4,27 @@
 //!   credentials and a dead HTTP(S) proxy, so any network access fails instead of hanging).
 //! - Least privilege, checked on the template as written and as SAM transforms it: no `Resource:
 //!   "*"` (but for `lakeformation:GetDataAccess`, which has no resource type), no wildcard
-//!   actions, no managed policies, S3 object access only under the DMS and warehouse prefixes
-//!   (writes only under the warehouse), `s3:ListBucket` only with an `s3:prefix` condition, Glue
-//!   only on the catalog, the one database and its tables, S3 Tables only on the one table bucket
-//!   and its tables, Secrets Manager only `GetSecretValue` of the REST catalog's secret, KMS only
-//!   `Decrypt` with the named keys, the compact role nowhere near the landing bucket, logs only
-//!   to the functions' own log groups.
+//!   actions, no wildcard in a resource but the five prefix and table patterns listed in
+//!   `WILDCARD_RESOURCES`, no managed policies, S3 object access only under the DMS and warehouse
+//!   prefixes (writes only under the warehouse), `s3:ListBucket` only with an `s3:prefix`
+//!   condition, Glue only on the catalog, the one database and its tables, S3 Tables only on the
+//!   one table bucket and its tables, Secrets Manager only `GetSecretValue` of the REST
+//!   catalog's secret, Parameter Store only `GetParameter` of the config parameter, SQS only
+//!   consuming the ingest queue and sending to its dead-letter queue, KMS only with the keys the
+//!   parameters name (`Decrypt` of DMS files and the secret, data keys of the warehouse through
+//!   S3; the DMS role what an SSE-KMS S3 target needs) and only when one is named, the compact
+//!   role nowhere near the landing bucket, the config or a queue, logs only to the functions' own
+//!   log groups.
+//! - The alarms docs/runbook.md describes, each on the metric, statistic, threshold and periods
+//!   its table states, on the stack's own functions, notifying the topics; the metrics they and
+//!   the dashboard name are ones the functions emit; the dashboard's totals work with
+//!   `TableMetrics=off` and its per-table widgets appear with `on`.
+//! - Deployment defaults: the config written from `TablesConfig` (a TOML the library parses,
+//!   matching the recommended DMS endpoint settings) into Parameter Store, a Glue database name
+//!   unique per stack, no `AWS_ENDPOINT_URL` in any deployment, compaction runs that end before
+//!   the next of their schedule, the EventBridge rule refusing (by the template's Rules) to
+//!   share a bucket with the warehouse in a way that would match the warehouse's writes, and
+//!   `infra/parameters.yaml` (what `sam deploy` reads) holding the template's defaults.
 //! - Each catalog (Glue, S3 Tables, and REST on Glue's or S3 Tables' endpoint or elsewhere, with
 //!   each way of authenticating) gets only what it uses, its functions are told so in their
 //!   environment, and the template's Rules refuse inconsistent parameters.
@@ -323,6 +338,8 @@ struct Doc {
     resource_policy: bool,
     /// Identity policy of a role Lambda assumes.
     lambda_role: bool,
+    /// Identity policy of a role DMS assumes.
+    dms_role: bool,
 }
 
 fn trusts(role: &Value, service: &str) -> bool {
@@ -344,12 +361,14 @@ fn policy_docs(template: &Value) -> Vec<Doc> {
         match r["Type"].as_str().unwrap_or("") {
             "AWS::IAM::Role" => {
                 let lambda_role = trusts(r, "lambda.amazonaws.com");
+                let dms_role = trusts(r, "dms.amazonaws.com");
                 for p in props["Policies"].as_array().into_iter().flatten() {
                     docs.push(Doc {
                         owner: id.clone(),
                         doc: p["PolicyDocument"].clone(),
                         resource_policy: false,
                         lambda_role,
+                        dms_role,
                     });
                 }
             }
@@ -365,6 +384,7 @@ fn policy_docs(template: &Value) -> Vec<Doc> {
                     doc: props["PolicyDocument"].clone(),
                     resource_policy: false,
                     lambda_role,
+                    dms_role: false,
                 });
             }
             "AWS::SQS::QueuePolicy" | "AWS::S3::BucketPolicy" | "AWS::SNS::TopicPolicy" => {
@@ -373,6 +393,7 @@ fn policy_docs(template: &Value) -> Vec<Doc> {
                     doc: props["PolicyDocument"].clone(),
                     resource_policy: true,
                     lambda_role: false,
+                    dms_role: false,
                 });
             }
             _ => {}
@@ -382,14 +403,23 @@ fn policy_docs(template: &Value) -> Vec<Doc> {
 }
 
 const DMS_OBJECTS: &str = "arn:${AWS::Partition}:s3:::${Bucket}/${DmsPrefix}*";
+/// The config parameter (Parameter Store) the ingest function reads.
+const CONFIG_PARAMETER: &str =
+    "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${ConfigParameter}";
+const INGEST_QUEUE: &str = "${IngestQueue.Arn}";
+const DEAD_LETTER_QUEUE: &str = "${IngestDeadLetterQueue.Arn}";
 const WAREHOUSE_OBJECTS: &str = "arn:${AWS::Partition}:s3:::${Bucket}/${WarehousePrefix}*";
 const CONFIG_OBJECT: &str = "arn:${AWS::Partition}:s3:::${Path}";
 const BUCKET: &str = "arn:${AWS::Partition}:s3:::${Bucket}";
 const GLUE: [&str; 3] = [
     "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:catalog",
-    "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:database/${GlueDatabaseName}",
-    "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:table/${GlueDatabaseName}/*",
+    "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:database/${DatabaseName.Value}",
+    "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:table/${DatabaseName.Value}/*",
 ];
+/// Every resource with a wildcard that a policy of the stack may name (an object prefix, the
+/// database's tables, the table bucket's tables), and `*` for `lakeformation:GetDataAccess`
+/// alone: nothing else.
+const WILDCARD_RESOURCES: [&str; 5] = [DMS_OBJECTS, WAREHOUSE_OBJECTS, GLUE[2], TABLES, "*"];
 /// A table bucket, created by the stack or given as a parameter, and the tables in it (a table's
 /// ARN is `<bucket ARN>/table/<table id>`: namespaces are not part of it).
 const TABLE_BUCKETS: [&str; 2] = ["${TableBucket.TableBucketARN}", "${TableBucketArn}"];
@@ -402,9 +432,20 @@ const S3TABLES_BUCKET_ACTIONS: [&str; 4] = [
     "s3tables:ListTables",
     "s3tables:GetTableBucket",
 ];
-/// The REST catalog's secret, and the keys a function may decrypt with.
+/// The REST catalog's secret, and the keys a function may use: the landing bucket's (decrypt DMS
+/// files), the secret's (decrypt, through Secrets Manager) and the warehouse's (data keys and
+/// decrypt, through S3 on a warehouse bucket).
 const REST_SECRET: &str = "${RestSecretArn}";
-const KMS_KEYS: [&str; 2] = ["${LandingBucketKmsKeyArn}", "${RestSecretKmsKeyArn}"];
+const LANDING_KEY: &str = "${LandingBucketKmsKeyArn}";
+const SECRET_KEY: &str = "${RestSecretKmsKeyArn}";
+const WAREHOUSE_KEY: &str = "${WarehouseKmsKeyArn}";
+/// What the DMS role may do with the landing bucket's key (an SSE-KMS S3 target).
+const DMS_KMS_ACTIONS: [&str; 4] = [
+    "kms:GenerateDataKey",
+    "kms:Encrypt",
+    "kms:Decrypt",
+    "kms:DescribeKey",
+];
 /// The Glue actions of Glue's Data Catalog API and of its Iceberg REST endpoint.
 const GLUE_ACTIONS: [&str; 7] = [
     "glue:GetCatalog",
@@ -480,6 +521,11 @@ fn least_privilege_violations(template: &Value) -> Vec<String> {
                 if r == "*" && !resourceless {
                     v.push(format!("{at}: Resource \"*\""));
                 }
+                if r.contains('*') && !WILDCARD_RESOURCES.contains(&r.as_str()) {
+                    v.push(format!(
+                        "{at}: a wildcard resource not in WILDCARD_RESOURCES: {r}"
+                    ));
+                }
             }
             if d.resource_policy
                 && !s["Principal"]["Service"].is_null()
@@ -495,6 +541,19 @@ fn least_privilege_violations(template: &Value) -> Vec<String> {
                     let ok = r == DMS_OBJECTS || r == WAREHOUSE_OBJECTS || r == CONFIG_OBJECT;
                     if !ok {
                         v.push(format!("{at}: S3 object ARN outside the prefixes: {r}"));
+                    }
+                }
+            }
+            // ---- The DMS role: KMS only with the landing bucket's key, for writing objects.
+            if d.dms_role {
+                for a in actions.iter().filter(|a| a.starts_with("kms:")) {
+                    if !DMS_KMS_ACTIONS.contains(&a.as_str()) {
+                        v.push(format!("{at}: unexpected KMS action {a} for DMS"));
+                    }
+                    if res.iter().any(|r| r != LANDING_KEY) {
+                        v.push(format!(
+                            "{at}: {a} on {res:?}, not the landing bucket's key"
+                        ));
                     }
                 }
             }
@@ -571,16 +630,33 @@ fn least_privilege_violations(template: &Value) -> Vec<String> {
                     }
                 }
             }
-            // ---- SQS: consume only
+            // ---- SQS: consume the ingest queue; send to its dead-letter queue only
             for a in actions.iter().filter(|a| a.starts_with("sqs:")) {
-                let allowed = [
+                let consume = [
                     "sqs:ReceiveMessage",
                     "sqs:DeleteMessage",
                     "sqs:ChangeMessageVisibility",
                     "sqs:GetQueueAttributes",
                 ];
-                if !allowed.contains(&a.as_str()) {
+                let queue = if consume.contains(&a.as_str()) {
+                    INGEST_QUEUE
+                } else if a == "sqs:SendMessage" {
+                    DEAD_LETTER_QUEUE
+                } else {
                     v.push(format!("{at}: unexpected SQS action {a}"));
+                    continue;
+                };
+                if res.iter().any(|r| r != queue) {
+                    v.push(format!("{at}: {a} on {res:?}, not {queue}"));
+                }
+            }
+            // ---- Parameter Store: read the config parameter, nothing else
+            for a in actions.iter().filter(|a| a.starts_with("ssm:")) {
+                if a != "ssm:GetParameter" {
+                    v.push(format!("{at}: unexpected Parameter Store action {a}"));
+                }
+                if res.iter().any(|r| r != CONFIG_PARAMETER) {
+                    v.push(format!("{at}: {a} on {res:?}, not the config parameter"));
                 }
             }
             // ---- Secrets Manager: the REST catalog's secret, read
@@ -600,23 +676,32 @@ fn least_privilege_violations(template: &Value) -> Vec<String> {
                     v.push(format!("{at}: unexpected Lake Formation action {a}"));
                 }
             }
-            // ---- KMS: decrypt with the named keys; the secret's key only through Secrets Manager
+            // ---- KMS: decrypt DMS files and the secret (through Secrets Manager); data keys and
+            // decrypt with the warehouse's key (through S3, but on a table bucket's tables)
+            let via = strings(&s["Condition"]["StringEquals"]["kms:ViaService"]);
             for a in actions.iter().filter(|a| a.starts_with("kms:")) {
-                if a != "kms:Decrypt" {
-                    v.push(format!("{at}: unexpected KMS action {a}"));
-                }
                 for r in &res {
-                    if !KMS_KEYS.contains(&r.as_str()) {
+                    let allowed: &[&str] = match r.as_str() {
+                        LANDING_KEY | SECRET_KEY => &["kms:Decrypt"],
+                        WAREHOUSE_KEY => &["kms:GenerateDataKey", "kms:Decrypt"],
+                        _ => {
+                            v.push(format!("{at}: {a} on {r}, not a key the parameters name"));
+                            continue;
+                        }
+                    };
+                    if !allowed.contains(&a.as_str()) {
                         v.push(format!("{at}: {a} on {r}"));
                     }
-                    if r == KMS_KEYS[1]
-                        && strings(&s["Condition"]["StringEquals"]["kms:ViaService"])
-                            .iter()
-                            .all(|via| !via.starts_with("secretsmanager."))
-                    {
+                    if r == SECRET_KEY && via.iter().all(|x| !x.starts_with("secretsmanager.")) {
                         v.push(format!(
                             "{at}: {a} on the secret's key without kms:ViaService"
                         ));
+                    }
+                    if r == WAREHOUSE_KEY
+                        && !via.is_empty()
+                        && via.iter().any(|x| !x.starts_with("s3."))
+                    {
+                        v.push(format!("{at}: {a} on the warehouse key via {via:?}"));
                     }
                 }
             }
@@ -631,6 +716,7 @@ fn least_privilege_violations(template: &Value) -> Vec<String> {
                     "kms",
                     "secretsmanager",
                     "lakeformation",
+                    "ssm",
                 ]
                 .contains(&service)
                 {
@@ -713,8 +799,16 @@ fn iam_is_least_privilege() {
         }
     }
     assert!(
-        has(&ingest, "sqs:ReceiveMessage", "${IngestQueue.Arn}"),
+        has(&ingest, "sqs:ReceiveMessage", INGEST_QUEUE),
         "{ingest_role}: cannot poll its queue"
+    );
+    assert!(
+        has(&ingest, "sqs:SendMessage", DEAD_LETTER_QUEUE),
+        "{ingest_role}: cannot send a record no retry can help to the dead-letter queue"
+    );
+    assert!(
+        has(&ingest, "ssm:GetParameter", CONFIG_PARAMETER),
+        "{ingest_role}: cannot read the config parameter"
     );
     assert!(
         has(&ingest, "logs:PutLogEvents", "${IngestLogGroup.Arn}"),
@@ -744,6 +838,9 @@ fn iam_is_least_privilege() {
         "LandingBucket",
         "DmsPrefix",
         "sqs:",
+        "ssm:",
+        "ConfigS3Uri",
+        "ConfigParameter",
         "glue:Create",
         "s3tables:Create",
     ] {
@@ -785,6 +882,18 @@ fn least_privilege_checker_catches_violations() {
         json!({"Effect": "Allow", "Action": "kms:Decrypt", "Resource": "arn:aws:kms:us-east-1:123456789012:key/other"}),
         json!({"Effect": "Allow", "Action": "kms:Decrypt", "Resource": {"Ref": "RestSecretKmsKeyArn"}}),
         json!({"Effect": "Allow", "Action": "kms:GenerateDataKey", "Resource": {"Ref": "LandingBucketKmsKeyArn"}}),
+        json!({"Effect": "Allow", "Action": "kms:Encrypt", "Resource": {"Ref": "WarehouseKmsKeyArn"}}),
+        json!({"Effect": "Allow", "Action": "kms:GenerateDataKey", "Resource": {"Ref": "WarehouseKmsKeyArn"},
+            "Condition": {"StringEquals": {"kms:ViaService": "sqs.us-east-1.amazonaws.com"}}}),
+        json!({"Effect": "Allow", "Action": "kms:GenerateDataKey", "Resource": "*"}),
+        json!({"Effect": "Allow", "Action": "ssm:GetParameter", "Resource": "*"}),
+        json!({"Effect": "Allow", "Action": "ssm:GetParameter", "Resource": {"Fn::Sub": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter/*"}}),
+        json!({"Effect": "Allow", "Action": "ssm:PutParameter", "Resource": {"Fn::Sub": CONFIG_PARAMETER}}),
+        json!({"Effect": "Allow", "Action": "ssm:GetParametersByPath", "Resource": {"Fn::Sub": CONFIG_PARAMETER}}),
+        json!({"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": {"Fn::GetAtt": ["IngestQueue", "Arn"]}}),
+        json!({"Effect": "Allow", "Action": "sqs:ReceiveMessage", "Resource": {"Fn::GetAtt": ["IngestDeadLetterQueue", "Arn"]}}),
+        json!({"Effect": "Allow", "Action": "sqs:PurgeQueue", "Resource": {"Fn::GetAtt": ["IngestDeadLetterQueue", "Arn"]}}),
+        json!({"Effect": "Allow", "Action": "s3:GetObject", "Resource": {"Fn::Sub": "arn:${AWS::Partition}:s3:::${Bucket}/config/*"}}),
     ];
     for c in cases {
         let v = least_privilege_violations(&role(c.clone()));
@@ -796,6 +905,10 @@ fn least_privilege_checker_catches_violations() {
     assert!(v.is_empty(), "false positive: {v:?}");
     for fine in [
         json!({"Effect": "Allow", "Action": "lakeformation:GetDataAccess", "Resource": "*"}),
+        json!({"Effect": "Allow", "Action": "ssm:GetParameter", "Resource": {"Fn::Sub": CONFIG_PARAMETER}}),
+        json!({"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": {"Fn::GetAtt": ["IngestDeadLetterQueue", "Arn"]}}),
+        json!({"Effect": "Allow", "Action": ["kms:GenerateDataKey", "kms:Decrypt"], "Resource": {"Ref": "WarehouseKmsKeyArn"},
+            "Condition": {"StringEquals": {"kms:ViaService": {"Fn::Sub": "s3.${AWS::Region}.${AWS::URLSuffix}"}}}}),
         json!({"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": {"Ref": "RestSecretArn"}}),
         json!({"Effect": "Allow", "Action": "kms:Decrypt", "Resource": {"Ref": "RestSecretKmsKeyArn"},
             "Condition": {"StringEquals": {"kms:ViaService": {"Fn::Sub": "secretsmanager.${AWS::Region}.${AWS::URLSuffix}"}}}}),
@@ -806,6 +919,28 @@ fn least_privilege_checker_catches_violations() {
     let managed = json!({"Resources": {"R": {"Type": "AWS::IAM::Role", "Properties": {
         "ManagedPolicyArns": ["arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"]}}}});
     assert!(!least_privilege_violations(&managed).is_empty());
+
+    // The DMS role: what an SSE-KMS target needs, with the landing bucket's key alone.
+    let dms = |statement: Value| {
+        json!({"Resources": {
+            "D": {"Type": "AWS::IAM::Role", "Properties": {
+                "AssumeRolePolicyDocument": {"Statement": [{"Effect": "Allow",
+                    "Principal": {"Service": "dms.amazonaws.com"}, "Action": "sts:AssumeRole"}]},
+                "Policies": [{"PolicyName": "p", "PolicyDocument": {"Statement": [statement]}}]}}}})
+    };
+    for c in [
+        json!({"Effect": "Allow", "Action": "kms:GenerateDataKey", "Resource": {"Ref": "WarehouseKmsKeyArn"}}),
+        json!({"Effect": "Allow", "Action": "kms:ReEncryptFrom", "Resource": {"Ref": "LandingBucketKmsKeyArn"}}),
+        json!({"Effect": "Allow", "Action": "kms:GenerateDataKey", "Resource": "*"}),
+    ] {
+        assert!(
+            !least_privilege_violations(&dms(c.clone())).is_empty(),
+            "not caught: {c}"
+        );
+    }
+    let fine = json!({"Effect": "Allow", "Action": DMS_KMS_ACTIONS, "Resource": {"Ref": "LandingBucketKmsKeyArn"}});
+    let v = least_privilege_violations(&dms(fine));
+    assert!(v.is_empty(), "false positive: {v:?}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -815,14 +950,7 @@ fn least_privilege_checker_catches_violations() {
 fn condition(t: &Value, c: &Value, params: &[(&str, &str)]) -> bool {
     let value = |v: &Value| -> String {
         match v.get("Ref").and_then(Value::as_str) {
-            Some(p) => params
-                .iter()
-                .find(|(k, _)| *k == p)
-                .map(|(_, v)| v.to_string())
-                .unwrap_or_else(|| match param_default(t, p) {
-                    Value::String(s) => s,
-                    other => other.to_string(),
-                }),
+            Some(p) => param_value(t, p, params),
             None => v.as_str().map_or_else(|| v.to_string(), str::to_string),
         }
     };
@@ -841,6 +969,39 @@ fn condition(t: &Value, c: &Value, params: &[(&str, &str)]) -> bool {
             condition(t, &t["Conditions"][name], params)
         }
         other => panic!("condition function {other} not understood"),
+    }
+}
+
+/// A deployment's stack, unless the parameters name other pseudo parameters (`AWS::AccountId`
+/// `123456789012` is the account `sam local` evaluates templates with).
+const PSEUDO: [(&str, &str); 5] = [
+    ("AWS::AccountId", "111122223333"),
+    ("AWS::Region", "eu-west-1"),
+    ("AWS::Partition", "aws"),
+    ("AWS::StackName", "dms2iceberg"),
+    (
+        "AWS::StackId",
+        "arn:aws:cloudformation:eu-west-1:111122223333:stack/dms2iceberg/4f9b2c1e-5a3d-11ef-9c2b-0a1b2c3d4e5f",
+    ),
+];
+
+/// A parameter's (or pseudo parameter's) value for these parameters (the rest at their
+/// defaults).
+fn param_value(t: &Value, name: &str, params: &[(&str, &str)]) -> String {
+    if let Some((_, v)) = params.iter().find(|(k, _)| *k == name) {
+        return v.to_string();
+    }
+    if name.starts_with("AWS::") {
+        return PSEUDO
+            .iter()
+            .find(|(k, _)| *k == name)
+            .unwrap_or_else(|| panic!("pseudo parameter {name} not modelled"))
+            .1
+            .to_string();
+    }
+    match param_default(t, name) {
+        Value::String(s) => s,
+        other => other.to_string(),
     }
 }
 
@@ -1317,7 +1478,7 @@ fn each_catalog_is_granted_only_what_it_uses() {
                 "{name}: {who}: Secrets Manager"
             );
             assert_eq!(
-                can(grants, "kms:Decrypt", KMS_KEYS[1]),
+                can(grants, "kms:Decrypt", SECRET_KEY),
                 case.secret_key,
                 "{name}: {who}: the secret's key"
             );
@@ -1511,7 +1672,7 @@ fn declared_env(raw: &Value, function: &str) -> BTreeSet<String> {
     names
 }
 
-const COMMON_ENV: [&str; 16] = [
+const COMMON_ENV: [&str; 14] = [
     "DMS2ICEBERG_CATALOG",
     "DMS2ICEBERG_WAREHOUSE",
     "DMS2ICEBERG_TABLE_BUCKET_ARN",
@@ -1524,10 +1685,18 @@ const COMMON_ENV: [&str; 16] = [
     "DMS2ICEBERG_REST_SCOPE",
     "DMS2ICEBERG_REST_VENDED_CREDENTIALS",
     "DMS2ICEBERG_GLUE_DATABASE",
+    "DMS2ICEBERG_TABLE_METRICS",
+    "RUST_LOG",
+];
+/// The ingest function's own: its config, dead-letter queue and batching (the compact function
+/// reads none of them, and may read neither the config nor a queue).
+const INGEST_ENV: [&str; 6] = [
     "DMS2ICEBERG_CONFIG",
+    "DMS2ICEBERG_DEAD_LETTER_QUEUE_URL",
     "DMS2ICEBERG_MAX_FILES_PER_COMMIT",
     "DMS2ICEBERG_MAX_FILES_PER_INVOCATION",
-    "RUST_LOG",
+    "DMS2ICEBERG_PARALLEL_LOADS",
+    "DMS2ICEBERG_FORMAT_VERSION",
 ];
 const COMPACT_ENV: [&str; 5] = [
     "DMS2ICEBERG_COMPACTION",
@@ -1549,7 +1718,7 @@ fn functions_are_wired_as_documented() {
         ("IngestMemorySize", json!(1769)),
         ("CompactMemorySize", json!(3008)),
         ("IngestTimeout", json!(300)),
-        ("CompactTimeout", json!(900)),
+        ("CompactTimeout", json!(240)),
         ("LandingBucketName", json!("")),
         ("DmsPrefix", json!("dms/")),
         ("WarehouseBucketName", json!("")),
@@ -1572,9 +1741,23 @@ fn functions_are_wired_as_documented() {
         ("RestWarehouse", json!("")),
         ("RestSecretArn", json!("")),
         ("RestVendedCredentials", json!("false")),
+        ("GlueDatabaseName", json!("")),
+        ("CreateGlueDatabase", json!("true")),
+        ("ConfigS3Uri", json!("")),
+        ("TableMetrics", json!("off")),
+        ("LagAlarmMinutes", json!(30)),
+        ("AlarmEmail", json!("")),
+        ("AlarmTopicArn", json!("")),
+        ("WarehouseKmsKeyArn", json!("")),
+        ("LandingBucketKmsKeyArn", json!("")),
+        ("QueueVisibilityTimeout", json!(1800)),
     ] {
         assert_eq!(param_default(raw, name), want, "default of {name}");
     }
+    assert_eq!(
+        strings(&raw["Parameters"]["TableMetrics"]["AllowedValues"]),
+        ["off", "on"]
+    );
     let arch = strings(&raw["Parameters"]["Architecture"]["AllowedValues"]);
     assert_eq!(arch, ["arm64", "x86_64"]);
     assert_eq!(
@@ -1700,6 +1883,14 @@ fn functions_are_wired_as_documented() {
         assert!(
             compact_env.contains(name),
             "CompactFunction: {name} not set"
+        );
+    }
+    let ingest_env = declared_env(raw, "IngestFunction");
+    for name in INGEST_ENV {
+        assert!(ingest_env.contains(name), "IngestFunction: {name} not set");
+        assert!(
+            !compact_env.contains(name),
+            "CompactFunction: {name} set (the ingest function's alone)"
         );
     }
 
@@ -1831,6 +2022,9 @@ fn functions_are_wired_as_documented() {
         "IngestFunctionArn",
         "CompactFunctionName",
         "CompactFunctionArn",
+        "ConfigParameterName",
+        "AlarmTopicArnCreated",
+        "DashboardName",
     ] {
         assert!(raw["Outputs"][o].is_object(), "output {o} missing");
     }
@@ -1873,7 +2067,31 @@ fn samconfig_is_sane() {
         c["local_invoke"]["parameters"]["env_vars"],
         "infra/env.json"
     );
+    // `sam deploy` reads the parameters most deployments set from infra/parameters.yaml, as
+    // shipped the template's defaults; every other parameter has a default, so a deployment
+    // asks nothing.
+    assert_eq!(
+        c["deploy"]["parameters"]["parameter_overrides"],
+        "file://infra/parameters.yaml"
+    );
     let overrides = l.overrides.as_object().expect("overrides");
+    for needed in ["TablesConfig", "AlarmEmail", "GlueDatabaseName"] {
+        assert!(
+            overrides.contains_key(needed),
+            "infra/parameters.yaml lacks {needed}"
+        );
+    }
+    assert!(
+        overrides.len() <= 8,
+        "few parameters to set: {:?}",
+        overrides.keys()
+    );
+    for (name, p) in l.raw["Parameters"].as_object().expect("parameters") {
+        assert!(
+            p.get("Default").is_some(),
+            "parameter {name} has no default"
+        );
+    }
     for (k, v) in overrides {
         assert!(
             l.raw["Parameters"][k].is_object(),
@@ -2060,16 +2278,26 @@ fn helpers_behave() {
     assert!(Path::new(&root()).join("template.yaml").exists());
 }
 
-/// Every metric name the functions emit in their EMF lines, from their source: the
-/// `("Name", "Unit", value)` tuples in shared/src/lambda/ (whitespace and line breaks allowed).
-fn emitted_metric_names() -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
+/// Every metric the functions emit in their EMF lines, from their source, with the files that
+/// emit it (`ingest.rs`, `compact.rs`): the `("Name", "Unit", value)` tuples in
+/// shared/src/lambda/ (whitespace and line breaks allowed), but for metrics.rs (the line's
+/// format, and its unit test's sample metric) and tests.rs.
+fn emitted_metrics() -> std::collections::BTreeMap<String, BTreeSet<String>> {
+    let mut names = std::collections::BTreeMap::<String, BTreeSet<String>>::new();
     let dir = root().join("shared/src/lambda");
     for e in std::fs::read_dir(&dir).expect("shared/src/lambda") {
         let path = e.expect("entry").path();
-        if path.extension().is_none_or(|x| x != "rs") || path.ends_with("tests.rs") {
+        if path.extension().is_none_or(|x| x != "rs")
+            || path.ends_with("tests.rs")
+            || path.ends_with("metrics.rs")
+        {
             continue;
         }
+        let file = path
+            .file_name()
+            .expect("file name")
+            .to_string_lossy()
+            .into_owned();
         let text: String = std::fs::read_to_string(&path)
             .expect("source")
             .split_whitespace()
@@ -2087,7 +2315,10 @@ fn emitted_metric_names() -> BTreeSet<String> {
                         && !name.is_empty()
                         && name.chars().all(|c| c.is_ascii_alphanumeric())
                     {
-                        names.insert(name.to_string());
+                        names
+                            .entry(name.to_string())
+                            .or_default()
+                            .insert(file.clone());
                     }
                 }
                 rest = &rest[i + tail.len()..];
@@ -2095,6 +2326,110 @@ fn emitted_metric_names() -> BTreeSet<String> {
         }
     }
     names
+}
+
+fn emitted_metric_names() -> BTreeSet<String> {
+    emitted_metrics().into_keys().collect()
+}
+
+/// The function resource whose source emits metric `name` (each metric is one function's).
+fn emitting_function(name: &str) -> &'static str {
+    let metrics = emitted_metrics();
+    let files = metrics
+        .get(name)
+        .unwrap_or_else(|| panic!("metric {name} is emitted nowhere in shared/src/lambda"));
+    match files.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["ingest.rs"] => "IngestFunction",
+        ["compact.rs"] => "CompactFunction",
+        ref other => panic!("metric {name} is emitted by {other:?}, not one function"),
+    }
+}
+
+/// The dashboard body of this deployment: its `Fn::Sub` variables decided (the per-table
+/// widgets), every `${...}` that names a resource or pseudo parameter replaced by `x` (each
+/// checked to exist), parsed.
+fn dashboard(raw: &Value, params: &[(&str, &str)]) -> Value {
+    let t = deployed(raw, params);
+    let sub = &t["Resources"]["OperationsDashboard"]["Properties"]["DashboardBody"]["Fn::Sub"];
+    let (body, vars) = match sub {
+        Value::Array(a) => (a[0].as_str().expect("body").to_string(), a[1].clone()),
+        Value::String(s) => (s.clone(), json!({})),
+        other => panic!("DashboardBody: {other}"),
+    };
+    let mut body = body;
+    if let Some(vars) = vars.as_object() {
+        for (k, v) in vars {
+            let v = match v {
+                Value::String(s) => s.clone(),
+                Value::Object(m) => m["Fn::Sub"].as_str().expect("a Sub").to_string(),
+                other => panic!("{k}: {other}"),
+            };
+            body = body.replace(&format!("${{{k}}}"), &v);
+        }
+    }
+    let mut text = String::new();
+    let mut rest = body.as_str();
+    while let Some(i) = rest.find("${") {
+        text.push_str(&rest[..i]);
+        let end = rest[i..].find('}').expect("closed ${") + i;
+        let name = &rest[i + 2..end];
+        let resource = name.split('.').next().unwrap_or_default();
+        assert!(
+            name.starts_with("AWS::") || raw["Resources"].get(resource).is_some(),
+            "${{{name}}} names no resource"
+        );
+        text.push('x');
+        rest = &rest[end + 1..];
+    }
+    text.push_str(rest);
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("the dashboard body is not JSON ({e}):\n{text}"))
+}
+
+/// Metric names the dashboard shows: `dms2iceberg` rows (namespace, name, `Function`, function)
+/// and SEARCH expressions; AWS namespaces apart. Checks that every `dms2iceberg` row names the
+/// function that emits it, and every SEARCH stays within our namespace, its per-table
+/// dimensions and one of this stack's functions.
+fn dashboard_metrics(body: &Value) -> (BTreeSet<String>, BTreeSet<String>, usize) {
+    let mut shown = BTreeSet::new();
+    let mut aws = BTreeSet::new();
+    let mut searches = 0;
+    for w in body["widgets"].as_array().expect("widgets") {
+        for m in w["properties"]["metrics"].as_array().into_iter().flatten() {
+            let items = m.as_array().expect("a metric row");
+            match items.first() {
+                Some(Value::String(ns)) if ns == "dms2iceberg" => {
+                    let name = items[1].as_str().expect("metric name");
+                    assert_eq!(items[2], "Function", "{name}: dimension");
+                    assert!(
+                        items[3] == "x" && items.len() == 5,
+                        "{name}: one dimension, the function: {m}"
+                    );
+                    shown.insert(name.to_string());
+                }
+                Some(Value::String(ns)) => {
+                    aws.insert(format!("{ns} {}", items[1].as_str().unwrap_or_default()));
+                }
+                _ => {
+                    for e in items {
+                        let expr = e["expression"].as_str().unwrap_or_default();
+                        if expr.contains("SEARCH(") {
+                            searches += 1;
+                            assert!(
+                                expr.contains("{dms2iceberg,Function,Table} Function=\"x\""),
+                                "a search outside our namespace, its per-table dimensions or \
+                                 this stack's functions: {expr}"
+                            );
+                        }
+                        for part in expr.split("MetricName=\"").skip(1) {
+                            shown.insert(part.split('"').next().unwrap_or_default().to_string());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (shown, aws, searches)
 }
 
 #[test]
@@ -2119,27 +2454,22 @@ fn the_dashboard_shows_only_metrics_the_functions_emit() {
         ),
         "Dashboard=false turns it off"
     );
-    let body = dash["Properties"]["DashboardBody"]["Fn::Sub"]
-        .as_str()
-        .expect("DashboardBody: !Sub of a JSON string");
-    // `${...}` are the stack's own names (region, queues, functions): each must exist.
-    let mut text = String::new();
-    let mut rest = body;
-    while let Some(i) = rest.find("${") {
-        text.push_str(&rest[..i]);
-        let end = rest[i..].find('}').expect("closed ${") + i;
-        let name = &rest[i + 2..end];
-        let resource = name.split('.').next().unwrap_or_default();
+    // Each `dms2iceberg` row names the function that emits the metric.
+    let sub = serde_json::to_string(&dash["Properties"]["DashboardBody"]).expect("json");
+    let mut rest = sub.as_str();
+    let row = "[\\\"dms2iceberg\\\", \\\"";
+    while let Some(i) = rest.find(row) {
+        let after = &rest[i + row.len()..];
+        let name = &after[..after.find("\\\"").expect("name")];
+        let function = format!("\\\"Function\\\", \\\"${{{}}}\\\"", emitting_function(name));
         assert!(
-            name.starts_with("AWS::") || raw["Resources"].get(resource).is_some(),
-            "${{{name}}} names no resource"
+            after.starts_with(&format!("{name}\\\", {function}")),
+            "dashboard row of {name} does not name {function}: {}",
+            &after[..80.min(after.len())]
         );
-        text.push('x');
-        rest = &rest[end + 1..];
+        rest = after;
     }
-    text.push_str(rest);
-    let body: Value = serde_json::from_str(&text).expect("the dashboard body is JSON");
-    let widgets = body["widgets"].as_array().expect("widgets");
+
     let emitted = emitted_metric_names();
     for must in ["FilesApplied", "LagSeconds", "CommitConflicts", "Manifests"] {
         assert!(
@@ -2147,42 +2477,24 @@ fn the_dashboard_shows_only_metrics_the_functions_emit() {
             "the scan of the source found {emitted:?}"
         );
     }
-    let mut shown = BTreeSet::new();
-    let mut aws = BTreeSet::new();
-    for w in widgets {
-        for m in w["properties"]["metrics"].as_array().into_iter().flatten() {
-            let items = m.as_array().expect("a metric row");
-            match items.first() {
-                Some(Value::String(ns)) => {
-                    aws.insert(format!("{ns} {}", items[1].as_str().unwrap_or_default()));
-                }
-                _ => {
-                    for e in items {
-                        let expr = e["expression"].as_str().unwrap_or_default();
-                        assert!(
-                            !expr.contains("SEARCH(")
-                                || expr.contains("{dms2iceberg,Function,Table}"),
-                            "a search outside our namespace and dimensions: {expr}"
-                        );
-                        for part in expr.split("MetricName=\"").skip(1) {
-                            shown.insert(part.split('"').next().unwrap_or_default().to_string());
-                        }
-                    }
-                }
-            }
-        }
-    }
+    // TableMetrics=off (the default): the totals, no search (nothing per table is published).
+    let off = dashboard(raw, &[]);
+    let (shown, aws, searches) = dashboard_metrics(&off);
+    assert_eq!(searches, 0, "per-table widgets with TableMetrics=off");
     let unknown: Vec<&String> = shown.difference(&emitted).collect();
     assert!(
         unknown.is_empty(),
         "the dashboard names metrics nobody emits: {unknown:?}"
     );
-    // What the issue asks the dashboard to show.
     for needed in [
         "LagSeconds",
+        "BacklogAgeSeconds",
         "FilesApplied",
         "RowsInserted",
         "FilesFailed",
+        "FilesDeadLettered",
+        "TablesBlocked",
+        "FilesLeftAtDeadline",
         "CommitConflicts",
         "CommitAttempts",
         "ReadMilliseconds",
@@ -2190,16 +2502,903 @@ fn the_dashboard_shows_only_metrics_the_functions_emit() {
         "FilesRewritten",
         "DeleteFilesPerDataFile",
         "Manifests",
+        "TablesFailed",
+        "TablesRepaired",
     ] {
         assert!(shown.contains(needed), "{needed} not on the dashboard");
     }
     for needed in [
         "AWS/SQS ApproximateNumberOfMessagesVisible",
+        "AWS/SQS ApproximateAgeOfOldestMessage",
         "AWS/Lambda Errors",
+        "AWS/Lambda Throttles",
     ] {
         assert!(
             aws.contains(needed),
             "{needed} not on the dashboard: {aws:?}"
         );
     }
+    // TableMetrics=on: the same, and per-table widgets below them.
+    let on = dashboard(raw, &[("TableMetrics", "on")]);
+    let (shown_on, _, searches) = dashboard_metrics(&on);
+    assert!(
+        searches >= 5,
+        "per-table widgets with TableMetrics=on: {searches}"
+    );
+    let unknown: Vec<&String> = shown_on.difference(&emitted).collect();
+    assert!(unknown.is_empty(), "per-table widgets name {unknown:?}");
+    assert!(
+        on["widgets"].as_array().expect("widgets").len()
+            > off["widgets"].as_array().expect("widgets").len()
+    );
+    // Widgets do not overlap (the per-table ones come below the totals).
+    let mut cells = BTreeSet::new();
+    for w in on["widgets"].as_array().expect("widgets") {
+        let (x, y, wd, h) = (
+            as_i64(&w["x"]),
+            as_i64(&w["y"]),
+            as_i64(&w["width"]),
+            as_i64(&w["height"]),
+        );
+        for i in x..x + wd {
+            for j in y..y + h {
+                assert!(cells.insert((i, j)), "widgets overlap at ({i}, {j}): {w}");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Alarms, as docs/runbook.md states them
+
+/// One alarm as the runbook's table states it.
+#[derive(Debug)]
+struct RunbookAlarm {
+    name: String,
+    /// (namespace, metric, statistic)
+    metrics: Vec<(String, String, String)>,
+    /// `sum` of several metrics, `div60` of one, or the metric itself.
+    math: &'static str,
+    of: String,
+    comparison: String,
+    threshold: String,
+    datapoints: i64,
+    periods: i64,
+    period_s: i64,
+}
+
+/// The table in docs/runbook.md's "Alarms at a glance": `| alarm | of | metric (statistic) |
+/// threshold | datapoints | period |`.
+fn runbook_alarms() -> Vec<RunbookAlarm> {
+    let text = std::fs::read_to_string(root().join("docs/runbook.md")).expect("docs/runbook.md");
+    let table = text
+        .split("| alarm | of | metric (statistic) | threshold | datapoints | period |")
+        .nth(1)
+        .expect("docs/runbook.md has the alarms table");
+    let mut out = Vec::new();
+    for line in table.lines().skip(2) {
+        if !line.starts_with('|') {
+            break;
+        }
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        assert_eq!(cells.len(), 6, "runbook table row: {line}");
+        let name = cells[0].trim_matches('`').to_string();
+        let metric_text = cells[2];
+        let (metric_text, math) = match metric_text.strip_suffix(" / 60") {
+            Some(m) => (m, "div60"),
+            None if metric_text.contains(" + ") => (metric_text, "sum"),
+            None => (metric_text, "one"),
+        };
+        let metrics = metric_text
+            .split(" + ")
+            .map(|m| {
+                let (ns_name, stat) = m
+                    .trim()
+                    .strip_suffix(')')
+                    .and_then(|m| m.split_once(" ("))
+                    .unwrap_or_else(|| panic!("`namespace Metric (Statistic)`: {m}"));
+                let (ns, metric) = ns_name.split_once(' ').expect("namespace and metric");
+                (ns.to_string(), metric.to_string(), stat.to_string())
+            })
+            .collect();
+        let (comparison, threshold) = cells[3].split_once(' ').expect("`> 0`");
+        let (m, n) = cells[4].split_once(" of ").expect("`M of N`");
+        let period_s = match cells[5] {
+            "5 min" => 300,
+            "1 hour" => 3600,
+            other => panic!("period {other}"),
+        };
+        out.push(RunbookAlarm {
+            name,
+            metrics,
+            math,
+            of: cells[1].to_string(),
+            comparison: comparison.to_string(),
+            threshold: threshold.trim_matches('`').to_string(),
+            datapoints: m.parse().expect("M"),
+            periods: n.parse().expect("N"),
+            period_s,
+        });
+    }
+    assert!(!out.is_empty());
+    out
+}
+
+#[test]
+fn alarms_are_the_runbooks() {
+    let raw = &loaded().raw;
+    let runbook_text =
+        std::fs::read_to_string(root().join("docs/runbook.md")).expect("docs/runbook.md");
+    let in_runbook = runbook_alarms();
+    let alarms: Vec<(&String, &Value)> = raw["Resources"]
+        .as_object()
+        .expect("resources")
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::CloudWatch::Alarm")
+        .collect();
+    let names: BTreeSet<&str> = alarms.iter().map(|(n, _)| n.as_str()).collect();
+    let documented: BTreeSet<&str> = in_runbook.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(
+        names, documented,
+        "the template's alarms and the runbook's table"
+    );
+    // What the issue asks alarms for.
+    for needed in [
+        "DeadLetterQueueAlarm",
+        "FilesFailedAlarm",
+        "FilesDeadLetteredAlarm",
+        "TableBlockedAlarm",
+        "LagAlarm",
+        "IngestErrorsAlarm",
+        "CompactionFailingAlarm",
+        "TableRepairedAlarm",
+    ] {
+        assert!(names.contains(needed), "no {needed}");
+    }
+    let emitted = emitted_metric_names();
+    for want in &in_runbook {
+        let name = &want.name;
+        let a = &raw["Resources"][name.as_str()]["Properties"];
+        // Each has its runbook section, which the description points to.
+        assert!(
+            runbook_text.contains(&format!("\n### {name}\n")),
+            "docs/runbook.md has no `### {name}` section"
+        );
+        let description = render(&a["AlarmDescription"]).join("");
+        assert!(
+            description.contains(&format!("docs/runbook.md, \"{name}\"")),
+            "{name}: description {description}"
+        );
+        // It notifies both optional topics.
+        assert_eq!(
+            a["AlarmActions"],
+            json!([
+                {"Fn::If": ["HasAlarmTopic", {"Ref": "AlarmTopicArn"}, {"Ref": "AWS::NoValue"}]},
+                {"Fn::If": ["HasAlarmEmail", {"Ref": "AlarmTopic"}, {"Ref": "AWS::NoValue"}]}
+            ]),
+            "{name}: AlarmActions"
+        );
+        assert_eq!(
+            a["TreatMissingData"], "notBreaching",
+            "{name}: a quiet period breaches"
+        );
+        // The metrics, as (namespace, name, statistic, dimension, period), and the expression.
+        let (metrics, expression) = match a.get("Metrics") {
+            None => (
+                vec![(
+                    a["Namespace"].clone(),
+                    a["MetricName"].clone(),
+                    a["Statistic"].clone(),
+                    a["Dimensions"].clone(),
+                    as_i64(&a["Period"]),
+                )],
+                None,
+            ),
+            Some(list) => {
+                let list = list.as_array().expect("Metrics");
+                let returned: Vec<&Value> =
+                    list.iter().filter(|m| m["ReturnData"] == true).collect();
+                assert_eq!(returned.len(), 1, "{name}: one expression returned");
+                let ids: Vec<&str> = list
+                    .iter()
+                    .filter(|m| m["ReturnData"] == false)
+                    .map(|m| m["Id"].as_str().expect("Id"))
+                    .collect();
+                let expected = match want.math {
+                    "div60" => format!("{} / 60", ids[0]),
+                    "sum" => ids
+                        .iter()
+                        .map(|i| format!("FILL({i}, 0)"))
+                        .collect::<Vec<_>>()
+                        .join(" + "),
+                    other => panic!("{name}: math {other} with Metrics"),
+                };
+                assert_eq!(returned[0]["Expression"], expected, "{name}: expression");
+                (
+                    list.iter()
+                        .filter(|m| m["ReturnData"] == false)
+                        .map(|m| {
+                            let s = &m["MetricStat"];
+                            (
+                                s["Metric"]["Namespace"].clone(),
+                                s["Metric"]["MetricName"].clone(),
+                                s["Stat"].clone(),
+                                s["Metric"]["Dimensions"].clone(),
+                                as_i64(&s["Period"]),
+                            )
+                        })
+                        .collect(),
+                    Some(expected),
+                )
+            }
+        };
+        if want.math == "one" {
+            assert!(
+                expression.is_none(),
+                "{name}: an expression the runbook does not state"
+            );
+        }
+        assert_eq!(metrics.len(), want.metrics.len(), "{name}: metrics");
+        for ((ns, metric, stat, dims, period), (wns, wmetric, wstat)) in
+            metrics.iter().zip(&want.metrics)
+        {
+            assert_eq!(ns, wns.as_str(), "{name}: namespace");
+            assert_eq!(metric, wmetric.as_str(), "{name}: metric");
+            assert_eq!(stat, wstat.as_str(), "{name}: statistic of {wmetric}");
+            assert_eq!(*period, want.period_s, "{name}: period");
+            let dims = dims.as_array().expect("one dimension");
+            assert_eq!(dims.len(), 1, "{name}: dimensions {dims:?}");
+            let (dim, value) = (&dims[0]["Name"], render(&dims[0]["Value"]));
+            let expect = match (wns.as_str(), want.of.as_str()) {
+                ("dms2iceberg", _) => {
+                    // Our metrics: the totals over all tables, of the function emitting them.
+                    assert!(
+                        emitted.contains(wmetric),
+                        "{name}: {wmetric} is emitted nowhere"
+                    );
+                    let f = emitting_function(wmetric);
+                    assert_eq!(
+                        want.of,
+                        if f == "IngestFunction" {
+                            "ingest"
+                        } else {
+                            "compact"
+                        },
+                        "{name}: {wmetric} is the {f}'s"
+                    );
+                    ("Function", format!("${{{f}}}"))
+                }
+                ("AWS/Lambda", "ingest") => ("FunctionName", "${IngestFunction}".into()),
+                ("AWS/Lambda", "compact") => ("FunctionName", "${CompactFunction}".into()),
+                ("AWS/SQS", "dead-letter queue") => {
+                    ("QueueName", "${IngestDeadLetterQueue.QueueName}".into())
+                }
+                ("AWS/SQS", "ingest queue") => ("QueueName", "${IngestQueue.QueueName}".into()),
+                other => panic!("{name}: {other:?} not understood"),
+            };
+            assert_eq!(
+                (dim.as_str().unwrap_or_default(), value),
+                (expect.0, vec![expect.1]),
+                "{name}"
+            );
+        }
+        let comparison = match a["ComparisonOperator"].as_str() {
+            Some("GreaterThanThreshold") => ">",
+            Some("GreaterThanOrEqualToThreshold") => "≥",
+            other => panic!("{name}: {other:?}"),
+        };
+        assert_eq!(comparison, want.comparison, "{name}: comparison");
+        let threshold = render(&a["Threshold"]).join("");
+        assert_eq!(
+            threshold.trim_start_matches("${").trim_end_matches('}'),
+            want.threshold,
+            "{name}: threshold"
+        );
+        let periods = as_i64(&a["EvaluationPeriods"]);
+        let datapoints = a.get("DatapointsToAlarm").map_or(periods, as_i64);
+        assert_eq!(
+            (datapoints, periods),
+            (want.datapoints, want.periods),
+            "{name}: datapoints to alarm"
+        );
+    }
+
+    // The `Function` dimension the alarms name is the function's name, so that two stacks in
+    // one account never mix: the functions must publish under AWS_LAMBDA_FUNCTION_NAME.
+    let metrics_rs =
+        std::fs::read_to_string(root().join("shared/src/lambda/metrics.rs")).expect("metrics.rs");
+    assert!(
+        metrics_rs.contains("AWS_LAMBDA_FUNCTION_NAME"),
+        "shared/src/lambda/metrics.rs does not take the `Function` dimension from \
+         AWS_LAMBDA_FUNCTION_NAME: the alarms (Function = the deployed function's name) would \
+         never see a datapoint"
+    );
+
+    // AlarmEmail creates a topic with that address subscribed; without it, no topic.
+    let topic = &raw["Resources"]["AlarmTopic"];
+    assert_eq!(topic["Type"], "AWS::SNS::Topic");
+    assert_eq!(topic["Condition"], "HasAlarmEmail");
+    assert_eq!(
+        topic["Properties"]["Subscription"],
+        json!([{"Protocol": "email", "Endpoint": {"Ref": "AlarmEmail"}}])
+    );
+    assert!(
+        deployed(raw, &[])
+            .pointer("/Resources/AlarmTopic")
+            .is_none()
+    );
+    assert!(
+        deployed(raw, &[("AlarmEmail", "ops@example.com")])
+            .pointer("/Resources/AlarmTopic")
+            .is_some()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deployment defaults
+
+/// A template value as CloudFormation would compute it for these parameters: `Ref` of
+/// parameters and pseudo parameters, `Fn::If`, `Fn::Join`, `Fn::Select`, `Fn::Split`, and
+/// `Fn::Sub` of parameters; other references come out as `${Name}`.
+fn eval(t: &Value, v: &Value, params: &[(&str, &str)]) -> Value {
+    let s = |x: &Value| -> String {
+        match eval(t, x, params) {
+            Value::String(s) => s,
+            other => panic!("not a string: {other}"),
+        }
+    };
+    match v {
+        Value::Object(m) if m.len() == 1 => {
+            let (k, a) = m.iter().next().expect("one key");
+            match k.as_str() {
+                "Ref" => {
+                    let name = a.as_str().expect("Ref name");
+                    if t["Parameters"].get(name).is_some() || name.starts_with("AWS::") {
+                        Value::String(param_value(t, name, params))
+                    } else {
+                        Value::String(format!("${{{name}}}"))
+                    }
+                }
+                "Fn::If" => {
+                    let name = a[0].as_str().expect("condition");
+                    let taken = condition(t, &json!({ "Condition": name }), params);
+                    eval(t, &a[if taken { 1 } else { 2 }], params)
+                }
+                "Fn::Join" => Value::String(
+                    a[1].as_array()
+                        .expect("Join list")
+                        .iter()
+                        .map(s)
+                        .collect::<Vec<_>>()
+                        .join(a[0].as_str().expect("separator")),
+                ),
+                "Fn::Split" => Value::Array(
+                    s(&a[1])
+                        .split(a[0].as_str().expect("literal delimiter"))
+                        .map(|x| Value::String(x.into()))
+                        .collect(),
+                ),
+                "Fn::Select" => {
+                    let i = as_i64(&a[0]) as usize;
+                    match eval(t, &a[1], params) {
+                        Value::Array(items) => items[i].clone(),
+                        other => panic!("Select from {other}"),
+                    }
+                }
+                "Fn::Sub" => {
+                    let mut text = a.as_str().expect("plain Sub").to_string();
+                    for p in t["Parameters"].as_object().expect("parameters").keys() {
+                        text = text.replace(&format!("${{{p}}}"), &param_value(t, p, params));
+                    }
+                    for (p, _) in PSEUDO {
+                        text = text.replace(&format!("${{{p}}}"), &param_value(t, p, params));
+                    }
+                    Value::String(text)
+                }
+                _ => Value::String(render(v).join("")),
+            }
+        }
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn the_config_goes_to_parameter_store_from_tables_config() {
+    let raw = &loaded().raw;
+    let p = &raw["Parameters"]["TablesConfig"];
+    let text = p["Default"].as_str().expect("a default config");
+    assert_eq!(
+        as_i64(&p["MaxLength"]),
+        4096,
+        "CloudFormation's parameter value limit"
+    );
+    assert!(text.len() <= 4096, "the default is {} bytes", text.len());
+
+    // The default parses, and its [defaults] name the columns the recommended endpoint settings
+    // produce: the commit timestamp column and the AR_H_CHANGE_SEQ column.
+    let settings = read_json("infra/dms-endpoint-settings.json");
+    let mappings = read_json("infra/dms-table-mappings.json");
+    let change_seq = mappings["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .find(|r| r["rule-action"] == "add-column" && r["expression"] == "$AR_H_CHANGE_SEQ")
+        .and_then(|r| r["value"].as_str())
+        .expect("the table mappings add an AR_H_CHANGE_SEQ column");
+    let config = dms2iceberg::config::Config::from_toml(text)
+        .unwrap_or_else(|e| panic!("TablesConfig's default does not parse: {e}\n{text}"));
+    let any = config.table("sales", "orders").expect("a table's settings");
+    assert_eq!(any.change_sequence_column.as_deref(), Some(change_seq));
+    assert_eq!(
+        any.commit_timestamp_column.as_deref(),
+        settings["TimestampColumnName"].as_str()
+    );
+    assert_eq!(any.primary_key, None, "no table is configured by default");
+    // Its commented example is a valid entry once uncommented.
+    let example: String = text
+        .lines()
+        .map(|l| match l.strip_prefix("# ") {
+            Some(x) if x.starts_with("[tables.") || x.starts_with("primary_key") => x,
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_ne!(example, text, "the default has a commented table example");
+    let config = dms2iceberg::config::Config::from_toml(&example).expect("the example parses");
+    assert_eq!(
+        config
+            .table("sales", "orders")
+            .expect("settings")
+            .primary_key,
+        Some(vec!["order_id".to_string()])
+    );
+
+    // Default: the stack writes it into the config parameter, which the ingest function reads
+    // (ssm:<name>) and may read, alone.
+    let t = deployed(raw, &[]);
+    let param = &t["Resources"]["ConfigParameter"];
+    assert_eq!(param["Type"], "AWS::SSM::Parameter");
+    assert_eq!(param["Properties"]["Type"], "String");
+    assert_eq!(param["Properties"]["Value"], json!({"Ref": "TablesConfig"}));
+    assert_eq!(
+        eval(raw, &param["Properties"]["Name"], &[]),
+        "/dms2iceberg/dms2iceberg/config"
+    );
+    let ingest_env = &t["Resources"]["IngestFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(
+        render(&ingest_env["DMS2ICEBERG_CONFIG"]),
+        ["ssm:${ConfigParameter}"]
+    );
+    let ingest = allowed(&t, "IngestFunction");
+    let compact = allowed(&t, "CompactFunction");
+    let can = |grants: &[(String, Vec<String>)], a: &str, r: &str| {
+        grants
+            .iter()
+            .any(|(x, rs)| x == a && rs.iter().any(|y| y == r))
+    };
+    assert!(can(&ingest, "ssm:GetParameter", CONFIG_PARAMETER));
+    assert!(
+        !ingest
+            .iter()
+            .any(|(_, rs)| rs.iter().any(|r| r == CONFIG_OBJECT))
+    );
+    assert!(t["Outputs"]["ConfigParameterName"].is_object());
+    // ConfigS3Uri instead: no parameter, the object alone.
+    let uri = [("ConfigS3Uri", "s3://my-bucket/config/dms2iceberg.toml")];
+    let t = deployed(raw, &uri);
+    assert!(t["Resources"].get("ConfigParameter").is_none());
+    let ingest_env = &t["Resources"]["IngestFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(
+        render(&ingest_env["DMS2ICEBERG_CONFIG"]),
+        ["${ConfigS3Uri}"]
+    );
+    let ingest_s3 = allowed(&t, "IngestFunction");
+    assert!(can(&ingest_s3, "s3:GetObject", CONFIG_OBJECT));
+    assert!(!ingest_s3.iter().any(|(a, _)| a.starts_with("ssm:")));
+    // The compact function reads no config either way.
+    for grants in [compact, allowed(&t, "CompactFunction")] {
+        assert!(
+            !grants
+                .iter()
+                .any(|(a, rs)| a.starts_with("ssm:") || rs.iter().any(|r| r == CONFIG_OBJECT))
+        );
+    }
+}
+
+#[test]
+fn records_no_retry_can_help_go_to_the_dead_letter_queue_at_once() {
+    let raw = &loaded().raw;
+    let t = deployed(raw, &[]);
+    let env = &t["Resources"]["IngestFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(
+        render(&env["DMS2ICEBERG_DEAD_LETTER_QUEUE_URL"]),
+        ["${IngestDeadLetterQueue}"],
+        "the queue's URL (Ref)"
+    );
+    let ingest = allowed(&t, "IngestFunction");
+    let sends: Vec<&Vec<String>> = ingest
+        .iter()
+        .filter(|(a, _)| a == "sqs:SendMessage")
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(sends, [&vec![DEAD_LETTER_QUEUE.to_string()]]);
+    // An SQS-managed key: sending needs no KMS grant.
+    let dlq = &t["Resources"]["IngestDeadLetterQueue"]["Properties"];
+    assert_eq!(dlq["SqsManagedSseEnabled"], true);
+    assert!(dlq.get("KmsMasterKeyId").is_none());
+    assert!(
+        !allowed(&t, "CompactFunction")
+            .iter()
+            .any(|(a, _)| a.starts_with("sqs:"))
+    );
+}
+
+#[test]
+fn the_glue_database_is_unique_per_stack() {
+    let raw = &loaded().raw;
+    let db = &raw["Resources"]["DatabaseName"]["Properties"];
+    assert_eq!(db["AllowedPattern"], "^[a-z0-9_]{1,255}$");
+    let valid = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 255
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            && !s.starts_with('_')
+            && !s.ends_with('_')
+    };
+    let a = eval(raw, &db["Value"], &[]);
+    assert_eq!(a, "dms2iceberg_4f9b2c1e", "from the stack id");
+    let b = eval(
+        raw,
+        &db["Value"],
+        &[(
+            "AWS::StackId",
+            "arn:aws:cloudformation:eu-west-1:111122223333:stack/dms2iceberg/9a0c77d2-5a3d-11ef-9c2b-0a1b2c3d4e5f",
+        )],
+    );
+    assert_ne!(
+        a, b,
+        "the same stack name created again gets another database"
+    );
+    for v in [&a, &b] {
+        assert!(
+            valid(v.as_str().expect("a name")),
+            "{v}: not a Glue, Athena and S3 Tables name"
+        );
+    }
+    assert_eq!(
+        eval(raw, &db["Value"], &[("GlueDatabaseName", "sales")]),
+        "sales"
+    );
+    // Everything names the database through that one value.
+    let t = deployed(raw, &[]);
+    assert_eq!(
+        render(&t["Globals"]["Function"]["Environment"]["Variables"]["DMS2ICEBERG_GLUE_DATABASE"]),
+        ["${DatabaseName.Value}"]
+    );
+    assert_eq!(
+        render(&t["Resources"]["GlueDatabase"]["Properties"]["DatabaseInput"]["Name"]),
+        ["${DatabaseName.Value}"]
+    );
+    assert_eq!(t["Resources"]["GlueDatabase"]["DeletionPolicy"], "Retain");
+    assert_eq!(
+        render(&t["Outputs"]["GlueDatabase"]["Value"]),
+        ["${DatabaseName.Value}"]
+    );
+    let text = serde_json::to_string(&raw["Resources"]).expect("json");
+    assert_eq!(
+        text.matches("\"Ref\":\"GlueDatabaseName\"").count()
+            + text.matches("${GlueDatabaseName}").count(),
+        1,
+        "GlueDatabaseName is read through DatabaseName alone"
+    );
+}
+
+#[test]
+fn kms_keys_are_granted_only_when_named() {
+    let raw = &loaded().raw;
+    const KEY: &str = "arn:aws:kms:eu-west-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab";
+    let kms_of = |t: &Value, f: &str| -> Vec<(String, Vec<String>)> {
+        allowed(t, f)
+            .into_iter()
+            .filter(|(a, _)| a.starts_with("kms:"))
+            .collect()
+    };
+    let statements_on = |t: &Value, f: &str, key: &str| -> Vec<Value> {
+        role_of(t, f)
+            .1
+            .into_iter()
+            .filter(|s| strings(&s["Resource"]).iter().any(|r| r == key))
+            .collect()
+    };
+    let encryption = |t: &Value, bucket: &str| {
+        t["Resources"][bucket]["Properties"]["BucketEncryption"]
+            ["ServerSideEncryptionConfiguration"][0]
+            .clone()
+    };
+    let dms_kms = |t: &Value| -> Vec<String> {
+        policy_docs(t)
+            .iter()
+            .filter(|d| d.dms_role)
+            .flat_map(|d| statements(&d.doc))
+            .flat_map(|s| strings(&s["Action"]))
+            .filter(|a| a.starts_with("kms:"))
+            .collect()
+    };
+
+    // No key named: no KMS anywhere, SSE-S3 buckets.
+    let t = deployed(raw, &[]);
+    for f in ["IngestFunction", "CompactFunction"] {
+        assert!(kms_of(&t, f).is_empty(), "{f}: {:?}", kms_of(&t, f));
+    }
+    assert!(dms_kms(&t).is_empty());
+    for b in ["LandingBucket", "WarehouseBucket"] {
+        assert_eq!(
+            encryption(&t, b),
+            json!({"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}),
+            "{b}"
+        );
+    }
+
+    // The warehouse's key on Glue: both functions, data keys and decrypt, through S3 only; the
+    // bucket the stack creates encrypts with it, a bucket key on.
+    let t = deployed(raw, &[("WarehouseKmsKeyArn", KEY)]);
+    for f in ["IngestFunction", "CompactFunction"] {
+        let on_key = statements_on(&t, f, WAREHOUSE_KEY);
+        assert_eq!(on_key.len(), 1, "{f}: {on_key:?}");
+        let mut actions = strings(&on_key[0]["Action"]);
+        actions.sort();
+        assert_eq!(actions, ["kms:Decrypt", "kms:GenerateDataKey"], "{f}");
+        assert_eq!(
+            render(&on_key[0]["Condition"]["StringEquals"]["kms:ViaService"]),
+            ["s3.${AWS::Region}.${AWS::URLSuffix}"],
+            "{f}: the warehouse key through S3 only"
+        );
+    }
+    assert_eq!(
+        encryption(&t, "WarehouseBucket"),
+        json!({"ServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms",
+            "KMSMasterKeyID": {"Ref": "WarehouseKmsKeyArn"}}, "BucketKeyEnabled": true})
+    );
+    assert!(dms_kms(&t).is_empty(), "DMS never writes the warehouse");
+
+    // On S3 Tables: the table bucket the stack creates encrypts with it; both functions may use
+    // it on its tables.
+    let t = deployed(raw, &[("WarehouseKmsKeyArn", KEY), ("Catalog", "s3tables")]);
+    assert_eq!(
+        t["Resources"]["TableBucket"]["Properties"]["EncryptionConfiguration"],
+        json!({"SSEAlgorithm": "aws:kms", "KMSKeyArn": {"Ref": "WarehouseKmsKeyArn"}})
+    );
+    for f in ["IngestFunction", "CompactFunction"] {
+        let on_key = statements_on(&t, f, WAREHOUSE_KEY);
+        assert_eq!(on_key.len(), 1, "{f}");
+        let mut actions = strings(&on_key[0]["Action"]);
+        actions.sort();
+        assert_eq!(actions, ["kms:Decrypt", "kms:GenerateDataKey"], "{f}");
+    }
+    assert!(
+        deployed(raw, &[("Catalog", "s3tables")])["Resources"]["TableBucket"]["Properties"]
+            .get("EncryptionConfiguration")
+            .is_none()
+    );
+    // A REST catalog that vends credentials for storage the stack does not name: no grant.
+    let t = deployed(
+        raw,
+        &[
+            ("WarehouseKmsKeyArn", KEY),
+            ("Catalog", "rest"),
+            ("RestUri", "http://catalog.internal:8181"),
+            ("RestVendedCredentials", "true"),
+        ],
+    );
+    for f in ["IngestFunction", "CompactFunction"] {
+        assert!(kms_of(&t, f).is_empty(), "{f}");
+    }
+
+    // The landing bucket's key: the ingest function decrypts DMS files, DMS writes them (what
+    // an SSE-KMS S3 target needs), the compact function nothing; a landing bucket the stack
+    // creates encrypts with it.
+    let t = deployed(raw, &[("LandingBucketKmsKeyArn", KEY)]);
+    assert_eq!(
+        kms_of(&t, "IngestFunction"),
+        [("kms:Decrypt".to_string(), vec![LANDING_KEY.to_string()])]
+    );
+    assert!(kms_of(&t, "CompactFunction").is_empty());
+    let mut dms = dms_kms(&t);
+    dms.sort();
+    let mut want = DMS_KMS_ACTIONS.to_vec();
+    want.sort();
+    assert_eq!(dms, want);
+    assert_eq!(
+        encryption(&t, "LandingBucket"),
+        json!({"ServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms",
+            "KMSMasterKeyID": {"Ref": "LandingBucketKmsKeyArn"}}, "BucketKeyEnabled": true})
+    );
+    let v = least_privilege_violations(&t);
+    assert!(v.is_empty(), "{v:?}");
+}
+
+#[test]
+fn no_deployment_overrides_the_aws_endpoints() {
+    let raw = &loaded().raw;
+    let declared_anywhere = |t: &Value| {
+        let mut found = Vec::new();
+        for vars in std::iter::once(&t["Globals"]["Function"]["Environment"]["Variables"]).chain(
+            ["IngestFunction", "CompactFunction"]
+                .iter()
+                .map(|f| &t["Resources"][*f]["Properties"]["Environment"]["Variables"]),
+        ) {
+            for (k, _) in vars.as_object().into_iter().flatten() {
+                if k.starts_with("AWS_ENDPOINT_URL") {
+                    found.push(k.clone());
+                }
+            }
+        }
+        found
+    };
+    let mut cases: Vec<&[(&str, &str)]> = vec![&[]];
+    let catalogs = catalog_cases();
+    cases.extend(catalogs.iter().map(|c| c.params));
+    for params in cases {
+        let t = deployed(raw, params);
+        assert!(
+            declared_anywhere(&t).is_empty(),
+            "{params:?}: {:?} in a deployment",
+            declared_anywhere(&t)
+        );
+    }
+    // `sam local` (its pseudo account) sees it declared, so env.json can point it at an emulator.
+    let local = deployed(raw, &[("AWS::AccountId", "123456789012")]);
+    assert_eq!(declared_anywhere(&local), ["AWS_ENDPOINT_URL"]);
+}
+
+/// Seconds of an EventBridge `rate(...)` expression.
+fn rate_seconds(expr: &str) -> i64 {
+    let inner = expr
+        .strip_prefix("rate(")
+        .and_then(|x| x.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("not a rate(): {expr}"));
+    let (n, unit) = inner.split_once(' ').expect("rate(N unit)");
+    let n: i64 = n.parse().expect("N");
+    n * match unit.trim_end_matches('s') {
+        "minute" => 60,
+        "hour" => 3600,
+        "day" => 86400,
+        other => panic!("unit {other}"),
+    }
+}
+
+#[test]
+fn compaction_runs_do_not_overlap() {
+    let raw = &loaded().raw;
+    let timeout = as_i64(&param_default(raw, "CompactTimeout"));
+    for schedule in ["CompactSchedule", "MaintenanceSchedule"] {
+        let every = rate_seconds(param_default(raw, schedule).as_str().expect("a rate"));
+        // A minute of slack: EventBridge fires a schedule within its minute, and a run the
+        // service could not start within 60 s is dropped (below).
+        assert!(
+            timeout + 60 <= every,
+            "CompactTimeout {timeout} s and {schedule} every {every} s: a run can still be \
+             going when the next starts"
+        );
+    }
+    let f = &raw["Resources"]["CompactFunction"]["Properties"];
+    assert_eq!(render(&f["Timeout"]), ["${CompactTimeout}"]);
+    assert_eq!(f["EventInvokeConfig"]["MaximumRetryAttempts"], 0);
+    assert!(
+        as_i64(&f["EventInvokeConfig"]["MaximumEventAgeInSeconds"]) <= 60,
+        "a run delayed by throttling would start late and overlap the next"
+    );
+    assert_eq!(rate_seconds("rate(5 minutes)"), 300);
+    assert_eq!(rate_seconds("rate(1 hour)"), 3600);
+}
+
+/// Whether the deployed rule matches an object event of `bucket`/`key`.
+fn deployed_rule_matches(t: &Value, params: &[(&str, &str)], bucket: &str, key: &str) -> bool {
+    let p = &t["Resources"]["DmsObjectCreatedRule"]["Properties"]["EventPattern"];
+    let prefix = param_value(t, "DmsPrefix", params);
+    let buckets: Vec<String> = p["detail"]["bucket"]["name"]
+        .as_array()
+        .expect("bucket names")
+        .iter()
+        .flat_map(render)
+        .map(|b| match b.as_str() {
+            "${LandingBucket}" => "created-landing-bucket".to_string(),
+            "${LandingBucketName}" => param_value(t, "LandingBucketName", params),
+            other => panic!("bucket {other}"),
+        })
+        .collect();
+    let keys: Vec<String> = p["detail"]["object"]["key"]
+        .as_array()
+        .expect("key patterns")
+        .iter()
+        .flat_map(|k| render(&k["wildcard"]))
+        .map(|k| k.replace("${DmsPrefix}", &prefix))
+        .collect();
+    buckets.iter().any(|b| b == bucket) && keys.iter().any(|k| wildcard(k, key))
+}
+
+#[test]
+fn the_rule_never_matches_the_warehouses_writes() {
+    let raw = &loaded().raw;
+    let accepted: [&[(&str, &str)]; 4] = [
+        &[],
+        &[("DmsPrefix", "")],
+        &[
+            ("LandingBucketName", "lake"),
+            ("WarehouseBucketName", "lake"),
+        ],
+        &[
+            ("LandingBucketName", "lake"),
+            ("WarehouseBucketName", "lake"),
+            ("DmsPrefix", "cdc/dms/"),
+            ("WarehousePrefix", "iceberg/"),
+        ],
+    ];
+    for params in accepted {
+        assert!(broken_rules(raw, params).is_empty(), "{params:?} refused");
+        let t = deployed(raw, params);
+        let landing = match param_value(raw, "LandingBucketName", params) {
+            b if b.is_empty() => "created-landing-bucket".to_string(),
+            b => b,
+        };
+        let warehouse = match param_value(raw, "WarehouseBucketName", params) {
+            b if b.is_empty() => "created-warehouse-bucket".to_string(),
+            b => b,
+        };
+        let wp = param_value(raw, "WarehousePrefix", params);
+        let dp = param_value(raw, "DmsPrefix", params);
+        for key in [
+            format!("{wp}dms2iceberg_4f9b2c1e.db/orders/data/00000-0-4c1f.parquet"),
+            format!("{wp}dms2iceberg_4f9b2c1e.db/orders/data/00000-0-4c1f-deletes.parquet"),
+            format!("{wp}dms2iceberg_4f9b2c1e.db/orders/metadata/00012-9a1e.metadata.json"),
+            format!("{wp}dms2iceberg_4f9b2c1e.db/orders/metadata/snap-77-1-9a1e.avro"),
+        ] {
+            assert!(
+                !deployed_rule_matches(&t, params, &warehouse, &key),
+                "{params:?}: the rule matches the warehouse's {warehouse}/{key}"
+            );
+        }
+        for key in [
+            format!("{dp}sales/orders/LOAD00000001.parquet"),
+            format!("{dp}sales/orders/20220302-1134010000.csv"),
+            format!("{dp}sales/orders/2022/03/02/20220302-1134010000.csv.gz"),
+        ] {
+            assert!(
+                deployed_rule_matches(&t, params, &landing, &key),
+                "{params:?}: the rule misses DMS's {landing}/{key}"
+            );
+        }
+    }
+    // One bucket with a prefix left empty: refused before anything is created.
+    for params in [
+        &[
+            ("LandingBucketName", "lake"),
+            ("WarehouseBucketName", "lake"),
+            ("DmsPrefix", ""),
+        ][..],
+        &[
+            ("LandingBucketName", "lake"),
+            ("WarehouseBucketName", "lake"),
+            ("WarehousePrefix", ""),
+        ],
+        &[("DmsPrefix", "data/"), ("WarehousePrefix", "data/")],
+    ] {
+        assert!(
+            !broken_rules(raw, params).is_empty(),
+            "accepted: {params:?}"
+        );
+    }
+}
+
+#[test]
+fn cost_md_counts_the_metrics_the_functions_emit() {
+    let cost = std::fs::read_to_string(root().join("docs/cost.md")).expect("docs/cost.md");
+    let n = emitted_metric_names().len();
+    assert!(
+        cost.contains(&format!("**{n} metric names**")),
+        "docs/cost.md does not state the {n} metric names the functions emit \
+         (`**{n} metric names**`): {:?}",
+        emitted_metric_names()
+    );
 }
