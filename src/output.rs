@@ -430,11 +430,22 @@ pub(crate) fn verify(out: &mut dyn Write, r: &VerifyReport) -> std::io::Result<(
 
 pub(crate) fn repair(out: &mut dyn Write, r: &RepairReport) -> std::io::Result<()> {
     if !r.was_damaged() {
-        return writeln!(
+        writeln!(
             out,
-            "{}: not damaged: {} and everything it names read; nothing to do",
+            "{}: not damaged: {} and its current snapshot read; nothing to do",
             r.table, r.damaged
-        );
+        )?;
+        if !r.older_snapshots_broken.is_empty() {
+            for p in &r.older_snapshots_broken {
+                writeln!(out, "  older snapshot: {p}")?;
+            }
+            writeln!(
+                out,
+                "  older snapshots lost files: time travel to them fails; `dms2iceberg expire` \
+                 drops them (the table itself reads)"
+            )?;
+        }
+        return Ok(());
     }
     writeln!(out, "{}: damaged: the catalog names {}", r.table, r.damaged)?;
     for p in &r.problems {

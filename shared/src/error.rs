@@ -203,15 +203,19 @@ pub enum Error {
     )]
     CommitUnknown { table: String, reason: String },
 
-    /// The catalog names a metadata file that is not in storage: the table cannot be read by
-    /// any engine until the pointer is moved back to metadata that exists (`repair`).
+    /// The catalog names a metadata file that is not in storage, or that is not table
+    /// metadata: the table cannot be read by any engine until the pointer is moved back to
+    /// metadata that reads (`repair`).
     #[error(
-        "table {table} is damaged: the catalog names metadata {location}, which does not exist \
-         (files of a commit were deleted while the catalog named them); `dms2iceberg repair \
-         {table}` (or the compaction function's next run) points it back at the newest intact \
-         metadata, and the DMS files applied since are applied again"
+        "table {table} is damaged: the catalog names metadata {location}, which {problem}; \
+         `dms2iceberg repair {table}` (or the compaction function's next run) points it back at \
+         the newest intact metadata, and the DMS files applied since are applied again"
     )]
-    MetadataMissing { table: String, location: String },
+    MetadataDamaged {
+        table: String,
+        location: String,
+        problem: String,
+    },
 
     /// A snapshot a time-travel read names that the table does not have.
     #[error("table {table} has no snapshot {what}")]
@@ -265,7 +269,7 @@ impl Error {
             }
             Error::Order(_) => "OrderError",
             Error::CommitUnknown { .. } => "CommitUnknown",
-            Error::MetadataMissing { .. } => "TableDamaged",
+            Error::MetadataDamaged { .. } => "TableDamaged",
             Error::NoSuchSnapshot { .. } => "NoSuchSnapshot",
             Error::Unsupported(_) => "Unsupported",
             Error::NoSuchTable { .. } => "NoSuchTable",
@@ -329,9 +333,10 @@ mod tests {
             },
             Error::Catalog("c".into()),
             Error::Storage("S3 GetObject s3://b/k: denied".into()),
-            Error::MetadataMissing {
+            Error::MetadataDamaged {
                 table: "a.b".into(),
                 location: "s3://w/a.b/metadata/00002-x.metadata.json".into(),
+                problem: "does not exist".into(),
             },
         ];
         for e in &errors {

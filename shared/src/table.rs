@@ -88,15 +88,24 @@ impl LoadedTable {
     }
 }
 
-/// [`Error::MetadataMissing`] when storage says the file at `location` is not there (a read
-/// that failed for another reason, or a check that failed too, is `e` as it was: only a
-/// definite answer calls the table damaged).
+/// [`Error::MetadataDamaged`] when storage says the file at `location` is not there, or its
+/// bytes are not table metadata (a read that failed for another reason, or a check that failed
+/// too, is `e` as it was: only a definite answer calls the table damaged).
 async fn missing_or(catalog: &dyn Catalog, ident: &TableIdent, location: &str, e: Error) -> Error {
+    let damaged = |problem: String| Error::MetadataDamaged {
+        table: ident.to_string(),
+        location: location.to_string(),
+        problem,
+    };
+    if let Error::Iceberg(ie) = &e
+        && ie.kind() == iceberg::ErrorKind::DataInvalid
+    {
+        return damaged(format!("does not read as table metadata ({ie})"));
+    }
     match catalog.file_io().exists(location).await {
-        Ok(false) => Error::MetadataMissing {
-            table: ident.to_string(),
-            location: location.to_string(),
-        },
+        Ok(false) => damaged(
+            "does not exist (files of a commit were deleted while the catalog named them)".into(),
+        ),
         _ => e,
     }
 }

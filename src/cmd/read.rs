@@ -107,13 +107,34 @@ pub(crate) async fn tables(catalog: &CatalogArgs, a: TablesArgs) -> Result<bool>
     let tables = catalog.list_tables().await?;
     let json = output::json_or(format, json);
     let mut out = std::io::stdout().lock();
+    let mut all_read = true;
     for t in tables {
-        // Rejected-rows side tables and tables of other writers have no record.
-        let record = ops_history::applied_record(catalog.as_ref(), &t).await?;
-        // What a reader's scan plan opens, from the metadata alone (see `compact --if-needed`).
-        let cost = dms2iceberg::ops::compact::Compact::new(catalog.as_ref(), t.clone())
-            .read_cost()
-            .await?;
+        // One table that cannot be read is listed with why; the others are listed as usual
+        // (the listing is how an operator finds the damaged one).
+        let read = async {
+            // Rejected-rows side tables and tables of other writers have no record.
+            let record = ops_history::applied_record(catalog.as_ref(), &t).await?;
+            // What a reader's scan plan opens, from the metadata alone (see `compact
+            // --if-needed`).
+            let cost = dms2iceberg::ops::compact::Compact::new(catalog.as_ref(), t.clone())
+                .read_cost()
+                .await?;
+            Ok::<_, dms2iceberg::Error>((record, cost))
+        }
+        .await;
+        let (record, cost) = match read {
+            Ok(r) => r,
+            Err(e) => {
+                all_read = false;
+                if json {
+                    let line = serde_json::json!({"table": t.to_string(), "error": e.to_string(), "kind": e.kind()});
+                    writeln!(out, "{line}")?;
+                } else {
+                    writeln!(out, "{t}\terror ({}): {e}", e.kind())?;
+                }
+                continue;
+            }
+        };
         if json {
             #[derive(serde::Serialize)]
             struct Line<'a> {
@@ -135,6 +156,9 @@ pub(crate) async fn tables(catalog: &CatalogArgs, a: TablesArgs) -> Result<bool>
                 output::read_cost_line(&cost)
             )?;
         }
+    }
+    if !all_read {
+        return Ok(false);
     }
     Ok(true)
 }

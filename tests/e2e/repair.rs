@@ -668,3 +668,104 @@ fn a_rest_table_missing_a_data_file_fails_the_end_of_test_check() {
          catalog's own tools"
     ));
 }
+
+/// A file lost only from snapshots the table has moved past (a change file's data file that
+/// compaction rewrote): the table reads, so `repair` leaves it where it is and reports the
+/// older snapshots (moving the table back past them would drop commits that read); `expire`
+/// drops them, and the table verifies whole again.
+#[test]
+fn a_file_lost_from_older_snapshots_only_is_not_rolled_back() {
+    let w = Work::new("repair_older_only");
+    generate(&w, "4811");
+    let meta = w.meta(TABLE);
+    let ing = ingest_one_by_one(&w, meta.files.len());
+    let wh = w.wh().display().to_string();
+    w.cli(&[
+        "compact",
+        TABLE,
+        "--warehouse",
+        &wh,
+        "--target-file-size",
+        "1048576",
+    ])
+    .assert_success();
+    // A data file of the second commit: rewritten by the compaction, named by older
+    // snapshots only.
+    let victim = ing.added[1]
+        .iter()
+        .find(|p| file_kind(&p.display().to_string()) == "data")
+        .unwrap_or_else(|| panic!("the second commit added no data file: {:?}", ing.added[1]))
+        .clone();
+    std::fs::remove_file(&victim).unwrap();
+    let before = pointer(&w);
+    let r = w.verify_run(TABLE, &["--format", "json"]);
+    assert_eq!(
+        r.status.code(),
+        Some(1),
+        "verify names the lost file: {}",
+        r.describe()
+    );
+    let done = repair_json(&w, false);
+    assert_eq!(done["problems"], serde_json::json!([]), "{done}");
+    assert!(done["metadata_location"].is_null(), "{done}");
+    assert!(
+        !done["older_snapshots_broken"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "the older snapshots' problem is reported: {done}"
+    );
+    assert_eq!(pointer(&w), before, "not rolled back");
+    w.assert_table(TABLE);
+    // Expiring the snapshots that name the lost file leaves a table that verifies whole.
+    w.cli(&[
+        "expire",
+        TABLE,
+        "--warehouse",
+        &wh,
+        "--older-than-hours",
+        "0",
+        "--retain-last",
+        "1",
+    ])
+    .assert_success();
+    w.verify_run(TABLE, &["--read"]).assert_success();
+    w.assert_table(TABLE);
+}
+
+/// A current metadata file that is there but is not table metadata (cut to nothing): reading
+/// the table names the damage and the repair, and `repair` restores the metadata before it.
+#[test]
+fn an_unreadable_current_metadata_file_is_repaired() {
+    let w = Work::new("repair_unreadable");
+    generate(&w, "4812");
+    let meta = w.meta(TABLE);
+    let n = meta.files.len() - 2;
+    let ing = ingest_one_by_one(&w, n);
+    let current = ing.pointers[n - 1].clone();
+    std::fs::write(local(&current), b"").unwrap();
+    let wh = w.wh().display().to_string();
+    let r = w.cli(&["scan", TABLE, "--warehouse", &wh]);
+    assert!(
+        !r.status.success()
+            && r.stderr.contains("is damaged")
+            && r.stderr.contains("does not read as table metadata")
+            && r.stderr.contains("repair"),
+        "{}",
+        r.describe()
+    );
+    let v = json_of(&w.verify_run(TABLE, &["--format", "json"]));
+    assert!(
+        v["problems"][0]["what"]
+            .as_str()
+            .is_some_and(|s| s.contains("does not read")),
+        "verify reports it as JSON: {v}"
+    );
+    let done = repair_json(&w, false);
+    assert_eq!(
+        done["restored_from"],
+        ing.pointers[n - 2].as_str(),
+        "{done}"
+    );
+    restored_then_reingested(&w, n - 1, 1);
+}

@@ -39,6 +39,11 @@ pub(crate) type Refs = BTreeMap<String, SnapshotReference>;
 /// Reads the metadata.json file at `location` (gzip'd or not, as iceberg-rust reads it).
 pub(crate) async fn read(file_io: &FileIO, location: &str) -> Result<(TableMetadata, Refs)> {
     let bytes = file_io.new_input(location)?.read().await?;
+    parse_bytes(location, &bytes)
+}
+
+/// A metadata file's bytes as read (gzip or plain JSON), parsed.
+pub(crate) fn parse_bytes(location: &str, bytes: &[u8]) -> Result<(TableMetadata, Refs)> {
     if bytes.starts_with(&[0x1F, 0x8B]) {
         let mut json = Vec::new();
         flate2::read::GzDecoder::new(&bytes[..])

@@ -234,7 +234,7 @@ impl CompactHandler {
         // writer: repaired first, whatever the pass was for. `{"tasks": ["repair"]}` judges
         // every table whole (missing manifests or data files too).
         let loaded = match LoadedTable::load(catalog, ident).await {
-            Err(Error::MetadataMissing { .. }) => None,
+            Err(Error::MetadataDamaged { .. }) => None,
             Err(e) => return Err(e),
             Ok(None) => return Ok(out),
             Ok(Some(t)) => Some(t),

@@ -7,11 +7,13 @@
 //! 0.2 did on Glue and S3 Tables). Every later reader and writer fails on it.
 //!
 //! What the repair does, so that no row is lost:
-//! 1. Judges the metadata the catalog names ([`check_files`]): readable and whole means there is
-//!    nothing to repair.
+//! 1. Judges the metadata the catalog names: it parses, and its current snapshot's manifest
+//!    list, manifests and live files are there ([`check_files`]): then there is nothing to
+//!    repair (older snapshots that lost files are reported, not repaired: moving the table
+//!    back past them would drop commits that read; `expire` drops the snapshots instead).
 //! 2. Lists the table's metadata folder and takes the newest metadata file older than the one
 //!    named (by version: newer or equal versions are attempts that never became current) that
-//!    is the same table and reads whole.
+//!    is the same table and whose current snapshot reads whole.
 //! 3. Writes it again as the next version, with the table property `dms2iceberg.repaired`
 //!    saying when, from what and to what, and swaps the catalog to it from the damaged pointer
 //!    (a compare-and-swap: a table that moved meanwhile is left alone).
@@ -59,6 +61,9 @@ pub struct RepairReport {
     pub metadata_location: Option<String>,
     /// The restored table's current snapshot.
     pub snapshot_id: Option<i64>,
+    /// A table whose current snapshot reads is not repaired; what is wrong with its older
+    /// snapshots, if anything (expiring them drops the problem with them).
+    pub older_snapshots_broken: Vec<String>,
     /// The newest DMS file the restored table's record holds: files after it are applied
     /// again by the next ingest.
     pub applied_through: Option<String>,
@@ -110,11 +115,15 @@ impl<'a> Repair<'a> {
             passed_over: Vec::new(),
             metadata_location: None,
             snapshot_id: None,
+            older_snapshots_broken: Vec::new(),
             applied_through: None,
             dry_run: self.dry_run,
         };
         let named = match self.read_whole(&pointer.metadata_location).await? {
-            Judged::Whole(_) => return Ok(report),
+            Judged::Whole(_, older) => {
+                report.older_snapshots_broken = older;
+                return Ok(report);
+            }
             Judged::Broken(problems, md) => {
                 report.problems = problems;
                 md
@@ -191,11 +200,15 @@ impl<'a> Repair<'a> {
         Ok(report)
     }
 
-    /// The metadata at `location` and whether everything it names reads.
+    /// The metadata at `location` and whether the table it describes reads: the metadata
+    /// parses, and its current snapshot's manifest list, manifests and live files are all
+    /// there. Older snapshots do not count (a file lost from a snapshot the table has moved
+    /// past is no reason to move the table back: `expire` drops such snapshots); their
+    /// problems are returned apart.
     async fn read_whole(&self, location: &str) -> Result<Judged> {
         let files = self.catalog.files();
-        let md = match files.metadata(location).await {
-            Ok((md, _)) => md,
+        let bytes = match files.io().new_input(location)?.read().await {
+            Ok(b) => b,
             Err(e) => {
                 return match files.io().exists(location).await {
                     Ok(false) => Ok(Judged::Broken(
@@ -204,21 +217,40 @@ impl<'a> Repair<'a> {
                     )),
                     // There, or not known to be missing: a read that failed for another reason
                     // is no ground for repair.
-                    _ => Err(e),
+                    _ => Err(e.into()),
                 };
             }
         };
-        let (_, problems) = check_files(files, &md).await;
-        Ok(match problems.is_empty() {
-            true => Judged::Whole(md),
-            false => Judged::Broken(
-                problems
-                    .into_iter()
-                    .map(|p| format!("{} (snapshots {:?})", p.what, p.snapshots))
-                    .collect(),
-                Some(md),
-            ),
-        })
+        let md = match crate::files::metadata::parse_bytes(location, &bytes) {
+            Ok((md, _)) => std::sync::Arc::new(md),
+            Err(e) => {
+                return Ok(Judged::Broken(
+                    vec![format!(
+                        "metadata {location} does not read as table metadata: {e}"
+                    )],
+                    None,
+                ));
+            }
+        };
+        let Some(current) = md.current_snapshot_id() else {
+            return Ok(Judged::Whole(md, Vec::new()));
+        };
+        let (_, problems) = check_files(files, &md, Some(&[current])).await;
+        if problems.is_empty() {
+            let (_, older) = check_files(files, &md, None).await;
+            let older = older
+                .into_iter()
+                .map(|p| format!("{} (snapshots {:?})", p.what, p.snapshots))
+                .collect();
+            return Ok(Judged::Whole(md, older));
+        }
+        Ok(Judged::Broken(
+            problems
+                .into_iter()
+                .map(|p| format!("{} (the current snapshot {current})", p.what))
+                .collect(),
+            Some(md),
+        ))
     }
 
     /// The newest metadata file of the table's history before `pointer`'s that reads whole.
@@ -256,7 +288,7 @@ impl<'a> Repair<'a> {
                 continue;
             }
             match self.read_whole(&path).await {
-                Ok(Judged::Whole(md)) => {
+                Ok(Judged::Whole(md, _)) => {
                     if let Some(n) = named
                         && n.uuid() != md.uuid()
                     {
@@ -283,9 +315,10 @@ impl<'a> Repair<'a> {
     }
 }
 
-/// Metadata judged by whether everything it names reads.
+/// Metadata judged by whether the table it describes reads.
 enum Judged {
-    Whole(std::sync::Arc<TableMetadata>),
+    /// Its current snapshot reads; what is wrong with older snapshots, if anything.
+    Whole(std::sync::Arc<TableMetadata>, Vec<String>),
     /// What is wrong, and the metadata if it could be read at all.
     Broken(Vec<String>, Option<std::sync::Arc<TableMetadata>>),
 }

@@ -65,13 +65,35 @@ impl<'a> Verify<'a> {
     }
 
     pub async fn execute(self) -> Result<VerifyReport> {
-        let table = LoadedTable::load(self.catalog, &self.ident)
-            .await?
-            .ok_or_else(|| Error::NoSuchTable {
-                table: self.ident.to_string(),
-            })?;
+        let table = match LoadedTable::load(self.catalog, &self.ident).await {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                return Err(Error::NoSuchTable {
+                    table: self.ident.to_string(),
+                });
+            }
+            // The metadata itself is what is wrong: a report that says so, like any problem.
+            Err(Error::MetadataDamaged {
+                table,
+                location,
+                problem,
+            }) => {
+                return Ok(VerifyReport {
+                    table,
+                    metadata_location: location.clone(),
+                    snapshots: 0,
+                    files: 0,
+                    snapshots_read: 0,
+                    problems: vec![Problem {
+                        what: format!("metadata {location} {problem}"),
+                        snapshots: Vec::new(),
+                    }],
+                });
+            }
+            Err(e) => return Err(e),
+        };
         let md = &table.metadata;
-        let (files, mut problems) = check_files(self.catalog.files(), md).await;
+        let (files, mut problems) = check_files(self.catalog.files(), md, None).await;
         let mut snapshots_read = 0;
         if self.read {
             let mut ids: Vec<i64> = md.snapshots().map(|s| s.snapshot_id()).collect();
@@ -119,10 +141,14 @@ impl Named {
     }
 }
 
-/// Checks that every file `md`'s snapshots name as live exists and that their manifest lists
-/// and manifests decode: the distinct files named, and what is wrong (empty: all of it reads).
-/// A file checked once for every snapshot that names it.
-pub(crate) async fn check_files(files: &Files, md: &TableMetadata) -> (usize, Vec<Problem>) {
+/// Checks that every file `md`'s snapshots (`only`: those) name as live exists and that their
+/// manifest lists and manifests decode: the distinct files named, and what is wrong (empty: all
+/// of it reads). A file checked once for every snapshot that names it.
+pub(crate) async fn check_files(
+    files: &Files,
+    md: &TableMetadata,
+    only: Option<&[i64]>,
+) -> (usize, Vec<Problem>) {
     let mut problems = Vec::new();
     // path → (kind, snapshots naming it)
     let mut named: BTreeMap<String, (Named, Vec<i64>)> = BTreeMap::new();
@@ -133,7 +159,10 @@ pub(crate) async fn check_files(files: &Files, md: &TableMetadata) -> (usize, Ve
             .1
             .push(id);
     };
-    let mut snapshots: Vec<_> = md.snapshots().collect();
+    let mut snapshots: Vec<_> = md
+        .snapshots()
+        .filter(|s| only.is_none_or(|o| o.contains(&s.snapshot_id())))
+        .collect();
     snapshots.sort_by_key(|s| s.snapshot_id());
     for s in snapshots {
         let id = s.snapshot_id();
