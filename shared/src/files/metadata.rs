@@ -46,12 +46,12 @@ pub(crate) async fn read(file_io: &FileIO, location: &str) -> Result<(TableMetad
 pub(crate) fn parse_bytes(location: &str, bytes: &[u8]) -> Result<(TableMetadata, Refs)> {
     if bytes.starts_with(&[0x1F, 0x8B]) {
         let mut json = Vec::new();
-        flate2::read::GzDecoder::new(&bytes[..])
+        flate2::read::GzDecoder::new(bytes)
             .read_to_end(&mut json)
             .map_err(|e| invalid(location, "cannot be decompressed").with_source(e))?;
         parse(location, &json)
     } else {
-        parse(location, &bytes)
+        parse(location, bytes)
     }
 }
 
