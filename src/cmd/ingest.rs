@@ -23,6 +23,11 @@ pub(crate) struct IngestArgs {
     pub warehouse: String,
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Put every table in this namespace (Glue database), as the functions do with
+    /// `DMS2ICEBERG_GLUE_DATABASE`: to replay or backfill a table the functions write, with
+    /// the same config.
+    #[arg(long)]
+    pub database: Option<String>,
     /// DMS files per snapshot (1 = one snapshot per file).
     #[arg(long, default_value_t = 1)]
     pub files_per_commit: usize,
@@ -43,17 +48,24 @@ pub(crate) async fn run(catalog: &CatalogArgs, a: IngestArgs) -> Result<bool> {
         paths,
         warehouse,
         config,
+        database,
         files_per_commit,
         parallel,
         format,
         json,
     } = a;
     let json = output::json_or(format, json);
-    let config = match &config {
+    let mut config = match &config {
         Some(p) => Config::load(p)?,
         None => Config::default(),
     }
     .with_format_version_from_env()?;
+    if let Some(db) = database {
+        if !dms2iceberg::config::is_identifier(&db) {
+            bail!("--database `{db}`: use lower-case letters, digits and `_`");
+        }
+        config.namespace_override = Some(db);
+    }
     let catalog = open_catalog(catalog, &warehouse, false).await?;
     apply(
         catalog.as_ref(),

@@ -202,21 +202,9 @@ fn scenario(seed: u64) {
     queue.extend(shuffled);
 
     // The CLI applies the table it shares with the functions from its own copy, into the same
-    // Glue table (`target`).
+    // Glue table (`--database`, as the functions' DMS2ICEBERG_GLUE_DATABASE), with their config.
     let cli_config = lab.work.dir.join("cli-config.toml");
-    let mut extra = Vec::new();
-    let targets: Vec<(String, String)> = sources
-        .iter()
-        .filter(|s| s.cli)
-        .map(|s| {
-            let name = s.table.rsplit('.').next().unwrap();
-            (s.table.to_string(), format!("target = \"{DB}.{name}\""))
-        })
-        .collect();
-    for (t, line) in &targets {
-        extra.push((t.as_str(), line.as_str()));
-    }
-    std::fs::write(&cli_config, lab.config_text(&extra)).unwrap();
+    std::fs::write(&cli_config, lab.config_text(&[])).unwrap();
     let cli_folders: Vec<String> = sources
         .iter()
         .filter(|s| s.cli)
@@ -273,6 +261,8 @@ fn scenario(seed: u64) {
                         WAREHOUSE.into(),
                         "--config".into(),
                         cfg.display().to_string(),
+                        "--database".into(),
+                        DB.into(),
                     ];
                     args.extend(folders.iter().cloned());
                     let args: Vec<&str> = args.iter().map(String::as_str).collect();

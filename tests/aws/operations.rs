@@ -392,3 +392,50 @@ fn a_table_without_a_key_fails_loudly_at_once() {
         "{sums:?}"
     );
 }
+
+/// The metrics' `Function` dimension is the deployed function's name (what the template's
+/// alarms name), not a fixed role: two stacks in one account keep their metrics and alarms
+/// apart. Every EMF line of both binaries, under the names the Runtime API gives them.
+#[test]
+fn metrics_name_the_deployed_function() {
+    python();
+    let lab = Lab::new("metric-names");
+    lab.generate(
+        "synthetic",
+        &"--schema shop --table orders --rows 20 --cdc-files 1 --cdc-rows 5 --seed 2"
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+    );
+    lab.upload_config(&[]);
+    let mut f = Function::start(&lab, "stack-a-IngestFunction-1X2Y", &[]);
+    for k in lab.work.meta("shop.orders").files.clone() {
+        lab.upload(&k);
+        f.invoke_ok(&lab.s3_event(&k));
+    }
+    let mut c = Function::start_compact(&lab, "stack-a-CompactFunction-3Z4W", &[]);
+    c.invoke_ok(&crate::lambda_support::scheduled_event());
+    for (fun, name) in [
+        (&f, "stack-a-IngestFunction-1X2Y"),
+        (&c, "stack-a-CompactFunction-3Z4W"),
+    ] {
+        let lines: Vec<Value> = fun
+            .log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v.get("_aws").is_some())
+            .collect();
+        assert!(
+            !lines.is_empty(),
+            "{name}: no metrics\n{}",
+            tail(&fun.log(), 2000)
+        );
+        for v in &lines {
+            assert_eq!(v["Function"], name, "{v}");
+            assert_eq!(
+                v["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+                json!([["Function"]]),
+                "per-table metrics are off by default: {v}"
+            );
+        }
+    }
+}

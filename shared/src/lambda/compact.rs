@@ -158,6 +158,8 @@ pub struct CompactHandler {
     settings: CompactEnv,
     /// `DMS2ICEBERG_TABLE_METRICS`: metrics per table besides the aggregates.
     table_metrics: bool,
+    /// The metrics' `Function` dimension (the deployed function's name).
+    metric_function: String,
 }
 
 impl CompactHandler {
@@ -168,6 +170,7 @@ impl CompactHandler {
             database: env.database.clone(),
             settings,
             table_metrics: env.table_metrics,
+            metric_function: env.metric_function("compact"),
         }
     }
 
@@ -201,7 +204,7 @@ impl CompactHandler {
                         println!(
                             "{}",
                             emf_line(
-                                "compact",
+                                &self.metric_function,
                                 &table,
                                 self.table_metrics,
                                 &[("TablesFailed", "Count", 1.0)]
@@ -336,7 +339,7 @@ impl CompactHandler {
         println!(
             "{}",
             emf_line(
-                "compact",
+                &self.metric_function,
                 &out.table,
                 self.table_metrics,
                 &[

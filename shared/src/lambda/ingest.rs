@@ -223,7 +223,7 @@ impl IngestHandler {
         let last = self.last_config.lock().ok().and_then(|l| l.clone());
         let (fresh, reads) = match &last {
             Some((_, config)) => {
-                let named = named(config, records);
+                let named = named(config, records, self.env.warehouse_prefix().as_deref());
                 let reads = futures::future::join_all(named.tables.iter().map(
                     |(folder, (schema, table))| async {
                         let files = named.in_folder(folder);
@@ -267,7 +267,7 @@ impl IngestHandler {
         let records = event.records()?;
         let (config, mut reads) = self.current_config(&records).await?;
         let config: &Config = &config;
-        let mut named = named(config, &records);
+        let mut named = named(config, &records, self.env.warehouse_prefix().as_deref());
         let transactions = self.transactions(config, &mut named).await;
         named.log();
         let (tables, record_keys, bad_keys) = (&named.tables, &named.record_keys, &named.bad_keys);
@@ -379,7 +379,7 @@ impl IngestHandler {
             println!(
                 "{}",
                 emf_line(
-                    "ingest",
+                    &self.env.metric_function("ingest"),
                     "",
                     false,
                     &[("FilesDeadLettered", "Count", dead_lettered as f64)]
@@ -639,7 +639,12 @@ impl IngestHandler {
                 ];
                 println!(
                     "{}",
-                    emf_line("ingest", &name, self.env.table_metrics, &blocked)
+                    emf_line(
+                        &self.env.metric_function("ingest"),
+                        &name,
+                        self.env.table_metrics,
+                        &blocked
+                    )
                 );
                 outcome.error = Some((kind, e));
                 return outcome;
@@ -778,7 +783,7 @@ impl IngestHandler {
             println!(
                 "{}",
                 emf_line(
-                    "ingest",
+                    &self.env.metric_function("ingest"),
                     &r.table,
                     self.env.table_metrics,
                     &[("Truncates", "Count", 1.0)]
@@ -908,7 +913,12 @@ impl IngestHandler {
         }
         println!(
             "{}",
-            emf_line("ingest", &report.table, self.env.table_metrics, &metrics)
+            emf_line(
+                &self.env.metric_function("ingest"),
+                &report.table,
+                self.env.table_metrics,
+                &metrics
+            )
         );
     }
 }
@@ -920,7 +930,9 @@ impl IngestHandler {
 /// it (two files at one place in DMS order).
 /// The tables an event's records name, under `config` (its source settings place the keys).
 /// Logs nothing: [`Named::log`].
-fn named(config: &Config, records: &[super::events::Record]) -> Named {
+/// `warehouse`: the warehouse's `s3://bucket/prefix/`: its own objects are never DMS files,
+/// even where the landing bucket's event rule would match them (one bucket for both).
+fn named(config: &Config, records: &[super::events::Record], warehouse: Option<&str>) -> Named {
     let mut n = Named {
         tables: BTreeMap::new(),
         record_keys: Vec::new(),
@@ -933,6 +945,10 @@ fn named(config: &Config, records: &[super::events::Record]) -> Named {
         for o in &r.objects {
             let uri = format!("s3://{}/{}", o.bucket, o.key);
             let deleted = o.deleted_ms;
+            if warehouse.is_some_and(|w| uri.starts_with(w)) {
+                n.ignored.push(uri);
+                continue;
+            }
             match locate_transaction_file(&uri, &config.source) {
                 // Its tables are in its rows: read once the event is handled.
                 Ok(Some(order)) if deleted.is_none() => {
@@ -1012,4 +1028,48 @@ fn done(record: &AppliedRecord, o: &DmsObject, info: &ObjectInfo) -> bool {
         && record
             .key_at(&o.order)
             .is_none_or(|k| crate::locate::same_file_name(k, &o.key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lambda::events::{Record, S3Ref};
+
+    fn record(bucket: &str, key: &str) -> Record {
+        Record {
+            id: Some("m".into()),
+            body: None,
+            objects: vec![S3Ref {
+                bucket: bucket.into(),
+                key: key.into(),
+                deleted_ms: None,
+            }],
+            invalid: None,
+        }
+    }
+
+    /// One bucket for landing and warehouse: the warehouse's own Parquet files, which an
+    /// event rule on the DMS prefix may match, are ignored, never taken for DMS files.
+    #[test]
+    fn the_warehouses_own_files_are_never_dms_files() {
+        let config =
+            Config::from_toml("[tables.\"sales.product\"]\nprimary_key = [\"id\"]\n").unwrap();
+        let records = [
+            // Named as a DMS file would be: only its place says it is not one.
+            record(
+                "shared",
+                "iceberg/sales/product/20220302-1134010000.parquet",
+            ),
+            record("shared", "sales/product/20220302-1134010000.parquet"),
+        ];
+        let n = named(&config, &records, Some("s3://shared/iceberg/"));
+        assert_eq!(
+            n.ignored,
+            vec!["s3://shared/iceberg/sales/product/20220302-1134010000.parquet".to_string()]
+        );
+        assert_eq!(n.tables.len(), 1, "the DMS file is located: {:?}", n.tables);
+        // Without a warehouse prefix (S3 Tables, REST) nothing is set aside by location.
+        let n = named(&config, &records[1..], None);
+        assert!(n.ignored.is_empty());
+    }
 }

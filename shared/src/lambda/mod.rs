@@ -205,6 +205,27 @@ impl FunctionEnv {
         })
     }
 
+    /// The `Function` dimension of the metrics: the deployed function's name
+    /// (`AWS_LAMBDA_FUNCTION_NAME`), so that two stacks in one account and region keep their
+    /// metrics (and alarms) apart; `role` where there is none (tests, a local run).
+    pub fn metric_function(&self, role: &str) -> String {
+        std::env::var("AWS_LAMBDA_FUNCTION_NAME")
+            .ok()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| role.to_string())
+    }
+
+    /// The warehouse's `s3://bucket/prefix/` (Glue): objects there are the tables' own files,
+    /// never DMS files, whatever an event rule matched.
+    pub fn warehouse_prefix(&self) -> Option<String> {
+        match &self.catalog {
+            crate::aws::CatalogTarget::Glue { warehouse } => {
+                Some(format!("{}/", warehouse.trim_end_matches('/')))
+            }
+            _ => None,
+        }
+    }
+
     /// The TOML config (if any), with the database override applied.
     pub async fn load_config(&self, services: &Services) -> Result<Config> {
         Ok(self.load_config_text(services).await?.0)
