@@ -129,3 +129,46 @@ fn anchors_are_made_as_github_makes_them() {
     );
     assert_eq!(anchor("`dms2iceberg` on S3"), "dms2iceberg-on-s3");
 }
+
+/// The version users pin is the workspace's: the README names it, the changelog has its entry,
+/// and every package takes it from the workspace (what `dms2iceberg --version` prints).
+#[test]
+fn the_readme_and_changelog_name_the_workspace_version() {
+    let root = root();
+    let cargo = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let mut in_workspace_package = false;
+    let mut version = None;
+    for line in cargo.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_workspace_package = line == "[workspace.package]";
+            continue;
+        }
+        if in_workspace_package && let Some(v) = line.strip_prefix("version = ") {
+            version = Some(v.trim_matches('"').to_string());
+        }
+    }
+    let version = version.expect("[workspace.package] version in Cargo.toml");
+    assert_eq!(
+        env!("CARGO_PKG_VERSION"),
+        version,
+        "the CLI's version is the workspace's"
+    );
+    let changelog = std::fs::read_to_string(root.join("CHANGELOG.md")).expect("CHANGELOG.md");
+    assert!(
+        changelog
+            .lines()
+            .any(|l| l.starts_with(&format!("## {version} - "))),
+        "CHANGELOG.md has no `## {version} - <date>` entry"
+    );
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
+    assert!(
+        readme.contains(&format!("dms2iceberg {version}"))
+            && readme.contains(&format!("v{version}")),
+        "README.md names the version ({version}) and its tag (v{version})"
+    );
+    assert!(
+        root.join("LICENSE").exists(),
+        "the LICENSE Cargo.toml names"
+    );
+}
