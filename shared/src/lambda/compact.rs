@@ -35,9 +35,9 @@ pub const DEFAULT_RETAIN_MAX: usize = 200;
 pub struct CompactEnv {
     /// `DMS2ICEBERG_COMPACT_MAX_BYTES` (default 1 GiB): input bytes per table and invocation.
     pub max_bytes: u64,
-    /// When a table needs work: `DMS2ICEBERG_COMPACT_SMALL_FILES` (default 8; the older
+    /// When a table needs work: `DMS2ICEBERG_COMPACT_SMALL_FILES` (default 4; the older
     /// `DMS2ICEBERG_COMPACT_MIN_DATA_FILES` is read too), `..._DELETE_FILES_PER_DATA_FILE` (2),
-    /// `..._DELETED_RATIO` (0.1), `..._MAX_MANIFESTS` (8).
+    /// `..._DELETED_RATIO` (0.001), `..._MAX_MANIFESTS` (8): see [`Thresholds::default`].
     pub thresholds: Thresholds,
     /// `DMS2ICEBERG_COMPACT_CONCURRENCY` (default 2): tables at once.
     pub concurrency: usize,
