@@ -1,0 +1,4 @@
+export * from './dms2iceberg';
+export * from './code';
+export * from './tables';
+export { dashboardBody, DashboardInputs } from './dashboard';
