@@ -1,5 +1,5 @@
 import * as path from 'path';
-import { Arn, Aws, Duration, Fn, RemovalPolicy, Size, Stack, Token } from 'aws-cdk-lib';
+import { Arn, Aws, CfnOutput, Duration, Fn, RemovalPolicy, Size, Stack, Token } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as glue from 'aws-cdk-lib/aws-glue';
@@ -280,6 +280,8 @@ export class Dms2Iceberg extends Construct {
   public readonly alarms: Record<string, cloudwatch.CfnAlarm> = {};
   /** The dashboard's name, when there is one. */
   public readonly dashboardName?: string;
+  /** The SAM template's outputs: name, value, description. */
+  private readonly outputs: Array<{ name: string; value: string; description?: string }> = [];
 
   constructor(scope: Construct, id: string, props: Dms2IcebergProps = {}) {
     super(scope, id);
@@ -977,5 +979,45 @@ export class Dms2Iceberg extends Construct {
       comparisonOperator: 'GreaterThanOrEqualToThreshold',
     });
     simple('TableRepairedAlarm', 'A damaged table was repaired; re-drive the dead-letter queue', 'dms2iceberg', 'TablesRepaired', fnDim(compactName), 'Sum');
+
+    // ------------------------------------------------------------ the SAM template's outputs
+    const out = (name: string, value: string, description?: string) => this.outputs.push({ name, value, description });
+    out('LandingBucket', landing.bucketName, "Bucket DMS writes to (the endpoint's BucketName)");
+    out('DmsPrefix', dmsPrefix, 'Key prefix DMS writes under (BucketFolder = this without the trailing "/")');
+    if (glueTables) out('WarehouseLocation', `s3://${warehouse!.bucketName}/${warehousePrefix}`, 'Iceberg warehouse (DMS2ICEBERG_WAREHOUSE)');
+    out('GlueDatabase', db, "Glue database of the tables (Catalog=s3tables, the table bucket's namespace; rest, the REST namespace)");
+    if (configParameter) {
+      out('ConfigParameterName', configParameter.parameterName, 'The Parameter Store parameter holding the table settings (aws ssm put-parameter --overwrite to change them)');
+    }
+    if (this.alarmEmailTopic) out('AlarmTopicArnCreated', this.alarmEmailTopic.topicArn, 'The SNS topic AlarmEmail is subscribed to (confirm the e-mail AWS sends)');
+    if (tableBucketTables) out('TableBucketArn', tableBucketArn!, 'Table bucket of the tables (DMS2ICEBERG_TABLE_BUCKET_ARN; --catalog s3tables --warehouse)');
+    if (useRest) out('RestCatalogUri', commonEnv.DMS2ICEBERG_REST_URI, 'The Iceberg REST catalog of the tables (DMS2ICEBERG_REST_URI; --catalog rest --uri)');
+    out('IngestQueueUrl', queue.queueUrl, 'Queue of DMS file events');
+    out('IngestQueueArn', queue.queueArn);
+    out('DeadLetterQueueUrl', dlq.queueUrl, 'Events of files that failed QueueMaxReceiveCount times (re-drive with start-message-move-task)');
+    out('DeadLetterQueueArn', dlq.queueArn);
+    out('IngestFunctionName', this.ingestFunction.functionName);
+    out('IngestFunctionArn', this.ingestFunction.functionArn);
+    out('CompactFunctionName', this.compactFunction.functionName);
+    out('CompactFunctionArn', this.compactFunction.functionArn);
+    out('IngestLogGroupName', this.ingestLogGroup.logGroupName);
+    out('CompactLogGroupName', this.compactLogGroup.logGroupName);
+    out('DmsObjectCreatedRuleName', rule.ruleName);
+    if (this.dashboardName) out('DashboardName', this.dashboardName);
+    if (this.dmsTargetRole) out('DmsTargetRoleArn', this.dmsTargetRole.roleArn, 'ServiceAccessRoleArn for the DMS S3 target endpoint');
+  }
+
+  /**
+   * The SAM template's stack outputs (LandingBucket, DmsTargetRoleArn, IngestQueueUrl, ...), with
+   * its names, on the stack: infra/README.md's and docs/runbook.md's commands that read them
+   * (`aws cloudformation describe-stacks ... OutputKey=='LandingBucket'`) work unchanged.
+   */
+  public addStackOutputs(): CfnOutput[] {
+    const stack = Stack.of(this);
+    return this.outputs.map(({ name, value, description }) => {
+      const o = new CfnOutput(stack, name, { value, description });
+      o.overrideLogicalId(name);
+      return o;
+    });
   }
 }

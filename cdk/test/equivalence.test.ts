@@ -261,8 +261,8 @@ export const CASES: Case[] = [
 ];
 
 /** Both deployments of a case, resolved and normalized: name -> resource. */
-export function both(c: Case): { sam: Map<string, Obj>; cdk: Map<string, Obj>; samConditions: Record<string, boolean> } {
-  const s = synth(c.cdk);
+export function both(c: Case): { sam: Map<string, Obj>; cdk: Map<string, Obj>; samOutputs: Map<string, Obj>; cdkOutputs: Map<string, Obj> } {
+  const s = synth((stack) => c.cdk(stack), {}, (d) => d.addStackOutputs());
   const params = { ...c.sam };
   if (s.construct.tablesToml !== undefined && params.TablesConfig === undefined) params.TablesConfig = s.construct.tablesToml;
   const samR = samResolver(params);
@@ -271,18 +271,21 @@ export function both(c: Case): { sam: Map<string, Obj>; cdk: Map<string, Obj>; s
   const sam = samR.resolve();
   const cdk = cdkResolver(s).resolve();
   const norm = (m: Map<string, Obj>) => new Map([...m].map(([k, v]) => [k, normalize(v)]));
-  return { sam: norm(sam.resources), cdk: norm(cdk.resources), samConditions: sam.conditions };
+  return { sam: norm(sam.resources), cdk: norm(cdk.resources), samOutputs: sam.outputs, cdkOutputs: cdk.outputs };
 }
 
 describe('the construct deploys what template.yaml deploys', () => {
   for (const c of CASES) {
     test(c.name, () => {
-      const { sam, cdk } = both(c);
+      const { sam, cdk, samOutputs, cdkOutputs } = both(c);
       assert.deepEqual([...cdk.keys()].sort(), [...sam.keys()].sort(), `${c.name}: the resources differ (construct, then template.yaml)`);
       const problems: string[] = [];
       for (const [name, r] of sam) {
         for (const d of diff(cdk.get(name), r, name)) problems.push(d);
       }
+      // The stack outputs (addStackOutputs): the same names, values and descriptions.
+      const outputs = (m: Map<string, Obj>) => Object.fromEntries([...m].sort(([a], [b]) => a.localeCompare(b))) as Json;
+      for (const d of diff(outputs(cdkOutputs), outputs(samOutputs), 'Outputs')) problems.push(d);
       assert.deepEqual(problems, [], `${c.name}: construct != template.yaml:\n${problems.join('\n')}`);
     });
   }

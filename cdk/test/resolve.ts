@@ -31,6 +31,8 @@ export interface Resolved {
   resources: Map<string, Obj>;
   /** The decided conditions (SAM); empty for the construct. */
   conditions: Record<string, boolean>;
+  /** The stack's outputs whose conditions hold: name -> { Value, Description }. */
+  outputs: Map<string, Obj>;
 }
 
 export class Resolver {
@@ -207,7 +209,14 @@ export class Resolver {
     }
     const conditions: Record<string, boolean> = {};
     for (const c of Object.keys((this.template.Conditions ?? {}) as Obj)) conditions[c] = this.condition(c);
-    return { resources, conditions };
+    const outputs = new Map<string, Obj>();
+    for (const [name, o] of Object.entries((this.template.Outputs ?? {}) as Obj) as Array<[string, Obj]>) {
+      if (typeof o.Condition === 'string' && !this.condition(o.Condition)) continue;
+      const v: Obj = { Value: this.value(o.Value) as Json };
+      if (o.Description !== undefined) v.Description = o.Description;
+      outputs.set(name, v);
+    }
+    return { resources, conditions, outputs };
   }
 
   /** The template's Rules these parameters break: "<rule>: <description>" each. */

@@ -46,14 +46,19 @@ export interface Synth {
 
 /**
  * One stack named `dms2iceberg` (environment-agnostic unless `stackProps.env`), holding the
- * construct with these props (the stand-in code unless `code` is given). `extra` builds props
- * that need the stack (imported buckets, keys).
+ * construct with these props (the stand-in code unless `code` is given). a function builds props
+ * that need the stack (imported buckets, keys); `after` runs on the construct before synthesis.
  */
-export function synth(props: Dms2IcebergProps | ((stack: Stack) => Dms2IcebergProps) = {}, stackProps: StackProps = {}): Synth {
+export function synth(
+  props: Dms2IcebergProps | ((stack: Stack) => Dms2IcebergProps) = {},
+  stackProps: StackProps = {},
+  after?: (d: Dms2Iceberg) => void,
+): Synth {
   const app = new App({ outdir: fs.mkdtempSync(path.join(scratch(), 'cdk.out-')), analyticsReporting: false });
   const stack = new Stack(app, 'dms2iceberg', stackProps);
   const p = typeof props === 'function' ? props(stack) : props;
   const construct = new Dms2Iceberg(stack, 'Dms2Iceberg', { code: sharedCode(), ...p });
+  after?.(construct);
   const assertions = Template.fromStack(stack);
   return { stack, construct, template: assertions.toJSON() as Obj, assertions };
 }
