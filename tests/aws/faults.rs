@@ -605,6 +605,213 @@ fn nothing_orphans_would_miss(lab: &Lab, tables: &[&str]) {
     }
 }
 
+/// Which catalog an answers-lost scenario commits to.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Glue,
+    S3Tables,
+}
+
+/// Every catalog update takes effect and loses its answer (a 500 after the change: Glue
+/// `UpdateTable`/`CreateTable`, S3 Tables `UpdateTableMetadataLocation`), deterministically:
+/// every commit of the ingest function and of the compaction function is one whose outcome is
+/// unknown, found landed by looking. Nothing is deleted that the catalog names; every file is
+/// applied once; the tables end exact.
+#[test]
+fn every_commit_answer_lost_on_glue_ends_exact() {
+    answers_lost(Kind::Glue);
+}
+
+#[test]
+fn every_commit_answer_lost_on_s3_tables_ends_exact() {
+    answers_lost(Kind::S3Tables);
+}
+
+fn answers_lost(kind: Kind) {
+    python();
+    let lab = Lab::new(&format!("answers-lost-{kind:?}").to_lowercase());
+    lab.generate(
+        "synthetic",
+        &"--schema shop --table orders --rows 120 --cdc-files 5 --cdc-rows 25 --before-image --pk-update-ratio 0.1 --seed 5"
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+    );
+    lab.upload_config(&[]);
+    let table = "shop.orders";
+    let meta = lab.work.meta(table);
+    let arn = match kind {
+        Kind::S3Tables => Some(lab.moto.create_table_bucket("lost-answers")),
+        Kind::Glue => None,
+    };
+    let env: Vec<(&str, &str)> = match &arn {
+        Some(arn) => vec![
+            ("DMS2ICEBERG_CATALOG", "s3tables"),
+            ("DMS2ICEBERG_TABLE_BUCKET_ARN", arn.as_str()),
+        ],
+        None => vec![],
+    };
+    let (service, actions) = match kind {
+        Kind::Glue => ("glue", json!(["UpdateTable", "CreateTable"])),
+        Kind::S3Tables => ("s3tables", json!(["UpdateTableMetadataLocation"])),
+    };
+    let body = json!({"faults": {"rate": 1.0, "seed": 1, "after_share": 1.0,
+        "services": [service], "actions": actions}});
+    let r = http(
+        lab.moto.port,
+        "POST",
+        "/_dms2iceberg/config",
+        &[("Content-Type", "application/json")],
+        body.to_string().as_bytes(),
+        std::time::Duration::from_secs(10),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    let mut f = Function::start(&lab, "ingest", &env);
+    for key in &meta.files {
+        lab.upload(key);
+        let (_, record) = sqs_record(&lab.s3_event(key).to_string());
+        let o = f.invoke_ok(&sqs_event(&[record]));
+        assert!(
+            o.batch_item_failures().is_empty(),
+            "{key}: {}\n{}",
+            o.body,
+            tail(&f.log(), 6000)
+        );
+    }
+    let (_, after, by) = faults(&lab);
+    assert!(
+        after >= meta.files.len() as i64,
+        "every commit's answer should have been lost: {after} after-faults for {} files ({by:?})",
+        meta.files.len()
+    );
+    assert!(
+        f.log().contains("an attempt of unknown outcome had landed"),
+        "{}",
+        tail(&f.log(), 4000)
+    );
+    match &arn {
+        Some(arn) => {
+            lab.assert_s3tables_rows(arn, table, &lab.work.expected(table), "answers-lost");
+        }
+        None => {
+            our_scan(&lab, table);
+            other_readers(&lab, table);
+            assert_each_file_once(&lab, table);
+            verify(&lab, table);
+            // Compaction, expiry and orphans with every commit's answer lost too.
+            let mut c = Function::start_compact(
+                &lab,
+                "compact",
+                &[
+                    ("DMS2ICEBERG_COMPACT_SMALL_FILES", "2"),
+                    ("DMS2ICEBERG_SNAPSHOT_RETENTION_HOURS", "0"),
+                    ("DMS2ICEBERG_SNAPSHOT_RETAIN_LAST", "2"),
+                    ("DMS2ICEBERG_ORPHAN_MIN_AGE_HOURS", "0"),
+                ],
+            );
+            let o = c.invoke_ok(&scheduled_event());
+            let t = &o.body.as_array().unwrap()[0];
+            assert!(t["error"].is_null(), "{}\n{}", o.body, tail(&c.log(), 6000));
+            assert!(
+                t["compaction"]["data_files_after"].as_u64()
+                    < t["compaction"]["data_files_before"].as_u64(),
+                "{}",
+                o.body
+            );
+            assert!(t["snapshots_expired"].as_u64() > Some(0), "{}", o.body);
+            our_scan(&lab, table);
+            other_readers(&lab, table);
+            verify(&lab, table);
+        }
+    }
+}
+
+/// A table damaged as the defect damaged tables before commits looked at unknown outcomes:
+/// the catalog names a metadata file that was deleted. The ingest function fails its records
+/// with `TableDamaged` and a message naming the repair; the compaction function's next pass
+/// repairs it; the redelivered records apply what the lost commit had applied, and the table
+/// ends exact.
+#[test]
+fn a_damaged_table_is_repaired_by_the_compaction_function() {
+    python();
+    let lab = Lab::new("damaged");
+    lab.generate(
+        "synthetic",
+        &"--schema shop --table orders --rows 100 --cdc-files 4 --cdc-rows 20 --seed 9"
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+    );
+    lab.upload_config(&[]);
+    let table = "shop.orders";
+    let meta = lab.work.meta(table);
+    let name = lab.glue_name(&meta);
+    let mut f = Function::start(&lab, "ingest", &[]);
+    let (applied, last) = meta.files.split_at(meta.files.len() - 1);
+    for key in applied {
+        lab.upload(key);
+        f.invoke_ok(&lab.s3_event(key));
+    }
+    // The damage: the current metadata.json deleted while Glue names it.
+    let glue = lab.moto.glue_table(DB, name.rsplit('.').next().unwrap());
+    let location = glue["Parameters"]["metadata_location"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (bucket, key) = location
+        .trim_start_matches("s3://")
+        .split_once('/')
+        .unwrap();
+    lab.moto.delete(bucket, key);
+    // A new execution environment (a warm one remembers the metadata it wrote and never
+    // reads it back).
+    drop(f);
+    let mut f = Function::start(&lab, "ingest-cold", &[]);
+
+    // The next file's record fails, naming the damage and the repair.
+    lab.upload(&last[0]);
+    let (id, record) = sqs_record(&lab.s3_event(&last[0]).to_string());
+    let o = f.invoke_ok(&sqs_event(std::slice::from_ref(&record)));
+    assert_eq!(o.batch_item_failures(), vec![id.clone()], "{}", o.body);
+    let reason = last_failure(&f, &id);
+    assert!(
+        reason.contains("is damaged") && reason.contains("repair"),
+        "{reason}"
+    );
+    assert!(
+        f.log().contains("\"kind\":\"TableDamaged\""),
+        "{}",
+        tail(&f.log(), 3000)
+    );
+
+    // The compaction function's pass repairs it.
+    let mut c = Function::start_compact(&lab, "compact", &[]);
+    let o = c.invoke_ok(&scheduled_event());
+    let t = &o.body.as_array().unwrap()[0];
+    assert!(t["error"].is_null(), "{}\n{}", o.body, tail(&c.log(), 4000));
+    assert!(
+        t["repaired"]
+            .as_str()
+            .is_some_and(|r| r.ends_with(".metadata.json")),
+        "{}",
+        o.body
+    );
+    assert!(
+        c.log().contains("\"TablesRepaired\""),
+        "{}",
+        tail(&c.log(), 3000)
+    );
+    verify(&lab, table);
+
+    // Redelivered: the lost commit's file and the new one apply, in order, once each.
+    let o = f.invoke_ok(&sqs_event(&[record]));
+    assert!(o.batch_item_failures().is_empty(), "{}", o.body);
+    our_scan(&lab, table);
+    other_readers(&lab, table);
+    assert_each_file_once(&lab, table);
+    verify(&lab, table);
+}
+
 /// The same faults on an Iceberg REST catalog (rustberg behind `tests/support/fault_proxy.py`):
 /// 10% of the requests that change the catalog fail, half before the server sees them (503),
 /// half after it applied them (the answer lost as a 500). Two CLI processes apply the same DMS
