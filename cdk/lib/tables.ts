@@ -112,7 +112,8 @@ export const RECOMMENDED_DEFAULTS: TableSettings = {
   commitTimestampColumn: 'dms_commit_ts',
 };
 
-const TABLE_KEYS: Array<[keyof TableSettings, string]> = [
+/** Each table setting and its TOML key (test/tables.test.ts checks them against shared/src/config.rs). */
+export const TABLE_KEYS: Array<[keyof TableSettings, string]> = [
   ['target', 'target'],
   ['primaryKey', 'primary_key'],
   ['mode', 'mode'],
@@ -140,7 +141,8 @@ const TABLE_KEYS: Array<[keyof TableSettings, string]> = [
   ['properties', 'properties'],
 ];
 
-const SOURCE_KEYS: Array<[keyof SourceSettings, string]> = [
+/** Each `[source]` setting and its TOML key. */
+export const SOURCE_KEYS: Array<[keyof SourceSettings, string]> = [
   ['bucketFolder', 'bucket_folder'],
   ['parallelLoadFolders', 'parallel_load_folders'],
   ['cdcPath', 'cdc_path'],
@@ -323,7 +325,8 @@ export function tablesConfigProblems(config: TablesConfig, globalFormatVersion: 
           `without one its first file goes to the dead-letter queue): set primaryKey, or mode 'append' or 'changelog' for a table without a key`,
       );
     }
-    if (mode === 'append' && key !== undefined && key.length > 0) {
+    const ownKey = layers.slice(1).some((l) => l.primaryKey !== undefined && l.primaryKey.length > 0);
+    if (mode === 'append' && ownKey) {
       out.push(`${where}: mode 'append' takes no primaryKey (rows are appended, never merged by key): drop it, or use 'upsert'`);
     }
   }

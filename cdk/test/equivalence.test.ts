@@ -23,7 +23,7 @@ import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import { Dms2IcebergProps } from '../lib';
 import { diff, Json } from './resolve';
-import { cdkResolver, normalize, samResolver, synth } from './support';
+import { cdkResolver, FLAG_SETS, normalize, samResolver, synth } from './support';
 
 type Obj = { [k: string]: Json };
 
@@ -261,8 +261,8 @@ export const CASES: Case[] = [
 ];
 
 /** Both deployments of a case, resolved and normalized: name -> resource. */
-export function both(c: Case): { sam: Map<string, Obj>; cdk: Map<string, Obj>; samOutputs: Map<string, Obj>; cdkOutputs: Map<string, Obj> } {
-  const s = synth((stack) => c.cdk(stack), {}, (d) => d.addStackOutputs());
+export function both(c: Case, context: Record<string, unknown> = {}): { sam: Map<string, Obj>; cdk: Map<string, Obj>; samOutputs: Map<string, Obj>; cdkOutputs: Map<string, Obj> } {
+  const s = synth((stack) => c.cdk(stack), {}, (d) => d.addStackOutputs(), context);
   const params = { ...c.sam };
   if (s.construct.tablesToml !== undefined && params.TablesConfig === undefined) params.TablesConfig = s.construct.tablesToml;
   const samR = samResolver(params);
@@ -275,9 +275,10 @@ export function both(c: Case): { sam: Map<string, Obj>; cdk: Map<string, Obj>; s
 }
 
 describe('the construct deploys what template.yaml deploys', () => {
+  for (const [flags, context] of FLAG_SETS)
   for (const c of CASES) {
-    test(c.name, () => {
-      const { sam, cdk, samOutputs, cdkOutputs } = both(c);
+    test(`${c.name} (${flags})`, () => {
+      const { sam, cdk, samOutputs, cdkOutputs } = both(c, context);
       assert.deepEqual([...cdk.keys()].sort(), [...sam.keys()].sort(), `${c.name}: the resources differ (construct, then template.yaml)`);
       const problems: string[] = [];
       for (const [name, r] of sam) {

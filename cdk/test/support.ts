@@ -3,6 +3,7 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { App, Stack, StackProps } from 'aws-cdk-lib';
+import * as cxapi from 'aws-cdk-lib/cx-api';
 import { Template } from 'aws-cdk-lib/assertions';
 import { Dms2Iceberg, Dms2IcebergProps, FunctionCode } from '../lib';
 import { cdkCanonical, Json, Resolver } from './resolve';
@@ -22,14 +23,19 @@ export function scratch(): string {
   return tmp;
 }
 
-/** Two folders with a stand-in `bootstrap` each (never a real Rust build). */
-export function dummyCode(content = '#!/bin/sh\n'): FunctionCode {
+/** cargo-lambda's layout with a stand-in `bootstrap` for each function (never a real Rust build). */
+export function dummyLambdaDir(): string {
   const base = fs.mkdtempSync(path.join(scratch(), 'lambda-'));
   for (const b of ['dms2iceberg-ingest', 'dms2iceberg-compact']) {
     fs.mkdirSync(path.join(base, b));
-    fs.writeFileSync(path.join(base, b, 'bootstrap'), `${content}# ${b}\n`, { mode: 0o755 });
+    fs.writeFileSync(path.join(base, b, 'bootstrap'), `#!/bin/sh\n# stand-in for ${b}\n`, { mode: 0o755 });
   }
-  return FunctionCode.fromCargoLambda(base);
+  return base;
+}
+
+/** The stand-in code. */
+export function dummyCode(): FunctionCode {
+  return FunctionCode.fromCargoLambda(dummyLambdaDir());
 }
 
 let code: FunctionCode | undefined;
@@ -53,8 +59,9 @@ export function synth(
   props: Dms2IcebergProps | ((stack: Stack) => Dms2IcebergProps) = {},
   stackProps: StackProps = {},
   after?: (d: Dms2Iceberg) => void,
+  context: Record<string, unknown> = {},
 ): Synth {
-  const app = new App({ outdir: fs.mkdtempSync(path.join(scratch(), 'cdk.out-')), analyticsReporting: false });
+  const app = new App({ outdir: fs.mkdtempSync(path.join(scratch(), 'cdk.out-')), analyticsReporting: false, context });
   const stack = new Stack(app, 'dms2iceberg', stackProps);
   const p = typeof props === 'function' ? props(stack) : props;
   const construct = new Dms2Iceberg(stack, 'Dms2Iceberg', { code: sharedCode(), ...p });
@@ -62,6 +69,15 @@ export function synth(
   const assertions = Template.fromStack(stack);
   return { stack, construct, template: assertions.toJSON() as Obj, assertions };
 }
+
+/**
+ * The feature flags an app may have: none (an app without cdk.json context), or every flag
+ * `cdk init` sets for a new project today. The construct must synthesize the same under both.
+ */
+export const FLAG_SETS: Array<[string, Record<string, unknown>]> = [
+  ['no feature flags', {}],
+  ["the feature flags of a new project (cdk init's)", { ...cxapi.NEW_PROJECT_DEFAULT_CONTEXT, ...cxapi.CURRENTLY_RECOMMENDED_FLAGS }],
+];
 
 let sam: Obj | undefined;
 /** template.yaml as SAM transforms it (test/sam_template.py, in the repository's infra venv). */
@@ -100,7 +116,11 @@ export function cdkResolver(s: Synth): Resolver {
 function statements(doc: Json): void {
   const st = (doc as Obj | undefined)?.Statement as Obj[] | undefined;
   for (const s of st ?? []) {
-    for (const k of ['Action', 'Resource']) if (s[k] !== undefined && !Array.isArray(s[k])) s[k] = [s[k]];
+    // Lists of actions and resources are sets to IAM (CDK's minimizePolicies flag sorts them).
+    for (const k of ['Action', 'Resource']) {
+      if (s[k] === undefined) continue;
+      s[k] = (Array.isArray(s[k]) ? (s[k] as Json[]) : [s[k]]).slice().sort((a, b) => JSON.stringify(a).localeCompare(JSON.stringify(b)));
+    }
     const p = s.Principal as Obj | undefined;
     if (p && typeof p === 'object' && p.Service !== undefined && !Array.isArray(p.Service)) p.Service = [p.Service];
   }
@@ -123,8 +143,8 @@ function stringify(v: Json): Json {
 
 /**
  * A resolved resource in the form both are compared in: scalars as strings, empty lists and
- * objects as absent (CloudFormation's reading), one-element lists
- * of IAM actions, resources and principals as lists, JSON strings (a rule target's input, the
+ * objects as absent (CloudFormation's reading), IAM actions and resources as sorted lists (sets,
+ * to IAM), a principal's service as a list, JSON strings (a rule target's input, the
  * dashboard's body) parsed; the function's code (an asset here, a placeholder there) and SAM's
  * `lambda:createdBy` tag left out.
  */
