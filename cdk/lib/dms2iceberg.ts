@@ -291,7 +291,6 @@ export class Dms2Iceberg extends Construct {
         `Dms2Iceberg: stack ${stack.node.path} already holds one. Its Parameter Store paths, log groups, dashboard, database and table bucket are named after the stack (as the SAM template's are): give a second deployment a stack of its own.`,
       );
     }
-    STACKS.add(stack);
 
     const problems: string[] = [];
     const refuse = (msg: string) => problems.push(msg);
@@ -353,8 +352,8 @@ export class Dms2Iceberg extends Construct {
     if (!PREFIX.test(dmsPrefix)) refuse(`dmsPrefix ${JSON.stringify(dmsPrefix)}: '' or folders of A-Za-z0-9._- each ending with / (S3 event keys are URL-encoded; the rule's pattern must match them as they are)`);
     if (!PREFIX.test(warehousePrefix)) refuse(`warehouse.prefix ${JSON.stringify(warehousePrefix)}: '' or folders of A-Za-z0-9._- each ending with /`);
     if (dmsPrefix === warehousePrefix) refuse('dmsPrefix and warehouse.prefix must differ (the buckets may be the same).');
-    if (props.warehouse?.bucket && (tableBucketTables || (useRest && vended && !restElsewhere))) {
-      refuse(`warehouse.bucket is not used with ${tableBucketTables ? 'a table bucket (S3 Tables keeps the files)' : "Glue's REST endpoint vending credentials (Lake Formation)"}: leave it out.`);
+    if (props.warehouse?.bucket && tableBucketTables) {
+      refuse('warehouse.bucket is not used with a table bucket (S3 Tables keeps the files): leave it out.');
     }
     const sameBucket = (() => {
       const l = props.landingBucket;
@@ -472,6 +471,7 @@ export class Dms2Iceberg extends Construct {
     if (problems.length) {
       throw new Error(`Dms2Iceberg ${this.node.path}: ${problems.length === 1 ? problems[0] : '\n  - ' + problems.join('\n  - ')}`);
     }
+    STACKS.add(stack);
 
     // ------------------------------------------------------------ configuration
     const base = `/dms2iceberg/${Aws.STACK_NAME}`;

@@ -195,6 +195,23 @@ export const CASES: Case[] = [
     cdk: (stack) => ({ catalog: { kind: 'rest', authentication: 'glue', vendedCredentials: true }, warehouse: { key: key(stack, 'WarehouseKey', 2) } }),
   },
   {
+    name: "rest on Glue's endpoint, vended credentials, an existing warehouse bucket (the database's location) and database",
+    sam: { Catalog: 'rest', RestAuthentication: 'glue', RestVendedCredentials: 'true', WarehouseBucketName: 'lake-warehouse', GlueDatabaseName: 'sales', CreateGlueDatabase: 'false' },
+    cdk: (stack) => ({
+      catalog: { kind: 'rest', authentication: 'glue', vendedCredentials: true },
+      warehouse: { bucket: bucket(stack, 'Warehouse', 'lake-warehouse') },
+      database: { name: 'sales', create: false },
+    }),
+  },
+  {
+    name: "rest on Glue's endpoint, vended credentials, an existing warehouse bucket, the database created",
+    sam: { Catalog: 'rest', RestAuthentication: 'glue', RestVendedCredentials: 'true', WarehouseBucketName: 'lake-warehouse' },
+    cdk: (stack) => ({
+      catalog: { kind: 'rest', authentication: 'glue', vendedCredentials: true },
+      warehouse: { bucket: bucket(stack, 'Warehouse', 'lake-warehouse') },
+    }),
+  },
+  {
     name: "rest on S3 Tables' endpoint, a table bucket the construct creates",
     sam: { Catalog: 'rest', RestAuthentication: 's3tables' },
     cdk: () => ({ catalog: { kind: 'rest', authentication: 's3tables' } }),
