@@ -6,8 +6,8 @@
 //! strings are not code. An import of a name `lib.rs` re-exports (`crate::Error`) counts as one
 //! of the module it comes from. docs/repository.md draws the same order.
 //!
-//! The check reads the sources as text: it needs no part of the library, so it costs nothing
-//! to build and runs in the fast tier.
+//! The check reads the sources as text and needs no part of the library: it builds in a second
+//! and runs in the fast tier.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -15,63 +15,79 @@ use std::path::{Path, PathBuf};
 
 /// Every top-level module of `shared/src`, lowest layer first, with why it stands there.
 const LAYERS: &[(&str, &str)] = &[
-    // Foundation: what every layer needs and that needs none of them.
-    ("error", "the one error type; every module returns it"),
-    ("types", "Iceberg and Arrow types of source columns"),
+    // The foundation: what every layer needs, needing nothing of them.
+    ("error", "every module returns it; it needs nothing"),
     (
-        "config",
-        "the TOML file and per-table settings, in those types",
+        "types",
+        "column types, from the config's names to the files written",
     ),
+    ("config", "settings in those types, which every step reads"),
     (
         "process",
-        "how the process runs: allocator settings, work beside a task",
+        "how the process runs (allocator, work beside a task)",
     ),
-    ("direct_io", "files written and read around the page cache"),
-    // The table's own files, as the spec and our own vocabulary lay them out.
+    (
+        "direct_io",
+        "file I/O around the page cache, for spill and the local catalog",
+    ),
+    // What a table is made of.
     (
         "files",
-        "metadata, manifests, live files, deletes, key indexes, lineage, our property keys and \
-         file names: every layer above reads or writes a table through it",
+        "the table's own files and the format rules (lineage, our keys and file names) every \
+         layer above reads or writes a table through; needs only the foundation",
     ),
     (
         "catalog",
-        "where a table's current metadata is; reads it through files",
+        "finds a table's current metadata, read through files",
     ),
-    ("table", "a table as loaded from a catalog (LoadedTable)"),
-    // The pipeline's steps, in the order their imports allow (a later step may use an earlier one).
+    (
+        "table",
+        "a catalog's pointer with the metadata it names (LoadedTable)",
+    ),
+    // The pipeline's steps, each free to use the earlier ones.
     (
         "locate",
-        "an object key and what is known of the object's content",
+        "an object key's table, kind and order; what is known of its content",
     ),
-    ("read", "a located object's rows"),
+    (
+        "read",
+        "an object's rows: needs locate's object, nothing of later steps",
+    ),
     (
         "evolve",
-        "the table's schema for a file's columns (bound by read's column limit)",
+        "the table's schema for a file's columns, bound by read's column limit",
     ),
-    ("spill", "rows that do not fit in memory, on disk"),
-    ("dedupe", "the last change per key, of rows read"),
+    (
+        "spill",
+        "rows sorted on disk, for inputs larger than memory",
+    ),
+    (
+        "dedupe",
+        "the last change per key of the rows read, in locate's order",
+    ),
     (
         "lookup",
-        "where the table holds each key (in the key order evolve defines)",
+        "where the table holds each key, in the key order evolve defines",
     ),
-    ("write", "data and delete files for what lookup found"),
+    (
+        "write",
+        "data and delete files for what dedupe kept and lookup found",
+    ),
     (
         "commit",
-        "one snapshot per input, from what write wrote, on the catalog",
+        "lands what write wrote as one snapshot, through the catalog",
     ),
-    // What the library does: operations made of the steps.
-    (
-        "ops",
-        "table operations (ingest, compact, scan, ...) strung from the steps",
-    ),
-    // The AWS edge: clients and the functions, on top of everything.
+    // What the library does.
+    ("ops", "table operations strung from the steps and commit"),
+    // The AWS edge, on top of everything.
     (
         "secrets",
-        "Secrets Manager values for a REST catalog's credentials",
+        "credentials read at start (a REST catalog's), for aws",
     ),
     (
         "storage",
-        "the traits the functions read and write through (objects, parameters, dead letters)",
+        "the traits the functions take (objects, parameters, dead letters): below both their \
+         AWS implementation and the handlers",
     ),
     (
         "aws",
@@ -79,7 +95,7 @@ const LAYERS: &[(&str, &str)] = &[
     ),
     (
         "lambda",
-        "the two functions: handlers, events and their process",
+        "the two functions: handlers on storage's traits, aws's clients",
     ),
 ];
 
