@@ -359,7 +359,7 @@ async fn read_secret(id: &str) -> Result<String> {
 pub struct SsmParameters(pub aws_sdk_ssm::Client);
 
 #[async_trait]
-impl crate::lambda::ParameterStore for SsmParameters {
+impl crate::storage::ParameterStore for SsmParameters {
     async fn get(&self, name: &str) -> Result<String> {
         let out = self
             .0
@@ -388,7 +388,7 @@ pub struct SqsDeadLetters {
 }
 
 #[async_trait]
-impl crate::lambda::DeadLetters for SqsDeadLetters {
+impl crate::storage::DeadLetters for SqsDeadLetters {
     async fn send(&self, body: &str, attributes: &[(&str, &str)]) -> Result<()> {
         let mut req = self
             .client

@@ -289,6 +289,10 @@ pub const DEFAULT_LARGE_INPUT_BYTES: u64 = 128 * 1024 * 1024;
 /// Change files the applied-file record keeps by default (`applied_record_files`: about a day
 /// and a half of one-minute files).
 pub const DEFAULT_WINDOW: usize = 2_000;
+/// Format version of a table created without `format_version` (by a config or
+/// `DMS2ICEBERG_FORMAT_VERSION`): v2, position deletes, read by every engine (see
+/// docs/how-it-works.md).
+pub const DEFAULT_FORMAT_VERSION: iceberg::spec::FormatVersion = iceberg::spec::FormatVersion::V2;
 
 impl Config {
     pub fn from_toml(text: &str) -> Result<Config> {
@@ -463,7 +467,8 @@ impl Config {
             mode: s.mode.unwrap_or_default(),
             truncate_on_source_delete: s.truncate_on_source_delete.unwrap_or(true),
             format_version: match s.format_version {
-                None | Some(2) => iceberg::spec::FormatVersion::V2,
+                None => DEFAULT_FORMAT_VERSION,
+                Some(2) => iceberg::spec::FormatVersion::V2,
                 Some(3) => iceberg::spec::FormatVersion::V3,
                 Some(v) => {
                     return Err(Error::Config(format!(

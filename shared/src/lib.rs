@@ -19,7 +19,10 @@
 //! them: metadata.json with its refs, manifest lists and manifests, a snapshot's live files
 //! (the one walk lookup, compaction, validation and history share), position-delete content,
 //! small Parquet files read whole, key columns and key indexes; all through the process's one
-//! [`TableCache`].
+//! [`TableCache`]. The rules of the format every step shares are there too: row lineage, and
+//! what we write into a table beyond the spec (summary and property keys, full-load file
+//! names). Modules import only modules below them: docs/repository.md ("Layers") draws the
+//! order, and `shared/tests/layers.rs` keeps it.
 //!
 //! [`ops`] strings the steps together as table operations; the Lambda handlers ([`lambda`],
 //! feature `aws`) and the CLI only wire configuration, clients and output.
@@ -63,7 +66,8 @@ pub mod read;
 #[cfg(feature = "aws")]
 pub(crate) mod secrets;
 pub(crate) mod spill;
-/// Object stores the functions read DMS files from: S3 ([`aws`]) and a local folder of buckets.
+/// What the functions read from and write to besides their catalog (objects, parameters, dead
+/// letters), as traits [`aws`] implements; and a local folder of buckets.
 #[cfg(feature = "aws")]
 pub mod storage;
 pub(crate) mod table;

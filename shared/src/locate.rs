@@ -1,5 +1,6 @@
 //! locate: an object key (S3 key or local path) → which DMS table it belongs to, whether it is a
-//! full-load or change file, and its place in DMS order.
+//! full-load or change file, and its place in DMS order; and what is known of the object's
+//! content ([`ObjectMeta`]), which tells two objects under one key apart.
 //!
 //! Layout (see docs/configuration.md, "Input"): `[bucket_folder/]<schema>/<table>/[date folders/]` then
 //! `LOAD<hex>` (optionally `SEGMENTn_`-prefixed, or one `<segment>/` folder deeper with parallel
@@ -555,6 +556,33 @@ pub fn decode_event_key(key: &str) -> Result<String> {
         key: key.to_string(),
         reason: "not UTF-8 after decoding".into(),
     })
+}
+
+/// What is known of one object's content, to tell two objects under one name apart.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ObjectMeta {
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub size: Option<u64>,
+    /// Last modified (S3) or mtime (local), epoch ms.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub modified_ms: Option<i64>,
+    /// S3 ETag as listed (quotes removed).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub etag: Option<String>,
+    /// MD5 of the stored bytes (hex): what records kept before XXH3, and what is computed to
+    /// compare with them.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub md5: Option<String>,
+    /// XXH3-128 of the stored bytes (hex), computed when the file was read.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub xxh3: Option<String>,
+}
+
+impl ObjectMeta {
+    /// Whether a digest of the content is known.
+    pub fn has_digest(&self) -> bool {
+        self.md5.is_some() || self.xxh3.is_some()
+    }
 }
 
 #[cfg(test)]

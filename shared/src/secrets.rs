@@ -44,11 +44,11 @@ pub(crate) enum SecretError {
     Value { id: String, reason: String },
 }
 
-impl From<SecretError> for crate::Error {
+impl From<SecretError> for crate::error::Error {
     fn from(e: SecretError) -> Self {
         // Read when the process starts, for its configuration: a missing or unreadable secret
         // is the environment's problem, reported as such (`ConfigError`).
-        crate::Error::Config(e.to_string())
+        crate::error::Error::Config(e.to_string())
     }
 }
 
@@ -485,7 +485,7 @@ mod tests {
         ] {
             let text = e.to_string();
             assert!(!text.contains(secret) && text.contains(ARN), "{text}");
-            assert_eq!(crate::Error::from(e).kind(), "ConfigError");
+            assert_eq!(crate::error::Error::from(e).kind(), "ConfigError");
         }
     }
 }

@@ -1,6 +1,8 @@
-//! Where the functions read DMS files and their config: an object store of buckets and keys. In
-//! AWS it is S3 ([`crate::aws::S3Objects`]); [`LocalObjects`] is a folder per bucket, so the
-//! handlers run in-process in tests (and on a laptop) with the same code paths.
+//! What the functions read from and write to besides their catalog, as traits the handlers
+//! take: an object store of buckets and keys (DMS files and their config), a parameter store
+//! and a dead-letter queue. In AWS they are S3, Systems Manager and SQS (`aws` implements them);
+//! [`LocalObjects`] is a folder per bucket, so the handlers run in-process in tests (and on a
+//! laptop) with the same code paths.
 
 use std::path::{Path, PathBuf};
 
@@ -22,8 +24,8 @@ pub struct ObjectInfo {
 
 impl ObjectInfo {
     /// What the listing tells of the object's content.
-    pub fn meta(&self) -> crate::commit::ObjectMeta {
-        crate::commit::ObjectMeta {
+    pub fn meta(&self) -> crate::locate::ObjectMeta {
+        crate::locate::ObjectMeta {
             size: Some(self.size),
             modified_ms: self.last_modified_ms,
             etag: self.etag.clone(),
@@ -49,6 +51,24 @@ pub trait ObjectStore: ObjectSource {
 
     /// Drops what was read ahead and not used (its spool files).
     async fn drop_prefetched(&self) {}
+}
+
+/// A parameter store: the ingest function's config when `DMS2ICEBERG_CONFIG=ssm:<name>` (AWS
+/// Systems Manager Parameter Store, `aws::SsmParameters`).
+#[async_trait]
+pub trait ParameterStore: Send + Sync {
+    /// The parameter's value.
+    async fn get(&self, name: &str) -> Result<String>;
+}
+
+/// Where the ingest function moves a record that no retry can help (a bad file, a table
+/// without a key): its queue's dead-letter queue, at once, instead of after the queue's
+/// receive count (`aws::SqsDeadLetters`).
+#[async_trait]
+pub trait DeadLetters: Send + Sync {
+    /// Sends `body` (the record as it was received) with `attributes` (why, which table and
+    /// file) to the dead-letter queue.
+    async fn send(&self, body: &str, attributes: &[(&str, &str)]) -> Result<()>;
 }
 
 /// `s3://bucket/key` → (bucket, key).

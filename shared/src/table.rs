@@ -1,52 +1,15 @@
-//! A table as loaded from the catalog, and the keys of what we write into its metadata.
+//! A table as loaded from the catalog: its pointer, metadata and refs.
 
 use std::sync::Arc;
 
 use iceberg::TableIdent;
 use iceberg::io::FileIO;
-use iceberg::spec::{Snapshot, TableMetadata};
+use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 
 use crate::catalog::{Catalog, Pointer};
 use crate::error::{Error, Result};
 use crate::files::metadata::Refs;
-
-/// Snapshot summary and table property keys we write. Which files a table holds is in the
-/// table property [`crate::commit::record::PROPERTY`]; the summary keys describe each snapshot
-/// for `history` (and, for tables written before that property existed, are where the record
-/// is rebuilt from).
-pub(crate) mod keys {
-    /// JSON array of the DMS object keys this snapshot applied.
-    pub(crate) const SOURCE_FILES: &str = "dms2iceberg.source-files";
-    /// JSON array of the DMS order keys of those objects (same order as SOURCE_FILES).
-    pub(crate) const SOURCE_ORDERS: &str = "dms2iceberg.source-orders";
-    /// DMS order key of the last file applied to the table (cumulative).
-    pub(crate) const WATERMARK: &str = "dms2iceberg.watermark";
-    /// Table property: the DMS `schema.table` that feeds the table (two sources resolving to one
-    /// table would silently mix their rows).
-    pub(crate) const SOURCE_TABLE: &str = "dms2iceberg.source-table";
-    /// Table property: files up to this DMS order count as applied (their snapshots expired).
-    pub(crate) const EXPIRED_WATERMARK: &str = "dms2iceberg.expired-watermark";
-    /// Greatest change sequence applied to the table (cumulative), when configured.
-    pub(crate) const CHANGE_SEQ: &str = "dms2iceberg.change-seq";
-    pub(crate) const ROWS_INSERTED: &str = "dms2iceberg.rows-inserted";
-    pub(crate) const ROWS_UPDATED: &str = "dms2iceberg.rows-updated";
-    pub(crate) const ROWS_DELETED: &str = "dms2iceberg.rows-deleted";
-    /// The snapshot is a reload: it replaced the table's contents with a new full load.
-    pub(crate) const RELOAD: &str = "dms2iceberg.reload";
-    /// The snapshot is a truncate: the source table was truncated, every row removed.
-    pub(crate) const TRUNCATE: &str = "dms2iceberg.truncate";
-    pub(crate) const VERSION: &str = "dms2iceberg.version";
-    /// Table property: how rows apply (`append`, `changelog`; absent: upsert), fixed when the
-    /// table is created.
-    pub(crate) const MODE: &str = "dms2iceberg.mode";
-    /// Table property: the ordering columns ingest compares a change with the row it replaces
-    /// by (JSON array), set by the first commit made with them configured. While it is set,
-    /// compaction rewrites full-load files only with each other, so their rows keep their
-    /// precedence over every change (`crate::write::FULL_LOAD_SUFFIX`); without it a full-load
-    /// row has none to keep, and its file may be merged with change rows into one.
-    pub(crate) const ORDERING_COLUMNS: &str = "dms2iceberg.ordering-columns";
-}
 
 #[derive(Debug, Clone)]
 pub struct LoadedTable {
@@ -108,31 +71,4 @@ async fn missing_or(catalog: &dyn Catalog, ident: &TableIdent, location: &str, e
         ),
         _ => e,
     }
-}
-
-/// Snapshots from the current one back to the first, following parents (the `snapshots` list
-/// in metadata is unordered).
-pub(crate) fn ancestry(metadata: &TableMetadata) -> Vec<&Arc<Snapshot>> {
-    ancestors(metadata).collect()
-}
-
-/// [`ancestry`], lazily: a walk that stops early (at a base snapshot, at our own) costs what it
-/// visits, not the whole history. Bounded by the snapshot count, so a parent cycle in damaged
-/// metadata ends.
-pub(crate) fn ancestors(metadata: &TableMetadata) -> impl Iterator<Item = &Arc<Snapshot>> {
-    let mut next = metadata.current_snapshot_id();
-    std::iter::from_fn(move || {
-        let s = metadata.snapshot_by_id(next?)?;
-        next = s.parent_snapshot_id();
-        Some(s)
-    })
-    .take(metadata.snapshots().len())
-}
-
-/// Our summary properties of a snapshot, for `history`.
-pub(crate) fn source_files(props: &std::collections::HashMap<String, String>) -> Vec<String> {
-    props
-        .get(keys::SOURCE_FILES)
-        .and_then(|s| serde_json::from_str::<Vec<String>>(s).ok())
-        .unwrap_or_default()
 }

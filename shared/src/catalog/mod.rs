@@ -42,7 +42,7 @@ pub use s3tables::{S3TablesCatalog, SERVICE_MAINTENANCE};
 pub use sigv4::Signer as SigV4Signer;
 pub use sqlite::{CATALOG_NAME as SQLITE_CATALOG_NAME, SqliteCatalog};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::files::Files;
 use crate::files::metadata::Refs;
 
@@ -102,7 +102,7 @@ pub enum SwapError {
     Unknown(String),
     /// Refused before taking effect, for good (access denied, invalid input, no such table).
     #[error(transparent)]
-    Failed(#[from] crate::Error),
+    Failed(#[from] Error),
 }
 
 #[async_trait]
@@ -192,13 +192,13 @@ pub fn list_local(location: &str) -> Result<Vec<ListedFile>> {
         Some(rest) => ("file://", format!("/{}", rest.trim_start_matches('/'))),
         None if location.starts_with('/') => ("", location.to_string()),
         None => {
-            return Err(crate::Error::Storage(format!(
+            return Err(Error::Storage(format!(
                 "{location}: not a local folder (file:/… or an absolute path)"
             )));
         }
     };
     if !std::path::Path::new(&root).is_dir() {
-        return Err(crate::Error::Storage(format!(
+        return Err(Error::Storage(format!(
             "{location}: the table's folder {root} is not on this machine; nothing listed"
         )));
     }
@@ -208,13 +208,13 @@ pub fn list_local(location: &str) -> Result<Vec<ListedFile>> {
         let entries = match std::fs::read_dir(&dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(crate::Error::io(dir.display().to_string(), e)),
+            Err(e) => return Err(Error::io(dir.display().to_string(), e)),
         };
         for e in entries {
-            let e = e.map_err(|e| crate::Error::io(dir.display().to_string(), e))?;
+            let e = e.map_err(|e| Error::io(dir.display().to_string(), e))?;
             let meta = e
                 .metadata()
-                .map_err(|err| crate::Error::io(e.path().display().to_string(), err))?;
+                .map_err(|err| Error::io(e.path().display().to_string(), err))?;
             if meta.is_dir() {
                 stack.push(e.path());
             } else {

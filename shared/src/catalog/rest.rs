@@ -516,7 +516,9 @@ impl RestCatalog {
         let mut properties = metadata.map(|m| m.properties().clone()).unwrap_or_default();
         properties.insert(
             "format-version".into(),
-            (metadata.map_or(crate::commit::FORMAT_VERSION, |m| m.format_version()) as u8)
+            (metadata.map_or(crate::config::DEFAULT_FORMAT_VERSION, |m| {
+                m.format_version()
+            }) as u8)
                 .to_string(),
         );
         let request = StageCreate {

@@ -17,8 +17,9 @@ use iceberg::spec::{DataFile, Struct, TableMetadata};
 
 use crate::error::{Error, Result};
 use crate::files::Files;
+use crate::files::deletes::FileDeletes;
 use crate::files::prepared::Prepared;
-use crate::write::{FileDeletes, write_position_deletes};
+use crate::write::deletes::write_position_deletes;
 
 /// Where every row of the files a rewrite replaces went: 4 bytes per row read, kept in an
 /// unlinked temporary file (not in memory: a group's size must not set compaction's memory).

@@ -33,8 +33,9 @@ use iceberg::spec::{
 };
 use tracing::warn;
 
-use super::{encode, lineage};
+use super::encode;
 use crate::error::{Error, Result};
+use crate::files::lineage;
 use crate::files::{Files, Fill};
 use crate::types::{conform_partition, promote_datum};
 
@@ -86,7 +87,7 @@ pub(crate) async fn upload(files: &Files, uploads: Vec<Upload>) -> Result<()> {
             files.io().new_output(&path)?.write(bytes).await?;
             Ok::<_, Error>(())
         })
-        .buffer_unordered(crate::write::WRITE_CONCURRENCY)
+        .buffer_unordered(crate::files::parquet::WRITE_CONCURRENCY)
         .try_collect::<Vec<()>>()
         .await?;
     Ok(())
@@ -390,7 +391,7 @@ pub(crate) async fn write_manifests(
             }
             out.finish(files, metadata).await
         })
-        .buffered(crate::write::WRITE_CONCURRENCY)
+        .buffered(crate::files::parquet::WRITE_CONCURRENCY)
         .try_fold(Encoded::default(), |mut e, (m, upload)| async move {
             e.manifests.push(m);
             e.held.push(upload);

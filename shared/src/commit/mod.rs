@@ -38,7 +38,6 @@
 pub(crate) mod carry;
 mod encode;
 mod failpoint;
-pub(crate) mod lineage;
 pub(crate) mod manifests;
 pub(crate) mod producer;
 pub(crate) mod record;
@@ -66,7 +65,7 @@ use tracing::{debug, info, warn};
 pub(crate) use carry::{RowMap, RowMapBuilder};
 pub(crate) use failpoint::failpoint;
 pub(crate) use manifests::write_manifests;
-pub(crate) use record::{AppliedInput, AppliedRecord, ObjectMeta, Standing};
+pub(crate) use record::{AppliedInput, AppliedRecord, Standing};
 pub(crate) use summary::Added;
 pub(crate) use validate::Conflict;
 
@@ -708,9 +707,6 @@ pub(crate) fn new_snapshot_id(metadata: Option<&TableMetadata>) -> i64 {
         }
     }
 }
-
-/// Format version for new tables: v2 (position deletes, read by every engine; see docs/how-it-works.md).
-pub(crate) const FORMAT_VERSION: FormatVersion = FormatVersion::V2;
 
 /// Commits a metadata-only change (no new snapshot), such as expiring snapshots or declaring
 /// what a table holds: `change` derives the new metadata from the current one (`None`: nothing

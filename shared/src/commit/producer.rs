@@ -12,12 +12,12 @@ use iceberg::spec::{
 };
 use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
 
-use super::lineage;
 use super::record::{AppliedRecord, PROPERTY};
 use super::{Base, Change, CommitError, Staged, failpoint, manifests, summary};
 use crate::error::{Error, Result};
 use crate::files::Files;
 use crate::files::deletes::DeleteId;
+use crate::files::lineage;
 use crate::files::metadata::Refs;
 use crate::files::prepared::Prepared;
 use crate::table::LoadedTable;

@@ -39,40 +39,14 @@ use serde::{Deserialize, Serialize};
 use iceberg::spec::TableMetadata;
 
 use crate::error::{Error, Result};
-use crate::locate::{FileKind, OrderKey};
-use crate::table::{ancestry, keys, source_files};
+use crate::files::metadata::ancestry;
+use crate::files::vocabulary::{keys, source_files};
+use crate::locate::{FileKind, ObjectMeta, OrderKey};
 
 /// Table property holding the record (JSON).
 pub(crate) const PROPERTY: &str = "dms2iceberg.applied";
 /// Earlier generations whose LOAD identities are kept.
 const SUPERSEDED_GENERATIONS: usize = 3;
-
-/// What is known of one object's content, to tell two objects under one name apart.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ObjectMeta {
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub size: Option<u64>,
-    /// Last modified (S3) or mtime (local), epoch ms.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub modified_ms: Option<i64>,
-    /// S3 ETag as listed (quotes removed).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub etag: Option<String>,
-    /// MD5 of the stored bytes (hex): what records kept before XXH3, and what is computed to
-    /// compare with them.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub md5: Option<String>,
-    /// XXH3-128 of the stored bytes (hex), computed when the file was read.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub xxh3: Option<String>,
-}
-
-impl ObjectMeta {
-    /// Whether a digest of the content is known.
-    pub fn has_digest(&self) -> bool {
-        self.md5.is_some() || self.xxh3.is_some()
-    }
-}
 
 /// Whether the recorded LOAD file and an arriving object under its name hold the same
 /// content: `None` when only a digest of the arriving object can tell.

@@ -492,7 +492,7 @@ async fn foreign_data_file(lab: &Lab, rows: &[(i64, &str)]) -> Vec<(i32, iceberg
         })
         .collect();
     let batch = arrow_array::RecordBatch::try_new(schema.clone(), columns).unwrap();
-    let mut w = crate::write::DataFileStream::new(
+    let mut w = crate::write::data::DataFileStream::new(
         lab.catalog.file_io(),
         &md,
         &["id".into()],
@@ -536,7 +536,7 @@ async fn foreign_delete(lab: &Lab, ids: &[i64]) -> i64 {
         .unwrap();
     assert_eq!(located.found, vec![true; ids.len()], "rows to delete");
     let deletes =
-        crate::write::write_position_deletes(lab.catalog.file_io(), &md, &located.deletes)
+        crate::write::deletes::write_position_deletes(lab.catalog.file_io(), &md, &located.deletes)
             .await
             .unwrap();
     foreign_commit(lab, &[], &deletes).await
@@ -983,7 +983,7 @@ async fn an_unknown_outcome_is_resolved_by_looking_for_our_snapshot() {
         let t = lab.table().await;
         // Committed exactly once either way.
         assert_eq!(
-            crate::table::ancestry(&t.metadata)
+            crate::files::metadata::ancestry(&t.metadata)
                 .iter()
                 .filter(|s| s.snapshot_id() == staged.snapshot_id)
                 .count(),
@@ -1247,7 +1247,7 @@ async fn lineage_and_deletes(
     let mut ids = BTreeMap::new();
     let mut deletes: BTreeMap<String, Vec<LiveDeleteOf>> = BTreeMap::new();
     for (m, manifest) in list.iter().zip(&read) {
-        let inherited = super::lineage::inherited(m, manifest.entries());
+        let inherited = crate::files::lineage::inherited(m, manifest.entries());
         for (e, id) in manifest.entries().iter().zip(inherited) {
             if !e.is_alive() {
                 continue;
@@ -1576,7 +1576,7 @@ async fn a_format_version_1_table_is_upgraded_by_the_first_commit() {
     // Sequence numbers as a v2 table's: the update's delete applies to the load's rows.
     assert_eq!(lab.rows().await, ["2=b1"]);
     assert!(
-        crate::table::ancestry(&t.metadata)
+        crate::files::metadata::ancestry(&t.metadata)
             .iter()
             .all(|s| s.sequence_number() >= 1)
     );
@@ -1665,7 +1665,9 @@ async fn compaction_merges_files_by_key_and_drops_deleted_rows() {
     assert_eq!(files[0].len(), expected.len(), "{files:?}");
     assert!(files[0].windows(2).all(|w| w[0] < w[1]), "{files:?}");
     let t = lab.table().await;
-    assert!(!(t.metadata.properties()).contains_key(crate::table::keys::ORDERING_COLUMNS));
+    assert!(
+        !(t.metadata.properties()).contains_key(crate::files::vocabulary::keys::ORDERING_COLUMNS)
+    );
     // Written as a full load's file is: the key (every value distinct) without a dictionary,
     // which costs readers more than it saves; `v` (a dozen values) with one.
     let [(_, rg)] = lab.first_row_groups().await.try_into().unwrap();
@@ -1723,7 +1725,7 @@ async fn with_ordering_columns_compaction_keeps_full_load_rows_apart_and_first()
     // The table is made without the ordering column; the first commit made with it records it.
     lab.ingest(vec![load]).await;
     let props = |t: &LoadedTable| {
-        let key = crate::table::keys::ORDERING_COLUMNS;
+        let key = crate::files::vocabulary::keys::ORDERING_COLUMNS;
         t.metadata.properties().get(key).cloned()
     };
     assert_eq!(props(&lab.table().await), None);
@@ -2110,12 +2112,12 @@ async fn ancestors_walk_from_the_current_snapshot_to_the_first() {
     let lab = loaded("ancestors").await;
     foreign_append(&lab, 7).await;
     let t = lab.table().await;
-    let ids: Vec<i64> = crate::table::ancestors(&t.metadata)
+    let ids: Vec<i64> = crate::files::metadata::ancestors(&t.metadata)
         .map(|s| s.snapshot_id())
         .collect();
     assert_eq!(ids.len(), 3);
     assert_eq!(ids[0], 7);
-    let chain: Vec<i64> = crate::table::ancestry(&t.metadata)
+    let chain: Vec<i64> = crate::files::metadata::ancestry(&t.metadata)
         .iter()
         .map(|s| s.snapshot_id())
         .collect();
@@ -2123,7 +2125,12 @@ async fn ancestors_walk_from_the_current_snapshot_to_the_first() {
     let first = t.metadata.snapshot_by_id(ids[2]).unwrap();
     assert_eq!(first.parent_snapshot_id(), None);
     // Lazy: a walk that stops early visits only what it needs.
-    assert_eq!(crate::table::ancestors(&t.metadata).take(1).count(), 1);
+    assert_eq!(
+        crate::files::metadata::ancestors(&t.metadata)
+            .take(1)
+            .count(),
+        1
+    );
 }
 
 /// `already_committed` looks for our snapshot in what can have been committed since the base:
@@ -2510,10 +2517,13 @@ async fn a_partition_scoped_delete_file_is_split_when_its_rows_change() {
         .await
         .unwrap();
     assert_eq!(located.deletes.len(), 2);
-    let deletes =
-        crate::write::write_partition_scoped_deletes(lab.catalog.file_io(), &md, &located.deletes)
-            .await
-            .unwrap();
+    let deletes = crate::write::deletes::write_partition_scoped_deletes(
+        lab.catalog.file_io(),
+        &md,
+        &located.deletes,
+    )
+    .await
+    .unwrap();
     assert_eq!(deletes.len(), 1);
     foreign_commit(&lab, &[], &deletes).await;
     // Our update of key 5 deletes from the change file: its one delete file holds key 4's

@@ -27,8 +27,9 @@ use super::record::{AppliedRecord, Standing};
 use super::{Base, Change, CommitError, KeyScope, RowMap, Staged};
 use crate::files::deletes::{DeleteId, DeleteSource, Targets};
 use crate::files::live::Scope;
+use crate::files::metadata::ancestors;
 use crate::files::{Files, Fill};
-use crate::table::{LoadedTable, ancestors};
+use crate::table::LoadedTable;
 
 /// Why a prepared commit cannot go ahead as planned: the input must be planned again.
 #[derive(Debug, Clone, PartialEq, Eq)]

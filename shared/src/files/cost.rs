@@ -1,7 +1,7 @@
 //! What reading a table costs, measured from its metadata alone (the current snapshot's
 //! manifest list and manifests, no data or delete file opened): what every engine's scan plan
 //! opens before it reads a row. The compaction function decides from it whether a table needs
-//! work ([`crate::ops::compact::Thresholds`]); the read benchmark reports it.
+//! work (`ops::compact::Thresholds`); the read benchmark reports it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -57,7 +57,7 @@ impl Files {
                     .entry((
                         d.spec_id,
                         format!("{:?}", f.partition()),
-                        crate::write::keeps_apart(md, f.file_path()),
+                        super::vocabulary::keeps_apart(md, f.file_path()),
                     ))
                     .or_default()
                     .push(f.file_size_in_bytes());

@@ -8,15 +8,11 @@ use arrow_array::cast::AsArray as _;
 use arrow_array::types::Int64Type;
 use arrow_schema::DataType;
 use iceberg::io::FileIO;
-use iceberg::spec::{DataFile, DataFileFormat, PrimitiveLiteral};
+use iceberg::metadata_columns::RESERVED_FIELD_ID_DELETE_FILE_PATH;
+use iceberg::spec::{DataFile, DataFileFormat, PrimitiveLiteral, Struct};
 
 use super::cache::{Kind, get, put};
 use crate::error::{Error, Result};
-use crate::write::FileDeletes;
-
-/// Field ids Iceberg reserves for position-delete files.
-pub(crate) const DELETE_FILE_PATH_ID: i32 = 2147483546;
-pub(crate) const DELETE_POS_ID: i32 = 2147483545;
 
 /// The data files a position-delete file may delete rows of, as its manifest entry tells
 /// without reading it: the one it names (`referenced_data_file`), else the range of its
@@ -34,7 +30,7 @@ impl Targets {
             return Targets::One(r);
         }
         let bound = |m: &HashMap<i32, iceberg::spec::Datum>| match m
-            .get(&DELETE_FILE_PATH_ID)
+            .get(&RESERVED_FIELD_ID_DELETE_FILE_PATH)
             .map(|d| d.literal())
         {
             Some(PrimitiveLiteral::String(s)) => Some(s.clone()),
@@ -246,6 +242,14 @@ impl super::Files {
     pub(crate) fn remember_position_deletes(&self, id: DeleteId, content: DeletedPositions) {
         put(&self.cache().deletes, id, Arc::new(content));
     }
+}
+
+/// The rows of one data file to delete, and where that file lives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileDeletes {
+    pub spec_id: i32,
+    pub partition: Struct,
+    pub positions: Vec<i64>,
 }
 
 /// The deletes a commit writes so that each data file keeps at most one live delete file (the

@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 pub(crate) const BLOCK: usize = 128;
 
 /// Data files with fewer rows get no stored index: their key column is one small read.
-pub(crate) const INDEX_MIN_ROWS: u64 = crate::write::ROW_GROUP_ROWS as u64;
+pub(crate) const INDEX_MIN_ROWS: u64 = super::parquet::ROW_GROUP_ROWS as u64;
 
 /// Suffix of a data file's key index object.
 pub(crate) const KEY_INDEX_SUFFIX: &str = ".keyindex";

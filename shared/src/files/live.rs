@@ -141,7 +141,7 @@ impl LiveFiles {
             .iter()
             .filter(|(m, _)| m.content == ManifestContentType::Data)
             .flat_map(|(m, manifest)| {
-                let ids = crate::commit::lineage::inherited(m, manifest.entries());
+                let ids = super::lineage::inherited(m, manifest.entries());
                 manifest
                     .entries()
                     .iter()

@@ -1,4 +1,5 @@
-//! metadata.json files: read with the table's refs alongside, written from borrowed parts.
+//! metadata.json files: read with the table's refs alongside, written from borrowed parts; and
+//! the walk from a metadata's current snapshot back through its parents.
 //!
 //! iceberg-rust serialises `TableMetadata` by cloning it whole and then cloning every snapshot
 //! out of its `Arc` (summary map included) before a byte is written: at 10,000 snapshots that
@@ -28,7 +29,7 @@ use iceberg::spec::{
 use iceberg::{MetadataLocation, TableUpdate};
 use serde::{Deserialize, Serialize};
 
-use crate::Result;
+use crate::error::Result;
 
 use super::Files;
 use super::cache::{Kind, get, put};
@@ -363,6 +364,25 @@ impl<'a> SnapshotV2<'a> {
             schema_id: s.schema_id(),
         }
     }
+}
+
+/// Snapshots from the current one back to the first, following parents (the `snapshots` list
+/// in metadata is unordered).
+pub(crate) fn ancestry(metadata: &TableMetadata) -> Vec<&Arc<Snapshot>> {
+    ancestors(metadata).collect()
+}
+
+/// [`ancestry`], lazily: a walk that stops early (at a base snapshot, at our own) costs what it
+/// visits, not the whole history. Bounded by the snapshot count, so a parent cycle in damaged
+/// metadata ends.
+pub(crate) fn ancestors(metadata: &TableMetadata) -> impl Iterator<Item = &Arc<Snapshot>> {
+    let mut next = metadata.current_snapshot_id();
+    std::iter::from_fn(move || {
+        let s = metadata.snapshot_by_id(next?)?;
+        next = s.parent_snapshot_id();
+        Some(s)
+    })
+    .take(metadata.snapshots().len())
 }
 
 #[cfg(test)]

@@ -9,12 +9,14 @@ pub(crate) mod deletes;
 pub(crate) mod dv;
 pub(crate) mod index;
 pub(crate) mod keys;
+pub(crate) mod lineage;
 pub(crate) mod live;
 pub(crate) mod manifests;
 pub(crate) mod metadata;
 pub(crate) mod parquet;
 pub(crate) mod prepared;
 pub(crate) mod probe;
+pub(crate) mod vocabulary;
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! Reading the table's small Parquet files (position deletes, key columns, key indexes' data
-//! files): whole in one request when small, by ranges when not, with the read limits every
-//! reader of table files shares.
+//! files): whole in one request when small, by ranges when not; and the limits every reader
+//! and writer of table files shares (requests in flight, rows per row group).
 
 use std::sync::Arc;
 
@@ -20,6 +20,20 @@ pub(crate) const READ_CONCURRENCY: usize = 16;
 /// fresh process on a table with many partitions reads hundreds of them, and each holds at
 /// most a megabyte.
 pub(crate) const SMALL_READ_CONCURRENCY: usize = 64;
+
+/// Files uploaded at once by one commit: enough to hide object-storage latency with many
+/// partitions (a 200-partition change writes 400 files: 7 rounds of PUTs, not 25). Memory
+/// hardly grows with it: the rows are in memory already, and each upload holds one
+/// partition's encoded file.
+pub(crate) const WRITE_CONCURRENCY: usize = 64;
+
+/// Small files written or deleted at once: a commit writes a delete file per data file it
+/// touches (a 200-partition table with a few files per partition: hundreds), each a few KB, and
+/// an abandoned attempt deletes what it wrote; the bound is round trips, not memory.
+pub(crate) const SMALL_FILE_CONCURRENCY: usize = 256;
+
+/// Rows per Parquet row group: the unit that statistics and bloom filters let a lookup skip.
+pub(crate) const ROW_GROUP_ROWS: usize = 128 * 1024;
 
 /// Parquet files up to this size are read whole, in one request: their footer, bloom filters
 /// and columns would otherwise cost three round trips one after another.

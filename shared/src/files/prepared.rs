@@ -34,7 +34,7 @@ impl Prepared {
         let files = &files;
         futures::stream::iter(0..files.len())
             .map(|i| async move { (i, file_io.delete(files[i]).await) })
-            .buffer_unordered(crate::write::SMALL_FILE_CONCURRENCY)
+            .buffer_unordered(super::parquet::SMALL_FILE_CONCURRENCY)
             .for_each(|(i, r)| async move {
                 if let Err(e) = r {
                     let file = files[i];

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::storage::{ObjectStore, split_s3_uri};
+use crate::storage::{DeadLetters, ObjectStore, ParameterStore, split_s3_uri};
 
 /// A failed invocation as Lambda gets it: `kind` is the `errorType` (see [`Error::kind`];
 /// `Panic` for a panic), `message` the `errorMessage` (input values left out).
@@ -73,24 +73,6 @@ where
             ))
         }
     }
-}
-
-/// A parameter store: the ingest function's config when `DMS2ICEBERG_CONFIG=ssm:<name>` (AWS
-/// Systems Manager Parameter Store, [`crate::aws::SsmParameters`]).
-#[async_trait::async_trait]
-pub trait ParameterStore: Send + Sync {
-    /// The parameter's value.
-    async fn get(&self, name: &str) -> Result<String>;
-}
-
-/// Where the ingest function moves a record that no retry can help (a bad file, a table
-/// without a key): its queue's dead-letter queue, at once, instead of after the queue's
-/// receive count ([`crate::aws::SqsDeadLetters`]).
-#[async_trait::async_trait]
-pub trait DeadLetters: Send + Sync {
-    /// Sends `body` (the record as it was received) with `attributes` (why, which table and
-    /// file) to the dead-letter queue.
-    async fn send(&self, body: &str, attributes: &[(&str, &str)]) -> Result<()>;
 }
 
 /// What the ingest function reads from and writes to besides its catalog.

@@ -37,13 +37,13 @@ pub async fn ingest() -> Result<(), lambda_runtime::Error> {
                 .is_some_and(|c| c.starts_with("ssm:"))
                 .then(|| {
                     Arc::new(SsmParameters(aws_sdk_ssm::Client::new(&aws.sdk)))
-                        as Arc<dyn super::ParameterStore>
+                        as Arc<dyn crate::storage::ParameterStore>
                 }),
             dead_letters: env.dead_letter_queue.clone().map(|queue_url| {
                 Arc::new(SqsDeadLetters {
                     client: aws_sdk_sqs::Client::new(&aws.sdk),
                     queue_url,
-                }) as Arc<dyn super::DeadLetters>
+                }) as Arc<dyn crate::storage::DeadLetters>
             }),
         };
         Ok(IngestHandler::new(env, catalog, services).await?)

@@ -34,12 +34,11 @@ use futures::{StreamExt, TryStreamExt};
 use iceberg::spec::{Struct, TableMetadata};
 
 use crate::error::Result;
-use crate::files::deletes::{DeleteSource, DeletedPositions, Targets};
+use crate::files::deletes::{DeleteSource, DeletedPositions, FileDeletes, Targets};
 use crate::files::live::Scope;
 use crate::files::parquet::{READ_CONCURRENCY, SMALL_READ_CONCURRENCY};
 use crate::files::probe::ProbeKeys;
 use crate::files::{Files, Fill};
-use crate::write::FileDeletes;
 use scan::{FileScan, scan_file};
 use stale::mark_stale;
 
@@ -121,7 +120,7 @@ pub struct StaleCheck {
 /// distinct) in the table's current snapshot.
 /// With `order`, a live row whose ordering columns are greater than the incoming change's is
 /// marked stale and not deleted: an older change never overwrites a newer row. Rows of
-/// full-load files ([`crate::write::is_full_load_file`]) are never newer than a change.
+/// full-load files ([`crate::files::vocabulary::is_full_load_file`]) are never newer than a change.
 pub(crate) async fn locate_rows(
     files: &Files,
     metadata: &TableMetadata,

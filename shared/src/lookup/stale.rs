@@ -33,7 +33,7 @@ pub(super) async fn mark_stale(
     let mut work: Vec<(&Candidate, Vec<(i64, usize)>)> = Vec::new();
     for (i, hits) in live_hits {
         let c = &candidates[*i];
-        if crate::write::is_full_load_file(&c.path) {
+        if crate::files::vocabulary::is_full_load_file(&c.path) {
             continue;
         }
         let hits: Vec<(i64, usize)> = hits

@@ -14,8 +14,10 @@ use crate::commit::AppliedRecord;
 use crate::error::{Error, Result};
 use crate::files::deletes::DeleteSource;
 use crate::files::live::Scope;
+use crate::files::metadata::ancestry;
+use crate::files::vocabulary::{keys, source_files};
 use crate::files::{Files, Fill, TableCache};
-use crate::table::{LoadedTable, ancestry, keys, source_files};
+use crate::table::LoadedTable;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SnapshotInfo {

@@ -19,9 +19,11 @@ use crate::commit::{
     self, Added, AppliedInput, AppliedRecord, Base, Change, MetadataChanges, Plan, Planner,
     RecordUpdate, Staged, Standing,
 };
+use crate::config::DEFAULT_FORMAT_VERSION;
 use crate::error::{Error, Position, Rejected, Result};
-use crate::table::{LoadedTable, keys};
-use crate::write::write_data_files;
+use crate::files::vocabulary::keys;
+use crate::table::LoadedTable;
+use crate::write::data::write_data_files;
 
 /// Table property of a rejected-rows table: the table whose rows it holds. Names cannot keep the
 /// two kinds apart (a DMS table may be called `t__rejected`), so each side checks the other's
@@ -133,7 +135,7 @@ impl Planner for RejectedPlanner<'_> {
                     UnboundPartitionSpec::builder().build(),
                     SortOrder::unsorted_order(),
                     self.catalog.new_table_location(&self.ident).await?,
-                    commit::FORMAT_VERSION,
+                    DEFAULT_FORMAT_VERSION,
                     [(REJECTED_ROWS_OF.to_string(), self.main.to_string())].into(),
                 )?
                 .build()?

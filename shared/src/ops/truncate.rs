@@ -23,7 +23,8 @@ use crate::commit::{
     RecordUpdate, Staged,
 };
 use crate::error::{Error, Result};
-use crate::table::{LoadedTable, keys};
+use crate::files::vocabulary::keys;
+use crate::table::LoadedTable;
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct TruncateReport {

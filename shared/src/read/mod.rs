@@ -22,7 +22,7 @@ pub use self::layout::{Layout, Role};
 pub use self::parquet::ParquetFile;
 use crate::config::TableConfig;
 use crate::error::{Error, InputError, Position, Result};
-use crate::locate::{DmsObject, FileFormat};
+use crate::locate::{DmsObject, FileFormat, ObjectMeta};
 
 /// Most data columns a file (and a table) may have. Writing a Parquet file costs about 170 KB of
 /// fixed memory per column (a compression context and a dictionary table each) whatever the
@@ -130,7 +130,7 @@ pub struct Digests {
 
 impl Digests {
     /// Into what is known of the object's content.
-    pub fn record_in(self, meta: &mut crate::commit::ObjectMeta) {
+    pub fn record_in(self, meta: &mut ObjectMeta) {
         if self.md5.is_some() {
             meta.md5 = self.md5;
         }

@@ -36,11 +36,14 @@ use iceberg::io::FileMetadata;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::{PARQUET_FIELD_ID_META_KEY, ProjectionMask};
 
-use crate::commit::lineage::{LAST_UPDATED, ROW_ID};
 use crate::commit::{RowMap, RowMapBuilder};
 use crate::error::{Error, Result};
 use crate::ops::scan::task_stream;
-use crate::write::DataFileStream;
+use crate::write::data::DataFileStream;
+use iceberg::metadata_columns::{
+    RESERVED_FIELD_ID_LAST_UPDATED_SEQUENCE_NUMBER as LAST_UPDATED,
+    RESERVED_FIELD_ID_ROW_ID as ROW_ID,
+};
 
 /// Rows per batch read from an input file.
 pub(super) const BATCH_ROWS: usize = 4096;
@@ -556,8 +559,8 @@ impl LineageSource {
                 ))
             })?;
             for (id, out) in [
-                (ROW_ID.0, &mut self.ids),
-                (LAST_UPDATED.0, &mut self.sequence_numbers),
+                (ROW_ID, &mut self.ids),
+                (LAST_UPDATED, &mut self.sequence_numbers),
             ] {
                 match column_by_field_id(&b, id)? {
                     Some(c) => out.extend(c.iter()),
@@ -602,7 +605,7 @@ async fn stored_lineage(
         .enumerate()
         .filter(|(_, f)| {
             let info = f.get_basic_info();
-            info.has_id() && [ROW_ID.0, LAST_UPDATED.0].contains(&info.id())
+            info.has_id() && [ROW_ID, LAST_UPDATED].contains(&info.id())
         })
         .map(|(i, _)| i)
         .collect();

@@ -15,8 +15,8 @@ use crate::evolve::key_columns;
 use crate::files::Fill;
 use crate::files::deletes::{DeleteId, DeleteSource, DeletedPositions};
 use crate::files::prepared::Prepared;
+use crate::files::vocabulary::is_full_load_file;
 use crate::table::LoadedTable;
-use crate::write::is_full_load_file;
 
 use super::select::{Group, LiveDelete};
 use super::{Compact, merge};
@@ -60,8 +60,8 @@ impl Compact<'_> {
             .map(|f| f.path.clone())
             .collect();
         // Row lineage (v3): what each file's rows' ids and last changes are unless it stores them.
-        let lineage: Option<HashMap<String, merge::Lineage>> =
-            commit::lineage::tracks(&md).then(|| {
+        let lineage: Option<HashMap<String, merge::Lineage>> = crate::files::lineage::tracks(&md)
+            .then(|| {
                 (group.files.iter())
                     .map(|f| {
                         let l = merge::Lineage {

@@ -12,7 +12,7 @@ use crate::files::Fill;
 use crate::files::cost::tiered_out;
 use crate::files::deletes::{DeleteId, DeleteSource, DeletedPositions};
 use crate::files::live::Scope;
-use crate::write::keeps_apart;
+use crate::files::vocabulary::keeps_apart;
 
 use super::Compact;
 
@@ -56,7 +56,7 @@ impl Compact<'_> {
         let target = self.target(md);
         let small = (target as f64 * self.options.min_file_ratio) as u64;
         // Where changes are ordered by columns, full-load files are rewritten only with each
-        // other, so their rows keep their place before every change (`write::keeps_apart`).
+        // other, so their rows keep their place before every change (`keeps_apart`).
         let mut by_partition: BTreeMap<(i32, String, bool), Vec<LiveData>> = BTreeMap::new();
         for f in data {
             if f.size < small || self.heavy(f) {

@@ -30,12 +30,13 @@ use tracing::warn;
 pub use report::{CommitReport, Status, TableReport, Timings};
 
 use crate::catalog::Catalog;
-use crate::commit::{self, AppliedRecord, ObjectMeta, Outcome, Standing};
+use crate::commit::{self, AppliedRecord, Outcome, Standing};
 use crate::config::{Config, TableConfig};
 use crate::error::{Error, InputError, Result};
-use crate::locate::DmsObject;
+use crate::files::vocabulary::keys;
+use crate::locate::{DmsObject, ObjectMeta};
 use crate::read::SourceData;
-use crate::table::{LoadedTable, keys};
+use crate::table::LoadedTable;
 use plan::IngestPlanner;
 
 /// One input object; `data: None` is fetched through the [`ObjectSource`] when needed (and

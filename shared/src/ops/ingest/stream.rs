@@ -38,11 +38,12 @@ use super::read::{align, reject_null_keys};
 use crate::config::{BadRows, TableConfig};
 use crate::error::{Error, InputError, Rejected, Result};
 use crate::files::Files;
+use crate::files::deletes::FileDeletes;
 use crate::locate::FileKind;
 use crate::lookup::{LookupStats, StaleCheck, locate_rows};
 use crate::read::{ChangeBatch, Observe, Observed, Op, SourceFile};
 use crate::spill::{SortSpec, Sorter};
-use crate::write::{DataFileStream, FileDeletes};
+use crate::write::data::DataFileStream;
 
 /// Settled keys looked up in the table at once.
 pub(crate) const LOOKUP_CHUNK: usize = 128 * 1024;
@@ -316,7 +317,7 @@ fn write_rows(
                         target.target_file_size,
                         spec.from_load,
                         usize::MAX,
-                        crate::write::varied_columns(&b),
+                        crate::write::properties::varied_columns(&b),
                     )
                     .and_then(|mut s| {
                         let w = handle.block_on(s.write(&b));
@@ -1602,13 +1603,13 @@ fn later_loads(md: &TableMetadata, files: &[FileInput]) -> std::collections::Has
     let Some(ours) = files.iter().map(|f| &f.object.order).max() else {
         return Default::default();
     };
-    crate::table::ancestry(md)
+    crate::files::metadata::ancestry(md)
         .into_iter()
         .filter(|s| {
             let orders: Vec<String> = s
                 .summary()
                 .additional_properties
-                .get(crate::table::keys::SOURCE_ORDERS)
+                .get(crate::files::vocabulary::keys::SOURCE_ORDERS)
                 .and_then(|v| serde_json::from_str(v).ok())
                 .unwrap_or_default();
             !orders.is_empty()

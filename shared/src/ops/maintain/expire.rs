@@ -13,7 +13,9 @@ use crate::catalog::Catalog;
 use crate::commit::commit_metadata;
 use crate::error::{Error, Result};
 use crate::files::Files;
-use crate::table::{LoadedTable, ancestry, keys};
+use crate::files::metadata::ancestry;
+use crate::files::vocabulary::keys;
+use crate::table::LoadedTable;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ExpireReport {

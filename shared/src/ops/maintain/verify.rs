@@ -200,7 +200,7 @@ pub(crate) async fn check_files(
     let checked: Vec<(&String, std::result::Result<bool, iceberg::Error>)> =
         futures::stream::iter(named.keys())
             .map(|path| async move { (path, io.exists(path).await) })
-            .buffered(crate::write::SMALL_FILE_CONCURRENCY)
+            .buffered(crate::files::parquet::SMALL_FILE_CONCURRENCY)
             .collect()
             .await;
     for (path, exists) in checked {

@@ -21,7 +21,7 @@ use crate::ops::ingest::read::{Inference, Prepared as Read, align, prepare, proc
 use crate::ops::ingest::report::{CommitReport, Status, Timings, micros};
 use crate::read::{ChangeBatch, Op};
 use crate::table::LoadedTable;
-use crate::write::DataFileStream;
+use crate::write::data::DataFileStream;
 
 use super::*;
 

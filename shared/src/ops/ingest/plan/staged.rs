@@ -13,9 +13,10 @@ use crate::config::TableMode;
 use crate::error::{Error, Result};
 use crate::evolve;
 use crate::files::prepared::Prepared;
+use crate::files::vocabulary::keys;
 use crate::locate::FileKind;
 use crate::ops::ingest::report::CommitReport;
-use crate::table::{LoadedTable, keys};
+use crate::table::LoadedTable;
 
 use super::*;
 

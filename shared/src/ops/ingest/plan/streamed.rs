@@ -17,7 +17,7 @@ use crate::ops::ingest::FileInput;
 use crate::ops::ingest::read::Inference;
 use crate::ops::ingest::report::{CommitReport, Status, Timings, micros};
 use crate::table::LoadedTable;
-use crate::write::write_position_deletes;
+use crate::write::deletes::write_position_deletes;
 
 use super::*;
 
@@ -266,7 +266,7 @@ impl IngestPlanner<'_> {
         &self,
         planned: &Arc<TableMetadata>,
         data: &[(i32, DataFile)],
-        deletes: &BTreeMap<String, crate::write::FileDeletes>,
+        deletes: &BTreeMap<String, crate::files::deletes::FileDeletes>,
     ) -> Result<Written> {
         let file_io = self.ingest.catalog.file_io();
         let snapshot_id = commit::new_snapshot_id(Some(planned));

@@ -9,13 +9,14 @@ use iceberg::spec::{DataFile, TableMetadata};
 use crate::commit::{self, failpoint};
 use crate::error::{Error, Result};
 use crate::files::Files;
-use crate::files::deletes::MergedDeletes;
+use crate::files::deletes::{FileDeletes, MergedDeletes};
 use crate::files::prepared::Prepared;
 use crate::locate::FileKind;
 use crate::lookup::Located;
 use crate::ops::ingest::read::ReadResult;
 use crate::process::spawn_beside;
-use crate::write::{write_data_files_seen, write_position_deletes};
+use crate::write::data::write_data_files_seen;
+use crate::write::deletes::write_position_deletes;
 
 use super::*;
 
@@ -56,7 +57,7 @@ impl DeleteBranch {
 pub(super) async fn delete_branch(
     files: Files,
     planned: Arc<TableMetadata>,
-    deletes: BTreeMap<String, crate::write::FileDeletes>,
+    deletes: BTreeMap<String, FileDeletes>,
     snapshot_id: i64,
 ) -> DeleteBranch {
     let mut out = DeleteBranch::default();
@@ -163,7 +164,7 @@ impl IngestPlanner<'_> {
     pub(super) fn remember_deletes(
         &self,
         written: &[(i32, DataFile)],
-        deletes: &BTreeMap<String, crate::write::FileDeletes>,
+        deletes: &BTreeMap<String, FileDeletes>,
     ) {
         for (_, f) in written {
             let Some(target) = f.referenced_data_file() else {

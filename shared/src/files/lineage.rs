@@ -17,6 +17,10 @@
 
 use std::sync::Arc;
 
+use iceberg::metadata_columns::{
+    RESERVED_COL_NAME_LAST_UPDATED_SEQUENCE_NUMBER, RESERVED_COL_NAME_ROW_ID,
+    RESERVED_FIELD_ID_LAST_UPDATED_SEQUENCE_NUMBER, RESERVED_FIELD_ID_ROW_ID,
+};
 use iceberg::spec::{
     DataFile, DataFileBuilder, FormatVersion, ManifestContentType, ManifestEntryRef, ManifestFile,
     ManifestStatus, NestedField, PrimitiveType, Schema, TableMetadata, Type,
@@ -24,17 +28,20 @@ use iceberg::spec::{
 
 use crate::error::{Error, Result};
 
-/// The row's id, stored when a row moves to another file (compaction).
-pub(crate) const ROW_ID: (i32, &str) = (2147483540, "_row_id");
-/// The sequence number of the commit that last changed the row, stored with [`ROW_ID`].
-pub(crate) const LAST_UPDATED: (i32, &str) = (2147483539, "_last_updated_sequence_number");
-
-/// `schema` with the two lineage columns after its own: what a rewrite of a v3 table's rows
-/// writes, so that every row keeps its id and its last change (the spec's rules for rows moved
-/// to another file).
+/// `schema` with the two lineage columns after its own (`_row_id`, stored when a row moves to
+/// another file, and `_last_updated_sequence_number`, the commit that last changed the row):
+/// what a rewrite of a v3 table's rows writes, so that every row keeps its id and its last
+/// change (the spec's rules for rows moved to another file). Both optional, as the spec has them
+/// in data files (a null is inherited), where iceberg-rust's metadata fields are required.
 pub(crate) fn write_schema(schema: &Schema) -> Result<Schema> {
     let mut fields: Vec<Arc<NestedField>> = schema.as_struct().fields().to_vec();
-    for (id, name) in [ROW_ID, LAST_UPDATED] {
+    for (id, name) in [
+        (RESERVED_FIELD_ID_ROW_ID, RESERVED_COL_NAME_ROW_ID),
+        (
+            RESERVED_FIELD_ID_LAST_UPDATED_SEQUENCE_NUMBER,
+            RESERVED_COL_NAME_LAST_UPDATED_SEQUENCE_NUMBER,
+        ),
+    ] {
         fields.push(Arc::new(NestedField::optional(
             id,
             name,
