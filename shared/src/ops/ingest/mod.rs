@@ -15,6 +15,7 @@
 //! A file that fails stops its table (later files wait: order matters); nothing of it is
 //! committed.
 
+pub(crate) mod backlog;
 mod plan;
 mod read;
 mod report;
