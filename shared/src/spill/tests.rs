@@ -238,3 +238,63 @@ fn runs_spill_and_merge_in_order() {
         assert!(a < b || (a == b && w[0].1 < w[1].1));
     }
 }
+
+proptest! {
+    /// The key codec's integer specialisation decides as its row encoding does: a single Int64
+    /// key (plain integers) and the same key with a constant second column (row-encoded) order,
+    /// group and sort every pair of rows alike, with and without sequence numbers.
+    #[test]
+    fn integer_keys_decide_as_row_encoded_keys(
+        rows in proptest::collection::vec((-3i64..3, any::<i64>()), 1..60),
+    ) {
+        let s = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("c", DataType::Int64, false),
+            Field::new("seq", DataType::UInt64, false),
+        ]));
+        // Small keys repeat (equal keys), large ones reach the ends of the range.
+        let keys: Vec<i64> = rows.iter().map(|r| if r.1 % 2 == 0 { r.0 } else { r.1 }).collect();
+        let b = RecordBatch::try_new(
+            s.clone(),
+            vec![
+                Arc::new(Int64Array::from(keys.clone())),
+                Arc::new(Int64Array::from(vec![7; rows.len()])),
+                // Unique sequence numbers (as a sort's are), against the keys' order.
+                Arc::new(UInt64Array::from_iter_values((0..rows.len() as u64).rev())),
+            ],
+        )
+        .expect("batch");
+        for sort in [false, true] {
+            let codec = |key: Vec<usize>| {
+                if sort {
+                    KeyCodec::sort(&s, &SortSpec { key, seq: 2 })
+                } else {
+                    KeyCodec::keys(&s, &key)
+                }
+                .expect("codec")
+            };
+            let (ints, encoded) = (codec(vec![0]), codec(vec![0, 1]));
+            prop_assert!(ints.is_int() && !encoded.is_int());
+            let (a, r) = (ints.encode(&b).expect("ints"), encoded.encode(&b).expect("rows"));
+            for i in 0..rows.len() {
+                for j in 0..rows.len() {
+                    prop_assert_eq!(a.cmp(i, &a, j), r.cmp(i, &r, j));
+                    if !sort {
+                        prop_assert_eq!(a.same(i, j), r.same(i, j));
+                        prop_assert_eq!(a.same(i, j), keys[i] == keys[j]);
+                    }
+                }
+            }
+            if sort {
+                let cols = |c: &KeyCodec| -> Vec<ArrayRef> {
+                    c.key().iter().map(|&k| b.column(k).clone()).collect()
+                };
+                let seq = b.column(2).clone();
+                prop_assert_eq!(
+                    ints.sort_indices(cols(&ints), seq.clone()).expect("sort"),
+                    encoded.sort_indices(cols(&encoded), seq).expect("sort")
+                );
+            }
+        }
+    }
+}

@@ -50,7 +50,6 @@ use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestCaseRes
 
 use self::csv_reader::*;
 use self::hostile_files::*;
-use self::key_parser::*;
 use self::memory::*;
 use self::parquet_files::*;
 use self::regressions::*;

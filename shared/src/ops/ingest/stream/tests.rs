@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray, UInt8Array, UInt64Array};
+use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray, UInt8Array, UInt64Array};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema};
 use proptest::prelude::*;
 
