@@ -13,11 +13,11 @@
 //! Rows carry a sequence number column (their place in the input): rows are ordered by key,
 //! then by sequence number, so the changes of one key come out in input order.
 //!
-//! Layout: [`keys`] is the key codec (shared with the consumer of the sorted rows), `runs` the
-//! sorting and spilling, `merge` the merge of the runs.
+//! Layout: `keys` is the one key codec ([`KeyCodec`], shared with the consumer of the sorted
+//! rows), `runs` the sorting and spilling, `merge` the merge of the runs.
 
 mod file;
-pub(crate) mod keys;
+mod keys;
 mod merge;
 mod runs;
 #[cfg(test)]

@@ -529,8 +529,9 @@ impl IngestHandler {
             listed: None,
             error: None,
         };
-        type Listed = Vec<(DmsObject, ObjectInfo)>;
-        let result: Result<(TableReport, Listed, Arc<AppliedRecord>)> = async {
+        type Files = Vec<(DmsObject, ObjectInfo)>;
+        type Listed = Vec<backlog::Listed>;
+        let result: Result<(TableReport, Files, Listed, Arc<AppliedRecord>)> = async {
             let cfg = config.table(schema, table)?;
             let (listing, mut loaded) = match reads {
                 Some(r) => r?,
@@ -590,10 +591,10 @@ impl IngestHandler {
                 .deadline(deadline)
                 .execute(schema, table, pending, |_| {})
                 .await;
-            Ok((report, files, applied))
+            Ok((report, files, listed, applied))
         }
         .await;
-        let (report, files, applied_before) = match result {
+        let (report, files, listed, applied_before) = match result {
             Ok(r) => r,
             Err(e) => {
                 let (kind, e) = (e.kind(), e.redacted());
@@ -616,7 +617,6 @@ impl IngestHandler {
                 return outcome;
             }
         };
-        let listed = backlog_view(&files);
         outcome.listed = Some(files.iter().map(|(o, _)| o.key.clone()).collect());
         outcome.left_at_deadline = report.files_left_at_deadline;
         outcome.failed_files = report.failed_files.iter().cloned().collect();
