@@ -132,3 +132,68 @@ pub(crate) fn backlog_age_s(files: &[Listed], held: &BTreeSet<String>, now_ms: i
         .min()
         .map_or(0.0, |m| (now_ms - m).max(0) as f64 / 1000.0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commit::AppliedInput;
+    use crate::config::SourceSettings;
+
+    /// Change files of `sales.product` with these names, each modified at `at_ms`.
+    fn listed(names: &[&str], at_ms: i64) -> Vec<Listed> {
+        names
+            .iter()
+            .map(|n| {
+                let uri = format!("s3://b/sales/product/{n}");
+                let o = crate::locate::locate(&uri, &SourceSettings::default())
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| panic!("{uri} is a DMS key"));
+                let meta = ObjectMeta {
+                    size: Some(1),
+                    modified_ms: Some(at_ms),
+                    ..Default::default()
+                };
+                (o, meta)
+            })
+            .collect()
+    }
+
+    /// A run takes the pending files in DMS order, at most the cap; a file the record holds is
+    /// settled (and counts as held), and the backlog's age is that of the oldest file not held.
+    #[test]
+    fn a_run_applies_the_backlog_in_order_up_to_the_cap() {
+        let files = listed(
+            &[
+                "20220302-1134010000.csv",
+                "20220302-1134020000.csv",
+                "20220302-1134030000.csv",
+            ],
+            1_000,
+        );
+        let nothing = AppliedRecord::default();
+        assert_eq!(to_apply(&files, &[], &nothing, 2), vec![0, 1]);
+        let (o, meta) = &files[0];
+        let first = nothing.applied(
+            &[AppliedInput {
+                order: o.order.clone(),
+                key: o.key.clone(),
+                kind: o.kind,
+                meta: meta.clone(),
+            }],
+            false,
+            None,
+            100,
+            2_000,
+        );
+        assert!(settled(&first, o, meta));
+        assert_eq!(to_apply(&files, &[], &first, 2), vec![1, 2]);
+        let held_now = held(&files, &first, |_| false);
+        assert_eq!(held_now, BTreeSet::from([o.key.clone()]));
+        assert_eq!(backlog_age_s(&files, &held_now, 4_000), 3.0);
+        let all: BTreeSet<String> = files.iter().map(|(o, _)| o.key.clone()).collect();
+        assert_eq!(backlog_age_s(&files, &all, 4_000), 0.0);
+        // Skipped by configuration: held without being applied.
+        assert_eq!(held(&files, &nothing, |_| true), all);
+    }
+}
