@@ -101,12 +101,7 @@ const LAYERS: &[(&str, &str)] = &[
 
 /// Imports allowed against the order, each with the reason. The check fails on an exception
 /// no import needs any more, so that none outlives its reason.
-const EXCEPTIONS: &[Exception] = &[Exception {
-    file: "dedupe.rs",
-    target: "lookup",
-    why: "dedupe builds lookup's `StaleCheck`; branch struct-split (issue 50, part B) cuts the \
-          tie: remove this entry when it is merged",
-}];
+const EXCEPTIONS: &[Exception] = &[];
 
 struct Exception {
     /// Path under `shared/src`.

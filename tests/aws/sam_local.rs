@@ -15,7 +15,7 @@
 //! (not 5000) and `infra/env.json` is copied with that port; the functions' `bootstrap` is the
 //! test build of the binaries staged into the layout `sam build` produces (`sam build` itself
 //! would cross-compile a release build with cargo-lambda, minutes more, and is checked by
-//! tests/aws/template.rs); the events are invoked with `--skip-pull-image` and
+//! tests/aws/template/); the events are invoked with `--skip-pull-image` and
 //! `--parameter-overrides Architecture=x86_64`, as the README says for an x86 machine.
 
 use crate::common;

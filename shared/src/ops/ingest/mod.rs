@@ -15,6 +15,9 @@
 //! A file that fails stops its table (later files wait: order matters); nothing of it is
 //! committed.
 
+// Its one caller is the ingest function (`lambda::ingest`).
+#[cfg(feature = "aws")]
+pub(crate) mod backlog;
 mod plan;
 mod read;
 mod report;

@@ -7,8 +7,9 @@ use std::time::Instant;
 use iceberg::spec::TableMetadata;
 
 use crate::commit::{self, AppliedRecord, Staged, failpoint};
+use crate::dedupe::Deduped;
 use crate::error::{Error, Rejected, Result};
-use crate::lookup::{Located, locate_rows};
+use crate::lookup::{Located, StaleCheck, locate_rows};
 use crate::ops::ingest::FileInput;
 use crate::ops::ingest::read::{ReadResult, read_files};
 use crate::ops::ingest::report::{CommitReport, Status, Timings, micros};
@@ -245,9 +246,11 @@ impl IngestPlanner<'_> {
             .collect::<Result<Vec<_>>>()?;
         // With ordering columns, an older change never overwrites a newer row (a file applied
         // out of order, a replayed change).
-        let order = read
-            .deduped
-            .stale_check(md.current_schema(), &self.cfg.ordering_columns());
+        let order = stale_check(
+            &read.deduped,
+            md.current_schema(),
+            &self.cfg.ordering_columns(),
+        );
         locate_rows(
             self.ingest.catalog.files(),
             md,
@@ -257,4 +260,26 @@ impl IngestPlanner<'_> {
         )
         .await
     }
+}
+
+/// What a lookup needs to leave rows newer than their change alone, for a table whose schema is
+/// `schema` (before this commit); `None` without ordering columns. Built here, where dedupe's
+/// result meets the lookup (dedupe, the step before, knows nothing of lookups).
+fn stale_check(
+    deduped: &Deduped,
+    schema: &iceberg::spec::Schema,
+    order_columns: &[String],
+) -> Option<StaleCheck> {
+    if order_columns.is_empty() || deduped.order_values.len() != order_columns.len() {
+        return None;
+    }
+    Some(StaleCheck {
+        field_ids: order_columns
+            .iter()
+            .map(|c| schema.field_id_by_name(c))
+            .collect(),
+        values: deduped.order_values.clone(),
+        from_load: deduped.from_load.clone(),
+        newer_snapshots: Default::default(),
+    })
 }

@@ -8,6 +8,8 @@
 //! file of that table waits behind it, so their records fail too until an operator acts), and a
 //! file beyond the cap fails so that the retry continues the backlog.
 
+mod log;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,11 +22,12 @@ use super::events::IngestEvent;
 use super::metrics::emf_line;
 use super::{FunctionEnv, FunctionError, Services};
 use crate::catalog::Catalog;
-use crate::commit::{AppliedRecord, Standing};
+use crate::commit::AppliedRecord;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::locate::ObjectMeta;
 use crate::locate::{DmsObject, OrderKey, locate, locate_transaction_file, table_prefix};
-use crate::ops::ingest::{FileInput, Ingest, Status, TableReport};
+use crate::ops::ingest::{FileInput, Ingest, TableReport, backlog};
 use crate::read::SourceData;
 use crate::storage::{ObjectInfo, ObjectStore};
 use crate::table::LoadedTable;
@@ -131,40 +134,6 @@ impl Named {
 pub enum IngestResponse {
     Batch(SqsBatchResponse),
     Tables { tables: Vec<String> },
-}
-
-/// Whether the event names files of the table's current load while other files of it are
-/// pending (their own events apply them elsewhere, at the same time), and then the named ones
-/// to apply: the pending full-load files that join the load as plain files of it (not a
-/// reload, nothing applied on top of the load yet), in DMS order.
-fn load_in_progress(
-    files: &[(DmsObject, ObjectInfo)],
-    named: &[&str],
-    applied: &AppliedRecord,
-) -> (bool, Vec<FileInput>) {
-    let in_load = |o: &DmsObject, info: &ObjectInfo| {
-        o.kind == crate::locate::FileKind::Load
-            && matches!(
-                applied.classify(&o.order, o.kind, &info.meta()),
-                Standing::Pending { late: false } | Standing::Applied
-            )
-    };
-    let names_the_load = files
-        .iter()
-        .any(|(o, info)| named.contains(&o.key.as_str()) && in_load(o, info));
-    let (mine, others): (Vec<_>, Vec<_>) = files
-        .iter()
-        .filter(|(o, info)| {
-            o.kind == crate::locate::FileKind::Load
-                && applied.classify(&o.order, o.kind, &info.meta())
-                    == (Standing::Pending { late: false })
-        })
-        .partition(|(o, _)| named.contains(&o.key.as_str()));
-    let mine = mine
-        .into_iter()
-        .map(|(o, info)| FileInput::new(o.clone(), None).with_meta(info.meta()))
-        .collect();
-    (names_the_load && !others.is_empty(), mine)
 }
 
 /// Why a table or record failed: the kind (`errorType`) and the message.
@@ -560,8 +529,9 @@ impl IngestHandler {
             listed: None,
             error: None,
         };
-        type Listed = Vec<(DmsObject, ObjectInfo)>;
-        let result: Result<(TableReport, Listed, Arc<AppliedRecord>)> = async {
+        type Files = Vec<(DmsObject, ObjectInfo)>;
+        type Listed = Vec<backlog::Listed>;
+        let result: Result<(TableReport, Files, Listed, Arc<AppliedRecord>)> = async {
             let cfg = config.table(schema, table)?;
             let (listing, mut loaded) = match reads {
                 Some(r) => r?,
@@ -601,20 +571,17 @@ impl IngestHandler {
             // files applies those, and only those, while other files of the load are pending:
             // invocations for them run at the same time. Any other event applies the backlog
             // in DMS order (the load's pending files first, change files after them).
-            let (others, load_files) = load_in_progress(&files, named, &applied);
-            let pending: Vec<FileInput> = if !others {
-                files
-                    .iter()
-                    .filter(|(o, info)| !done(&applied, o, info))
-                    .take(self.env.files_per_invocation)
-                    .map(|(o, info)| {
+            // (The bytes read ahead are CDC_TXN files': never a full load's.)
+            let listed = backlog_view(&files);
+            let pending: Vec<FileInput> =
+                backlog::to_apply(&listed, named, &applied, self.env.files_per_invocation)
+                    .into_iter()
+                    .map(|i| {
+                        let (o, meta) = &listed[i];
                         FileInput::new(o.clone(), read_ahead.get(&o.key).cloned())
-                            .with_meta(info.meta())
+                            .with_meta(meta.clone())
                     })
-                    .collect()
-            } else {
-                load_files
-            };
+                    .collect();
             let report = Ingest::new(self.catalog.as_ref(), config)
                 .loaded(loaded)
                 .objects(self.objects.clone())
@@ -624,10 +591,10 @@ impl IngestHandler {
                 .deadline(deadline)
                 .execute(schema, table, pending, |_| {})
                 .await;
-            Ok((report, files, applied))
+            Ok((report, files, listed, applied))
         }
         .await;
-        let (report, files, applied_before) = match result {
+        let (report, files, listed, applied_before) = match result {
             Ok(r) => r,
             Err(e) => {
                 let (kind, e) = (e.kind(), e.redacted());
@@ -659,22 +626,8 @@ impl IngestHandler {
         if report.error.is_none()
             && let Ok(cfg) = config.table(schema, table)
         {
-            // Applied, skipped, superseded, or taken as applied: settled. A loud file is not.
-            let settled: BTreeSet<&str> = report
-                .commits
-                .iter()
-                .filter(|c| !c.loud)
-                .flat_map(|c| c.files.iter().map(String::as_str))
-                .collect();
-            outcome.applied = files
-                .iter()
-                .filter(|(o, info)| {
-                    done(&applied_before, o, info)
-                        || settled.contains(o.key.as_str())
-                        || cfg.is_skipped(&o.key)
-                })
-                .map(|(o, _)| o.key.clone())
-                .collect();
+            outcome.applied =
+                backlog::held_after_run(&listed, &applied_before, &report, |k| cfg.is_skipped(k));
             if let Some(loud) = report.loud_files().first() {
                 outcome.error = Some((
                     "InputError",
@@ -690,25 +643,13 @@ impl IngestHandler {
             && let Ok(record) = AppliedRecord::of_table(&t.metadata)
         {
             let record = record.unwrap_or_default();
-            outcome.applied = files
-                .iter()
-                .filter(|(o, info)| done(&record, o, info) || cfg.is_skipped(&o.key))
-                .map(|(o, _)| o.key.clone())
-                .collect();
+            outcome.applied = backlog::held(&listed, &record, |k| cfg.is_skipped(k));
         }
         if let Some(log) = &report.error_log {
             outcome.error = Some((report.error_kind.unwrap_or("Error"), log.clone()));
         }
-        // How long the oldest file not applied after this run has been waiting: 0 for a table
-        // that is caught up (quiet periods count as none), growing at every retry of a table
-        // that is stuck.
         let now_ms = chrono::Utc::now().timestamp_millis();
-        let backlog_age_s = files
-            .iter()
-            .filter(|(o, _)| !outcome.applied.contains(&o.key))
-            .filter_map(|(_, info)| info.last_modified_ms)
-            .min()
-            .map_or(0.0, |m| (now_ms - m).max(0) as f64 / 1000.0);
+        let backlog_age_s = backlog::backlog_age_s(&listed, &outcome.applied, now_ms);
         self.log_table(&report, &files, started, backlog_age_s);
         outcome
     }
@@ -742,7 +683,7 @@ impl IngestHandler {
         {
             for (uri, order, info) in t.listed.iter().filter(|(_, o, _)| o <= newest) {
                 let obj = DmsObject::in_transaction_file(uri, order.clone(), schema, table);
-                if done(applied, &obj, info) {
+                if backlog::settled(applied, &obj, &info.meta()) {
                     continue;
                 }
                 let (data, tables) = t.file(self.objects.as_ref(), &config.source, uri).await?;
@@ -792,142 +733,8 @@ impl IngestHandler {
         }
         Ok(r.truncated)
     }
-
-    fn log_table(
-        &self,
-        report: &TableReport,
-        files: &[(DmsObject, ObjectInfo)],
-        started: Instant,
-        backlog_age_s: f64,
-    ) {
-        let applied: Vec<_> = report
-            .commits
-            .iter()
-            .filter(|c| c.status == Status::Applied)
-            .collect();
-        let sum = |f: fn(&crate::ops::ingest::CommitReport) -> usize| {
-            applied.iter().map(|c| f(c)).sum::<usize>()
-        };
-        let attempts: u32 = applied.iter().map(|c| c.attempts).sum();
-        // Lost races count too: every attempt of a commit that found its files applied by
-        // another writer meanwhile.
-        let conflicts: u32 = report
-            .commits
-            .iter()
-            .map(|c| match c.status {
-                Status::Applied => c.attempts.saturating_sub(1) + c.replans,
-                _ => c.attempts + c.replans,
-            })
-            .sum();
-        // Lag: how long the newest applied file waited between landing in S3 and being committed.
-        let newest_applied_ms = applied
-            .iter()
-            .flat_map(|c| c.files.iter())
-            .filter_map(|k| {
-                files
-                    .iter()
-                    .find(|(o, _)| &o.key == k)
-                    .and_then(|(_, info)| info.last_modified_ms)
-            })
-            .max();
-        let lag_s = newest_applied_ms
-            .map(|m| (chrono::Utc::now().timestamp_millis() - m).max(0) as f64 / 1000.0);
-        info!(
-            table = %report.table,
-            files_applied = report.applied_files(),
-            files_skipped = report.skipped_files(),
-            rows_inserted = sum(|c| c.inserted),
-            rows_updated = sum(|c| c.updated),
-            rows_deleted = sum(|c| c.deleted),
-            snapshot_id = ?applied.last().and_then(|c| c.snapshot_id),
-            commit_attempts = attempts,
-            conflicts,
-            files_waiting = report.files_waiting,
-            files_left_at_deadline = report.files_left_at_deadline,
-            backlog_age_s,
-            error = ?report.error_log,
-            duration_ms = started.elapsed().as_millis() as u64,
-            "table processed"
-        );
-        let mut metrics = vec![
-            ("RowsInserted", "Count", sum(|c| c.inserted) as f64),
-            ("RowsUpdated", "Count", sum(|c| c.updated) as f64),
-            ("RowsDeleted", "Count", sum(|c| c.deleted) as f64),
-            ("FilesApplied", "Count", report.applied_files() as f64),
-            ("FilesSkipped", "Count", report.skipped_files() as f64),
-            ("FilesSuperseded", "Count", report.superseded_files() as f64),
-            (
-                "FilesBeyondRecord",
-                "Count",
-                report.beyond_record_files() as f64,
-            ),
-            (
-                "FilesNotApplicable",
-                "Count",
-                report.loud_files().len() as f64,
-            ),
-            ("Reloads", "Count", report.reloads() as f64),
-            ("FilesFailed", "Count", report.error.is_some() as u8 as f64),
-            // Stopped at a failure: the table's later files wait until it is dealt with.
-            (
-                "TablesBlocked",
-                "Count",
-                report.error.is_some() as u8 as f64,
-            ),
-            ("BacklogAgeSeconds", "Seconds", backlog_age_s),
-            (
-                "FilesLeftAtDeadline",
-                "Count",
-                report.files_left_at_deadline as f64,
-            ),
-            ("CommitAttempts", "Count", attempts as f64),
-            ("CommitConflicts", "Count", conflicts as f64),
-        ];
-        if let Some(l) = lag_s {
-            metrics.push(("LagSeconds", "Seconds", l));
-        }
-        // Where the time went, per pipeline step (summed over this invocation's commits).
-        let ms = |f: fn(&crate::ops::ingest::Timings) -> u64| -> f64 {
-            applied.iter().map(|c| f(&c.timings)).sum::<u64>() as f64 / 1000.0
-        };
-        if !applied.is_empty() {
-            metrics.extend([
-                ("ReadMilliseconds", "Milliseconds", ms(|t| t.read_us)),
-                ("LookupMilliseconds", "Milliseconds", ms(|t| t.lookup_us)),
-                ("WriteMilliseconds", "Milliseconds", ms(|t| t.write_us)),
-                ("CommitMilliseconds", "Milliseconds", ms(|t| t.commit_us)),
-                ("DataFilesWritten", "Count", sum(|c| c.data_files) as f64),
-                (
-                    "DeleteFilesWritten",
-                    "Count",
-                    sum(|c| c.delete_files) as f64,
-                ),
-                // High-cardinality partition specs show here: every partition a commit
-                // touches is a file (two with deletes) and a request each.
-                (
-                    "PartitionsWritten",
-                    "Count",
-                    applied.iter().map(|c| c.partitions).max().unwrap_or(0) as f64,
-                ),
-            ]);
-        }
-        println!(
-            "{}",
-            emf_line(
-                &self.env.metric_function("ingest"),
-                &report.table,
-                self.env.table_metrics,
-                &metrics
-            )
-        );
-    }
 }
 
-/// Whether the table's record has settled `o`: applied, superseded by a reload, or older than
-/// the record and unchanged since (taken as applied). A LOAD file whose identity only its
-/// content can tell is not settled: the ingest reads it.
-/// A file at the place of an applied file of another name is not settled: the ingest refuses
-/// it (two files at one place in DMS order).
 /// The tables an event's records name, under `config` (its source settings place the keys).
 /// Logs nothing: [`Named::log`].
 /// `warehouse`: the warehouse's `s3://bucket/prefix/`: its own objects are never DMS files,
@@ -1019,57 +826,13 @@ impl Transactions {
     }
 }
 
-fn done(record: &AppliedRecord, o: &DmsObject, info: &ObjectInfo) -> bool {
-    let settled = matches!(
-        record.classify(&o.order, o.kind, &info.meta()),
-        Standing::Applied | Standing::Superseded(_) | Standing::BeyondRecord { loud: false }
-    );
-    settled
-        && record
-            .key_at(&o.order)
-            .is_none_or(|k| crate::locate::same_file_name(k, &o.key))
+/// A table's files as the backlog policy sees them.
+fn backlog_view(files: &[(DmsObject, ObjectInfo)]) -> Vec<(DmsObject, ObjectMeta)> {
+    files
+        .iter()
+        .map(|(o, info)| (o.clone(), info.meta()))
+        .collect()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::lambda::events::{Record, S3Ref};
-
-    fn record(bucket: &str, key: &str) -> Record {
-        Record {
-            id: Some("m".into()),
-            body: None,
-            objects: vec![S3Ref {
-                bucket: bucket.into(),
-                key: key.into(),
-                deleted_ms: None,
-            }],
-            invalid: None,
-        }
-    }
-
-    /// One bucket for landing and warehouse: the warehouse's own Parquet files, which an
-    /// event rule on the DMS prefix may match, are ignored, never taken for DMS files.
-    #[test]
-    fn the_warehouses_own_files_are_never_dms_files() {
-        let config =
-            Config::from_toml("[tables.\"sales.product\"]\nprimary_key = [\"id\"]\n").unwrap();
-        let records = [
-            // Named as a DMS file would be: only its place says it is not one.
-            record(
-                "shared",
-                "iceberg/sales/product/20220302-1134010000.parquet",
-            ),
-            record("shared", "sales/product/20220302-1134010000.parquet"),
-        ];
-        let n = named(&config, &records, Some("s3://shared/iceberg/"));
-        assert_eq!(
-            n.ignored,
-            vec!["s3://shared/iceberg/sales/product/20220302-1134010000.parquet".to_string()]
-        );
-        assert_eq!(n.tables.len(), 1, "the DMS file is located: {:?}", n.tables);
-        // Without a warehouse prefix (S3 Tables, REST) nothing is set aside by location.
-        let n = named(&config, &records[1..], None);
-        assert!(n.ignored.is_empty());
-    }
-}
+mod tests;
