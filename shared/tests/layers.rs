@@ -206,6 +206,29 @@ fn shared_src_is_layered() {
     );
 }
 
+/// Longest a source file of `shared/src` may be: a file that outgrows it holds more than one
+/// concept (docs/repository.md says which file holds which). Test-only files are exempt.
+const MAX_LINES: usize = 1_000;
+
+#[test]
+fn no_source_file_is_over_the_line_cap() {
+    let files = sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let test_files = test_only_files(&files);
+    let long: Vec<String> = files
+        .iter()
+        .filter(|(f, _)| !test_files.contains(*f))
+        .map(|(f, text)| (f, text.lines().count()))
+        .filter(|(_, n)| *n > MAX_LINES)
+        .map(|(f, n)| format!("shared/src/{}: {n} lines", f.display()))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "over {MAX_LINES} lines (split by concept; a `#[cfg(test)] mod tests` can move to its \
+         own file):\n{}",
+        long.join("\n")
+    );
+}
+
 /// Every `.rs` file under `dir`, by path relative to it.
 fn sources(dir: &Path) -> BTreeMap<PathBuf, String> {
     let mut out = BTreeMap::new();
