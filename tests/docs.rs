@@ -115,6 +115,24 @@ fn the_readme_is_short_and_names_the_two_commands() {
         text.contains("cargo run -q -- ingest examples/dms"),
         "the main job"
     );
+    // `cargo run` at the root picks a binary among every default member's (the functions have
+    // theirs too): the CLI's package must name it, or the README's first command fails with
+    // "could not determine which binary to run".
+    let cargo = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let package = cargo
+        .split("\n[")
+        .find(|section| section.starts_with("package]"))
+        .expect("[package] in Cargo.toml");
+    assert!(
+        package
+            .lines()
+            .any(|l| l.trim() == "default-run = \"dms2iceberg\""),
+        "Cargo.toml's [package] needs `default-run = \"dms2iceberg\"` for the README's `cargo run`"
+    );
+    assert!(
+        cargo.contains("[[bin]]\nname = \"dms2iceberg\""),
+        "the CLI's binary is `dms2iceberg`"
+    );
 }
 
 #[test]
