@@ -183,6 +183,37 @@ fn removing(change: &Change) -> manifests::Removing<'_> {
 
 /// Builds on `current` as `validated` found it. The metadata is copied once, into the builder:
 /// everything else reads it in place (a copy is a pass over every snapshot of the table).
+/// What an attempt builds on: the table as it is now, or the metadata of a table the commit
+/// creates; its metadata location and refs.
+fn attempt_base<'a>(
+    staged: &'a Staged,
+    current: Option<&'a LoadedTable>,
+    empty: &'a Refs,
+) -> Result<(&'a std::sync::Arc<TableMetadata>, Option<String>, &'a Refs)> {
+    match (current, &staged.base) {
+        (Some(t), _) => Ok((
+            &t.metadata,
+            Some(t.pointer.metadata_location.clone()),
+            t.refs.as_ref(),
+        )),
+        // A table not yet created has no snapshots, so no refs.
+        (None, Base::Create(m)) => Ok((m, None, empty)),
+        (None, Base::Existing(_)) => Err(Error::Internal("table vanished".into())),
+    }
+}
+
+/// The commit's own manifests a merge took in that were stored before the attempt (held ones
+/// never are): nothing will list them once it lands.
+fn unlisted(staged: &Staged, listed: &[ManifestFile]) -> Prepared {
+    staged
+        .manifests
+        .iter()
+        .filter(|m| !listed.iter().any(|l| l.manifest_path == m.manifest_path))
+        .filter(|m| !staged.held.iter().any(|(p, _)| *p == m.manifest_path))
+        .map(|m| m.manifest_path.clone())
+        .collect()
+}
+
 pub(super) async fn build_attempt(
     staged: &Staged,
     current: Option<&LoadedTable>,
@@ -198,19 +229,7 @@ pub(super) async fn build_attempt(
     } = validated;
     let carry = &carry;
     let empty = Refs::new();
-    let (base_arc, base_location, base_refs): (&std::sync::Arc<TableMetadata>, _, &Refs) =
-        match (current, &staged.base) {
-            (Some(t), _) => (
-                &t.metadata,
-                Some(t.pointer.metadata_location.clone()),
-                t.refs.as_ref(),
-            ),
-            // A table not yet created has no snapshots, so no refs.
-            (None, Base::Create(m)) => (m, None, &empty),
-            (None, Base::Existing(_)) => {
-                return Err(Error::Internal("table vanished".into()).into());
-            }
-        };
+    let (base_arc, base_location, base_refs) = attempt_base(staged, current, &empty)?;
     let base_md = base_arc.as_ref();
     super::writable_version(base_md, &staged.ident.to_string())?;
     // What the manifests this attempt writes (filtered, merged, carried deletes) are written
@@ -249,15 +268,7 @@ pub(super) async fn build_attempt(
         }
     };
     written.extend(uploads.iter().map(|(p, _)| p.clone()));
-    // The commit's own manifests a merge took in that were stored before the attempt (held ones
-    // never are): nothing will list them once it lands.
-    let unlisted: Prepared = staged
-        .manifests
-        .iter()
-        .filter(|m| !listed.iter().any(|l| l.manifest_path == m.manifest_path))
-        .filter(|m| !staged.held.iter().any(|(p, _)| *p == m.manifest_path))
-        .map(|m| m.manifest_path.clone())
-        .collect();
+    let unlisted = unlisted(staged, &listed);
 
     let list_path = format!(
         "{}/metadata/snap-{}-{}-{}.avro",

@@ -234,17 +234,7 @@ impl<'a> Ingest<'a> {
                 .then_with(|| a.object.key.cmp(&b.object.key))
         });
         files.dedup_by(|a, b| a.object.key == b.object.key);
-        let mut report = TableReport {
-            source: format!("{schema}.{table}"),
-            table: String::new(),
-            commits: vec![],
-            error: None,
-            error_log: None,
-            error_kind: None,
-            files_waiting: 0,
-            files_left_at_deadline: 0,
-            failed_files: Vec::new(),
-        };
+        let mut report = TableReport::new(format!("{schema}.{table}"));
         let (cfg, ident) = match self.resolve(schema, table) {
             Ok(r) => r,
             Err(e) => {
@@ -254,24 +244,13 @@ impl<'a> Ingest<'a> {
             }
         };
         report.table = cfg.target();
-        // The table as the caller just loaded it, or as it is now: the base of the first plan
-        // (the commit protocol validates it against the catalog anyway).
-        let preloaded = self
-            .preloaded
-            .lock()
-            .ok()
-            .and_then(|mut p| p.take())
-            .filter(|t| t.as_ref().is_none_or(|t| t.ident == ident));
-        let mut loaded = match preloaded {
-            Some(t) => Some(t),
-            None => match LoadedTable::load(self.catalog, &ident).await {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    report.fail(&e);
-                    report.files_waiting = files.len();
-                    return report;
-                }
-            },
+        let mut loaded = match self.first_base(&ident).await {
+            Ok(t) => Some(t),
+            Err(e) => {
+                report.fail(&e);
+                report.files_waiting = files.len();
+                return report;
+            }
         };
         // Files the operator listed under `skip_files` are passed over, never applied.
         files.retain(|f| {
@@ -387,6 +366,21 @@ impl<'a> Ingest<'a> {
             report.files_waiting = files.len() - s.at - s.involved;
         }
         report
+    }
+
+    /// The table as the caller just loaded it, or as it is now (`None`: not created yet): the
+    /// base of the first plan (the commit protocol validates it against the catalog anyway).
+    async fn first_base(&self, ident: &TableIdent) -> Result<Option<LoadedTable>> {
+        let preloaded = self
+            .preloaded
+            .lock()
+            .ok()
+            .and_then(|mut p| p.take())
+            .filter(|t| t.as_ref().is_none_or(|t| &t.ident == ident));
+        match preloaded {
+            Some(t) => Ok(t),
+            None => LoadedTable::load(self.catalog, ident).await,
+        }
     }
 
     /// How many of `files` (from the next one on) to apply at once: the run of full-load

@@ -163,6 +163,21 @@ pub struct TableReport {
 }
 
 impl TableReport {
+    /// The report of source table `source` before anything is tried.
+    pub(crate) fn new(source: String) -> TableReport {
+        TableReport {
+            source,
+            table: String::new(),
+            commits: vec![],
+            error: None,
+            error_log: None,
+            error_kind: None,
+            files_waiting: 0,
+            files_left_at_deadline: 0,
+            failed_files: Vec::new(),
+        }
+    }
+
     /// The table stopped at `e`: the message for the user, for logs, and its kind.
     pub fn fail(&mut self, e: &crate::Error) {
         self.error = Some(e.to_string());
