@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 
 use crate::common::{assert_rows, python, support};
 use crate::lambda_support::{
-    DB, Function, Lab, Outcome, Rng, WAREHOUSE, http, scheduled_event, sqs_event, sqs_record, tail,
+    DB, Function, Lab, Outcome, Rng, WAREHOUSE, scheduled_event, sqs_event, sqs_record, tail,
 };
 
 /// Share of the requests in scope that fail.
@@ -132,18 +132,10 @@ fn functions_and_cli_under_faults_end_exact() {
 }
 
 fn set_faults(lab: &Lab, rate: f64, seed: u64) {
-    let body = json!({"faults": {"rate": rate, "seed": seed, "after_share": 0.5,
-        "buckets": ["warehouse"], "services": ["s3", "glue"]}});
-    let r = http(
-        lab.moto.port,
-        "POST",
-        "/_dms2iceberg/config",
-        &[("Content-Type", "application/json")],
-        body.to_string().as_bytes(),
-        std::time::Duration::from_secs(10),
-    )
-    .unwrap();
-    assert_eq!(r.status, 200, "{}", r.text());
+    lab.moto.configure(
+        &json!({"faults": {"rate": rate, "seed": seed, "after_share": 0.5,
+            "buckets": ["warehouse"], "services": ["s3", "glue"]}}),
+    );
 }
 
 /// The emulator's fault counters: (before, after, by kind).
@@ -654,18 +646,10 @@ fn answers_lost(kind: Kind) {
         Kind::Glue => ("glue", json!(["UpdateTable", "CreateTable"])),
         Kind::S3Tables => ("s3tables", json!(["UpdateTableMetadataLocation"])),
     };
-    let body = json!({"faults": {"rate": 1.0, "seed": 1, "after_share": 1.0,
-        "services": [service], "actions": actions}});
-    let r = http(
-        lab.moto.port,
-        "POST",
-        "/_dms2iceberg/config",
-        &[("Content-Type", "application/json")],
-        body.to_string().as_bytes(),
-        std::time::Duration::from_secs(10),
-    )
-    .unwrap();
-    assert_eq!(r.status, 200, "{}", r.text());
+    lab.moto.configure(
+        &json!({"faults": {"rate": 1.0, "seed": 1, "after_share": 1.0,
+            "services": [service], "actions": actions}}),
+    );
 
     let mut f = Function::start(&lab, "ingest", &env);
     for key in &meta.files {

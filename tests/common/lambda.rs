@@ -462,37 +462,33 @@ impl Moto {
         .json()
     }
 
-    pub fn set_update_table_delay_ms(&self, ms: u64) {
+    /// Sets the emulator's test switches (`tests/support/moto_server.py`: faults, delays).
+    pub fn configure(&self, body: &serde_json::Value) {
         let r = http(
             self.port,
             "POST",
             "/_dms2iceberg/config",
             &[("Content-Type", "application/json")],
-            json!({"update_table_delay_ms": ms}).to_string().as_bytes(),
+            body.to_string().as_bytes(),
             Duration::from_secs(10),
         )
-        .unwrap();
-        assert_eq!(r.status, 200, "{}", r.text());
+        .unwrap_or_else(|e| panic!("configuring the emulator with {body}: {e}"));
+        assert_eq!(
+            r.status,
+            200,
+            "configuring the emulator with {body}: {}",
+            r.text()
+        );
+    }
+
+    pub fn set_update_table_delay_ms(&self, ms: u64) {
+        self.configure(&json!({"update_table_delay_ms": ms}));
     }
 
     /// Turns fault injection off (`{"faults": null}`: the defaults, rate 0), so that what
     /// follows sees the emulator's state as it is.
     pub fn faults_off(&self) {
-        let r = http(
-            self.port,
-            "POST",
-            "/_dms2iceberg/config",
-            &[("Content-Type", "application/json")],
-            br#"{"faults": null}"#,
-            Duration::from_secs(10),
-        )
-        .unwrap_or_else(|e| panic!("turning the emulator's faults off: {e}"));
-        assert_eq!(
-            r.status,
-            200,
-            "turning the emulator's faults off: {}",
-            r.text()
-        );
+        self.configure(&json!({"faults": null}));
     }
 
     /// Our CLI with the emulator's AWS environment (`home`: its HOME).

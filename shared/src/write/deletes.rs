@@ -47,22 +47,7 @@ pub(crate) async fn write_position_deletes(
     if metadata.format_version() >= FormatVersion::V3 {
         return write_deletion_vectors(file_io, metadata, deletes).await;
     }
-    let delete_schema = Arc::new(
-        Schema::builder()
-            .with_fields(vec![
-                Arc::new(NestedField::required(
-                    RESERVED_FIELD_ID_DELETE_FILE_PATH,
-                    RESERVED_COL_NAME_DELETE_FILE_PATH,
-                    Type::Primitive(PrimitiveType::String),
-                )),
-                Arc::new(NestedField::required(
-                    RESERVED_FIELD_ID_DELETE_FILE_POS,
-                    RESERVED_COL_NAME_DELETE_FILE_POS,
-                    Type::Primitive(PrimitiveType::Long),
-                )),
-            ])
-            .build()?,
-    );
+    let delete_schema = position_delete_schema()?;
     let arrow_schema = delete_batch_schema(&delete_schema)?;
     let files: Vec<(&String, &FileDeletes)> = deletes
         .iter()
@@ -127,16 +112,9 @@ pub(crate) async fn write_position_deletes(
     Ok(written.into_iter().flatten().collect())
 }
 
-/// One position-delete file for every data file in `deletes` (one partition), as v2 writers
-/// that scope deletes to a partition write them (Iceberg Java before 1.5, Spark with
-/// `write.delete.granularity=partition`): the tests' other engine.
-#[cfg(test)]
-pub(crate) async fn write_partition_scoped_deletes(
-    file_io: &FileIO,
-    metadata: &TableMetadata,
-    deletes: &BTreeMap<String, FileDeletes>,
-) -> Result<Vec<(i32, DataFile)>> {
-    let delete_schema = Arc::new(
+/// The schema of a position-delete file: the spec's reserved `file_path` and `pos` columns.
+fn position_delete_schema() -> Result<Arc<Schema>> {
+    Ok(Arc::new(
         Schema::builder()
             .with_fields(vec![
                 Arc::new(NestedField::required(
@@ -151,7 +129,19 @@ pub(crate) async fn write_partition_scoped_deletes(
                 )),
             ])
             .build()?,
-    );
+    ))
+}
+
+/// One position-delete file for every data file in `deletes` (one partition), as v2 writers
+/// that scope deletes to a partition write them (Iceberg Java before 1.5, Spark with
+/// `write.delete.granularity=partition`): the tests' other engine.
+#[cfg(test)]
+pub(crate) async fn write_partition_scoped_deletes(
+    file_io: &FileIO,
+    metadata: &TableMetadata,
+    deletes: &BTreeMap<String, FileDeletes>,
+) -> Result<Vec<(i32, DataFile)>> {
+    let delete_schema = position_delete_schema()?;
     let ds = DeleteSchema {
         props: base_properties(Encoding::Change)
             .set_statistics_truncate_length(None)
