@@ -193,8 +193,13 @@ duration_seconds = 900
         let mut all: Vec<String> = vec!["--catalog".into(), "rest".into(), "--uri".into()];
         all.push(self.uri.clone());
         all.extend(args.iter().map(|s| s.to_string()));
-        let mut c = Command::new(bin());
-        c.args(&all);
+        // A run that never ends fails its test instead of holding the suite (coreutils'
+        // `timeout`: status 124 when it had to stop the run).
+        let mut c = Command::new("timeout");
+        c.arg("--kill-after=10")
+            .arg(CLI_TIMEOUT_SECS.to_string())
+            .arg(bin())
+            .args(&all);
         for (k, v) in self.env() {
             c.env(k, v);
         }
@@ -207,11 +212,17 @@ duration_seconds = 900
         let out = c
             .output()
             .unwrap_or_else(|e| panic!("cannot run dms2iceberg: {e}"));
+        let mut stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if out.status.code() == Some(124) {
+            stderr.push_str(&format!(
+                "\n(the test harness stopped this run after {CLI_TIMEOUT_SECS} s: it hung)"
+            ));
+        }
         Run {
             cmd: format!("dms2iceberg {}", all.join(" ")),
             status: out.status,
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            stderr,
         }
     }
 
@@ -304,6 +315,9 @@ duration_seconds = 900
             .unwrap_or_else(|e| panic!("REST catalog {}: a table does not verify:\n{e}", self.uri))
     }
 }
+
+/// Longest a CLI run against the REST catalog may take in a test.
+const CLI_TIMEOUT_SECS: u64 = 600;
 
 impl Drop for Rustberg {
     fn drop(&mut self) {
