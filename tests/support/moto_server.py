@@ -580,8 +580,8 @@ def cmd_unreferenced(a) -> int:
     """Prints `TABLE<TAB>path` for each file under a table's folder in S3 that its metadata, as
     PyIceberg reads it, does not reference: the current and logged metadata files, every
     snapshot's manifest list, manifests and the files their entries name (live or not), and
-    statistics files. Key indexes (`<data file>.keyindex`, ours) count as referenced with their
-    data file. Exit 0; the caller judges the list."""
+    statistics files. Key indexes (`<data file>.keyindex` and `.keypages`, ours) count as
+    referenced with their data file. Exit 0; the caller judges the list."""
     import boto3
     from botocore.config import Config
 
@@ -609,7 +609,8 @@ def cmd_unreferenced(a) -> int:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
             listed.extend(f"s3://{bucket}/{o['Key']}" for o in page.get("Contents", []))
         for f in sorted(listed):
-            if f in refs or (f.endswith(".keyindex") and f[:-len(".keyindex")] in refs):
+            index_of = next((f[:-len(x)] for x in (".keyindex", ".keypages") if f.endswith(x)), None)
+            if f in refs or index_of in refs:
                 continue
             print(f"{name}\t{f}")
     return 0

@@ -1840,13 +1840,16 @@ async fn cold_lookup(lab: &Lab, file: FileInput) -> crate::lookup::LookupStats {
     stats.remove(0)
 }
 
+/// The full load writes the key index of its large file (keys with gaps: pages are stored);
+/// fresh processes read the directory and the pages their keys fall in, not the file; a
+/// damaged page or directory, or another file's index, is ignored (the key column is read and
+/// the index written again).
 #[tokio::test]
-async fn a_large_files_key_index_is_written_once_read_by_fresh_processes_and_ignored_when_damaged()
-{
-    use crate::files::index::{INDEX_MIN_ROWS, index_path};
+async fn a_large_files_key_index_is_written_by_the_load_read_by_pages_and_ignored_when_damaged() {
+    use crate::files::index::{INDEX_MIN_ROWS, index_path, pages_path};
     let lab = Lab::new("keyindex");
     let n = INDEX_MIN_ROWS as i64 + 10_000;
-    let rows: String = (1..=n).map(|i| format!("I,{i},v{i}\n")).collect();
+    let rows: String = (1..=n).map(|i| format!("I,{},v{i}\n", 2 * i)).collect();
     lab.ingest(vec![lab.file("LOAD00000001.csv", &rows)]).await;
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for e in std::fs::read_dir(dir).unwrap() {
@@ -1868,52 +1871,67 @@ async fn a_large_files_key_index_is_written_once_read_by_fresh_processes_and_ign
         panic!("one full-load data file expected: {data:?}")
     };
     let index_file = index_path(&data.to_string_lossy());
+    let pages_file = pages_path(&data.to_string_lossy());
+    assert!(Path::new(&index_file).exists(), "{index_file}");
+    assert!(Path::new(&pages_file).exists(), "{pages_file}");
 
-    // 1. A fresh process reads the key column whole and leaves the index behind.
+    // 1. A fresh process reads the directory and two pages (page 0 and page 34, near enough
+    //    to be one request), not the file, and writes no index.
     let s = cold_lookup(
         &lab,
-        lab.file("20220302-1134010000.csv", "U,7,x\nU,140000,y\n"),
-    )
-    .await;
-    assert_eq!((s.key_indexes_read, s.key_indexes_written), (0, 1), "{s:?}");
-    assert!(std::path::Path::new(&index_file).exists(), "{index_file}");
-    // 2. The next fresh process reads the index instead of the file, and writes none.
-    let s = cold_lookup(
-        &lab,
-        lab.file("20220302-1134020000.csv", "D,8,\nU,9,z\nI,999999,new\n"),
+        lab.file("20220302-1134010000.csv", "U,14,x\nU,280000,y\n"),
     )
     .await;
     assert_eq!(
         (s.key_indexes_read, s.key_indexes_written, s.data_files_read),
-        (1, 0, 1),
+        (1, 0, 0),
         "{s:?}"
     );
-    // 3. A damaged index is ignored (the file is read) and written again.
+    assert_eq!((s.key_pages_read, s.key_page_requests), (2, 1), "{s:?}");
+    // 2. A damaged page: the file's key column is read, the index written again.
+    let mut bytes = std::fs::read(&pages_file).unwrap();
+    bytes[12] ^= 0xff;
+    std::fs::write(&pages_file, &bytes).unwrap();
+    let s = cold_lookup(
+        &lab,
+        lab.file("20220302-1134020000.csv", "D,16,\nU,18,z\nI,999999,new\n"),
+    )
+    .await;
+    assert_eq!((s.key_indexes_written, s.data_files_read), (1, 2), "{s:?}");
+    let s = cold_lookup(&lab, lab.file("20220302-1134025000.csv", "U,20,t\n")).await;
+    assert_eq!(
+        (s.key_indexes_read, s.key_pages_read, s.key_indexes_written),
+        (1, 1, 0),
+        "{s:?}"
+    );
+    // 3. A damaged directory is ignored (the file is read) and written again.
     let mut bytes = std::fs::read(&index_file).unwrap();
     let at = bytes.len() - 3;
     bytes[at] ^= 0xff;
     std::fs::write(&index_file, &bytes).unwrap();
     let s = cold_lookup(
         &lab,
-        lab.file("20220302-1134030000.csv", "U,10,w\nD,140000,\n"),
+        lab.file("20220302-1134030000.csv", "U,22,w\nD,280000,\n"),
     )
     .await;
     assert_eq!((s.key_indexes_read, s.key_indexes_written), (0, 1), "{s:?}");
     // 4. An index of another file (same key types, another size) is not used either.
-    let other = lab.file("20220302-1134040000.csv", "U,11,q\n");
+    let other = lab.file("20220302-1134040000.csv", "U,24,q\n");
     std::fs::write(&index_file, b"DMS2IKEY").unwrap();
     let s = cold_lookup(&lab, other).await;
     assert_eq!(s.key_indexes_read, 0, "{s:?}");
 
     let mut want: std::collections::BTreeMap<i64, String> =
-        (1..=n).map(|i| (i, format!("v{i}"))).collect();
-    want.insert(7, "x".into());
-    want.remove(&8);
-    want.insert(9, "z".into());
+        (1..=n).map(|i| (2 * i, format!("v{i}"))).collect();
+    want.insert(14, "x".into());
+    want.insert(280_000, "y".into());
+    want.remove(&16);
+    want.insert(18, "z".into());
     want.insert(999_999, "new".into());
-    want.insert(10, "w".into());
-    want.remove(&140_000);
-    want.insert(11, "q".into());
+    want.insert(20, "t".into());
+    want.insert(22, "w".into());
+    want.remove(&280_000);
+    want.insert(24, "q".into());
     let mut want: Vec<String> = want.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
     want.sort();
     assert_eq!(lab.rows().await, want);

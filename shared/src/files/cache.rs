@@ -1,7 +1,10 @@
 //! The cache of a table's files, owned by whoever keeps a process warm (the CLI process, a
 //! Lambda function between invocations) and handed to the catalog it opens, and the one
-//! eviction rule of every part of it: insertion order, bounded by a total weight (one per
-//! entry, or bytes). Table files are immutable by path (a commit writes new files under new
+//! eviction rule of every part of it: insertion order with a second chance (CLOCK: an entry
+//! used since it was last passed over goes to the back once instead of out), bounded by a
+//! total weight (one per entry, or bytes). What is used again stays; a sweep through more
+//! than the cache holds (a table's key index pages at a billion rows) evicts only what it
+//! does not come back to. Table files are immutable by path (a commit writes new files under new
 //! names), so an entry never goes stale and a key present is never replaced.
 
 use std::borrow::Borrow;
@@ -165,7 +168,8 @@ pub(super) fn put<K: Eq + Hash + Clone, V>(part: &Mutex<Fifo<K, V>>, key: K, val
 }
 
 pub(crate) struct Fifo<K, V> {
-    map: HashMap<K, V>,
+    /// Each value with its mark: used since it was inserted or last passed over.
+    map: HashMap<K, (V, bool)>,
     order: VecDeque<K>,
     used: usize,
     limit: usize,
@@ -189,17 +193,21 @@ impl<K: Eq + Hash + Clone, V> Fifo<K, V> {
         }
     }
 
-    pub(crate) fn get<Q>(&self, key: &Q) -> Option<&V>
+    /// The value under `key`, marked as used.
+    pub(crate) fn get<Q>(&mut self, key: &Q) -> Option<&V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.map.get(key)
+        let (v, used) = self.map.get_mut(key)?;
+        *used = true;
+        Some(v)
     }
 
-    /// Keeps `value` under `key`, evicting the oldest entries until it fits. A key already
-    /// present keeps its value (and its weight is not counted twice); a value heavier than the
-    /// whole limit is not kept.
+    /// Keeps `value` under `key`, evicting the oldest entries not used since they were last
+    /// passed over until it fits (a used one is passed over once: it goes to the back, unmarked).
+    /// A key already present keeps its value (and its weight is not counted twice); a value
+    /// heavier than the whole limit is not kept.
     pub(crate) fn insert(&mut self, key: K, value: V) {
         let weight = (self.weigh)(&value);
         if self.map.contains_key(&key) || weight > self.limit {
@@ -209,13 +217,22 @@ impl<K: Eq + Hash + Clone, V> Fifo<K, V> {
             let Some(old) = self.order.pop_front() else {
                 break;
             };
-            if let Some(v) = self.map.remove(&old) {
-                self.used -= (self.weigh)(&v);
+            match self.map.get_mut(&old) {
+                Some((_, used)) if *used => {
+                    *used = false;
+                    self.order.push_back(old);
+                }
+                Some(_) => {
+                    if let Some((v, _)) = self.map.remove(&old) {
+                        self.used -= (self.weigh)(&v);
+                    }
+                }
+                None => {}
             }
         }
         self.used += weight;
         self.order.push_back(key.clone());
-        self.map.insert(key, value);
+        self.map.insert(key, (value, false));
     }
 
     pub(crate) fn limit(&self) -> usize {
@@ -256,6 +273,25 @@ mod tests {
         let mut none: Fifo<String, Vec<u8>> = Fifo::weighed(0, |v| v.len());
         none.insert("a".into(), vec![0; 1]);
         assert_eq!(none.len(), 0);
+    }
+
+    #[test]
+    fn what_is_used_again_gets_a_second_chance_and_a_sweep_does_not_evict_it() {
+        let mut c: Fifo<u32, ()> = Fifo::entries(4);
+        for i in 0..4 {
+            c.insert(i, ());
+        }
+        // 0 is hot: used between every insert of a sweep through ten times the cache.
+        for i in 4..40 {
+            assert!(c.get(&0).is_some(), "evicted at {i}");
+            c.insert(i, ());
+            assert_eq!(c.len(), 4);
+        }
+        // Not used any more: it goes within one pass.
+        for i in 40..48 {
+            c.insert(i, ());
+        }
+        assert!(c.get(&0).is_none());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use arrow_array::{Array, ArrayRef};
 use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::DataType;
 
-use super::index::{PackedBuilder, PackedKeys};
+use super::index::{PackedBuilder, PackedKeys, PageDir};
 
 /// A cached decoded column of a data file.
 #[derive(Clone)]
@@ -14,6 +14,10 @@ pub(crate) enum Cached {
     Keys(Arc<FileKeys>),
     /// A whole column of the file, cast to the type it is compared as.
     Values(ArrayRef),
+    /// The directory of a file's stored key index.
+    Dir(Arc<PageDir>),
+    /// One page of a file's stored key index.
+    Page(Arc<PackedKeys>),
 }
 
 impl Cached {
@@ -21,6 +25,8 @@ impl Cached {
         match self {
             Cached::Keys(k) => k.size(),
             Cached::Values(v) => v.get_array_memory_size(),
+            Cached::Dir(d) => d.size(),
+            Cached::Page(p) => p.size(),
         }
     }
 }
@@ -92,6 +98,11 @@ pub(crate) fn single_int_column(columns: &[ArrayRef]) -> Option<Vec<i64>> {
     }
 }
 
+/// The cache's name for page `page` of a data file's key index.
+fn page_name(path: &str, page: usize) -> String {
+    format!("{path}#{page}")
+}
+
 impl super::TableCache {
     pub(crate) fn key_budget(&self) -> usize {
         self.keys.lock().map(|k| k.limit()).unwrap_or(0)
@@ -108,8 +119,37 @@ impl super::TableCache {
     pub(crate) fn cached_keys(&self, path: &str, sig: &str) -> Option<Arc<FileKeys>> {
         match self.cached(path, sig)? {
             Cached::Keys(k) => Some(k),
-            Cached::Values(_) => None,
+            _ => None,
         }
+    }
+
+    /// The key index directory of a data file, under the same name as its whole key column
+    /// (a process holds one or the other).
+    pub(crate) fn cached_dir(&self, path: &str, sig: &str) -> Option<Arc<PageDir>> {
+        match self.cached(path, sig)? {
+            Cached::Dir(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn cache_dir(&self, path: &str, sig: &str, dir: Arc<PageDir>) {
+        self.cache(path, sig, Cached::Dir(dir));
+    }
+
+    pub(crate) fn cached_page(
+        &self,
+        path: &str,
+        page: usize,
+        sig: &str,
+    ) -> Option<Arc<PackedKeys>> {
+        match self.cached(&page_name(path, page), sig)? {
+            Cached::Page(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn cache_page(&self, path: &str, page: usize, sig: &str, keys: Arc<PackedKeys>) {
+        self.cache(&page_name(path, page), sig, Cached::Page(keys));
     }
 
     pub(crate) fn cache_keys(&self, path: &str, sig: &str, keys: Arc<FileKeys>) {
@@ -120,7 +160,7 @@ impl super::TableCache {
     pub(crate) fn cached_values(&self, path: &str, sig: &str) -> Option<ArrayRef> {
         match self.cached(path, sig)? {
             Cached::Values(v) => Some(v),
-            Cached::Keys(_) => None,
+            _ => None,
         }
     }
 

@@ -1,101 +1,62 @@
-//! A large data file's key index: written beside the file once a lookup (or compaction) has
-//! its key column, read by fresh processes instead of the column ([`crate::files::index`]).
+//! A large data file's key index ([`crate::files::index`]): its directory and the pages a
+//! lookup's keys fall in, read by range and cached page by page; and the index written by the
+//! first lookup that had to read a file's whole key column.
 
+use std::ops::Range;
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, RecordBatch};
-use futures::TryStreamExt;
+use arrow_array::RecordBatch;
+use futures::{StreamExt, TryStreamExt};
 use iceberg::io::FileIO;
-use parquet::arrow::ProjectionMask;
-use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use super::Candidate;
-use super::scan::key_values;
 use crate::error::{Error, Result};
 use crate::files::Files;
-use crate::files::index::{self as index, INDEX_MIN_ROWS, PackedKeys};
-use crate::files::keys::{FileKeys, KeyValues};
-use crate::files::parquet::open_parquet;
+use crate::files::index::{IndexWriter, PackedKeys, PageDir, index_path, pages_path, upload_index};
 use crate::files::probe::ProbeKeys;
+use crate::types::int_values;
 
-/// Writes the key index of a data file that no lookup has read whole yet (compaction's output),
-/// from its key column as stored. `Ok(false)`: none is written (not a single integer key of
-/// `schema`, the table's current one, fewer than [`INDEX_MIN_ROWS`] rows, keys out of order, or an index
-/// no smaller than the column).
-pub async fn write_key_index(
-    file_io: &FileIO,
-    schema: &iceberg::spec::Schema,
-    path: &str,
-    size: u64,
-    rows: u64,
-) -> Result<bool> {
-    use iceberg::spec::{PrimitiveType, Type};
-    let field_ids = crate::evolve::key_field_ids(schema);
-    let empty: ArrayRef = match field_ids.as_slice() {
-        [fid] => match schema.field_by_id(*fid).map(|f| f.field_type.as_ref()) {
-            Some(Type::Primitive(PrimitiveType::Long)) => {
-                Arc::new(arrow_array::Int64Array::from(Vec::<i64>::new()))
-            }
-            Some(Type::Primitive(PrimitiveType::Int)) => {
-                Arc::new(arrow_array::Int32Array::from(Vec::<i32>::new()))
-            }
-            _ => return Ok(false),
-        },
-        _ => return Ok(false),
-    };
-    if rows < INDEX_MIN_ROWS {
-        return Ok(false);
-    }
-    // The key as a lookup names it: its types come from the batch of changed keys, which is
-    // in the table's current types.
-    let k = ProbeKeys::new(&RecordBatch::try_from_iter([("k", empty)])?, field_ids)?;
-    let reader = open_parquet(file_io, path, size).await?;
-    let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
-    let md = builder.metadata().clone();
-    let leaves = key_leaves(&md, &k, path)?;
-    let batches: Vec<RecordBatch> = builder
-        .with_projection(ProjectionMask::leaves(
-            md.file_metadata().schema_descr_ptr().as_ref(),
-            leaves.iter().copied(),
-        ))
-        .with_batch_size(64 * 1024)
-        .build()?
-        .try_collect()
-        .await?;
-    let total: usize = batches.iter().map(|b| b.num_rows()).sum();
-    if total as u64 != rows {
-        return Err(Error::Table(format!(
-            "{path}: {total} rows read, the manifest says {rows}"
-        )));
-    }
-    let keys = Arc::new(FileKeys {
-        values: key_values(&batches, &k, total, path)?,
-        sorted: true,
-    });
-    store_index(
-        file_io,
-        path,
-        size,
-        k.sig,
-        keys,
-        key_column_bytes(&md, &leaves),
-    )
-    .await
-}
+/// Pages of one file whose byte ranges are at most this far apart are read in one request:
+/// on object storage a request costs what ~64 KiB of transfer does.
+const COALESCE_GAP: u64 = 64 << 10;
+/// The largest range read in one request.
+const MAX_RANGE: u64 = 4 << 20;
+/// Range requests of one file in flight at once.
+const RANGE_CONCURRENCY: usize = 4;
 
-/// Uploads a key index in the background ([`store_index`]); the owner of the cache waits for
-/// it ([`crate::files::TableCache::finish_uploads`]).
-pub(super) fn write_index(
-    files: &Files,
-    c: &Candidate,
-    sig: &str,
-    keys: Arc<FileKeys>,
-    column_bytes: usize,
-) {
-    let (file_io, data_file, sig) = (files.io().clone(), c.path.clone(), sig.to_string());
+/// Builds and uploads, in the background, the key index of a file whose whole key column a
+/// lookup read (`batches`, in file order; the first column of `k` is the single integer key);
+/// the owner of the cache waits for it ([`crate::files::TableCache::finish_uploads`]).
+pub(super) fn write_index(files: &Files, c: &Candidate, k: &ProbeKeys, batches: Vec<RecordBatch>) {
+    let (file_io, data_file, sig) = (files.io().clone(), c.path.clone(), k.sig.clone());
     let file_size = c.size;
+    let Some(column) = key_column(&batches, k) else {
+        return;
+    };
     let task = tokio::spawn(async move {
-        match store_index(&file_io, &data_file, file_size, sig, keys, column_bytes).await {
+        // Compressing a large file's pages takes milliseconds: off the async workers.
+        let built = tokio::task::spawn_blocking(move || {
+            let mut w = IndexWriter::default();
+            for b in &batches {
+                let Some(v) = b.columns().get(column).and_then(int_values) else {
+                    return Ok(None);
+                };
+                if !w.extend(&v) {
+                    return Ok(None);
+                }
+            }
+            w.finish(file_size, &sig)
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("key index: {e}")));
+        let result = match built {
+            Ok(Ok(Some(stored))) => upload_index(&file_io, &data_file, stored)
+                .await
+                .map(|()| true),
+            Ok(Ok(None)) => Ok(false),
+            Ok(Err(e)) | Err(e) => Err(e),
+        };
+        match result {
             Ok(written) => tracing::debug!(file = %data_file, written, "key index"),
             Err(e) => tracing::warn!(file = %data_file, error = %e, "key index not written"),
         }
@@ -103,35 +64,171 @@ pub(super) fn write_index(
     files.cache().track_upload(task);
 }
 
-/// Encodes the key index of `data_file` (of `file_size` bytes; keys of the types `sig` names)
-/// and uploads it beside the file, if the keys are packed and the index is smaller than
-/// `column_bytes`, the key column as the file stores it (dense or clustered keys are; random
-/// 64-bit ids need not be). `Ok(false)`: not written.
-async fn store_index(
+/// The batch column that holds the single integer key of `k` (by field id).
+fn key_column(batches: &[RecordBatch], k: &ProbeKeys) -> Option<usize> {
+    let [fid] = k.field_ids.as_slice() else {
+        return None;
+    };
+    let schema = batches.first()?.schema();
+    schema.fields().iter().position(|f| {
+        f.metadata()
+            .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+            .and_then(|v| v.parse::<i32>().ok())
+            == Some(*fid)
+    })
+}
+
+/// The stored key index directory of a candidate file, if there is a usable one. A missing,
+/// foreign or damaged index is no error: the file's key column is read instead.
+pub(super) async fn read_directory(file_io: &FileIO, c: &Candidate, sig: &str) -> Option<PageDir> {
+    let path = index_path(&c.path);
+    let bytes = match file_io.new_input(&path) {
+        Ok(input) => input.read().await,
+        Err(e) => Err(e),
+    };
+    // Not found is the usual reason (a file another engine wrote); the storage layer does not
+    // tell it apart from other failures, and either way the file itself is read.
+    let bytes = bytes
+        .map_err(|e| tracing::debug!(index = %path, error = %e, "no key index"))
+        .ok()?;
+    match PageDir::decode(&bytes, c.size, c.rows, sig) {
+        Ok(Some(d)) => Some(d),
+        Ok(None) => {
+            tracing::debug!(index = %path, "key index of other key types, another file or version");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(index = %path, error = %e, "key index unusable; reading the file");
+            None
+        }
+    }
+}
+
+/// Reads and decodes `pages` (ascending, none dense) of a file's index: neighbouring pages
+/// in one range request each, the requests concurrently. Returns the pages and the number of
+/// requests.
+pub(super) async fn read_pages(
     file_io: &FileIO,
     data_file: &str,
-    file_size: u64,
-    sig: String,
-    keys: Arc<FileKeys>,
-    column_bytes: usize,
-) -> Result<bool> {
-    // Compressing a large file's keys takes milliseconds: off the async workers.
-    let encoded = tokio::task::spawn_blocking(move || match &keys.values {
-        KeyValues::Packed(p) => p.encode(file_size, &sig).map(Some),
-        _ => Ok(None),
-    })
-    .await
-    .map_err(|e| Error::Internal(format!("key index: {e}")))??;
-    match encoded {
-        Some(b) if b.len() < column_bytes => {
-            file_io
-                .new_output(index::index_path(data_file))?
-                .write(bytes::Bytes::from(b))
-                .await?;
-            Ok(true)
-        }
-        _ => Ok(false),
+    dir: &PageDir,
+    pages: &[usize],
+) -> Result<(Vec<(usize, PackedKeys)>, usize)> {
+    let requests = coalesce(dir, pages);
+    if requests.is_empty() {
+        return Ok((Vec::new(), 0));
     }
+    let reader = file_io.new_input(pages_path(data_file))?.reader().await?;
+    let (reader, requests_ref) = (&reader, &requests);
+    // By index: a closure over borrowed items trips rustc's higher-ranked Send check when the
+    // commit loop boxes this future as `Send` (see `locate_rows`).
+    let read: Vec<Vec<(usize, PackedKeys)>> = futures::stream::iter(0..requests.len())
+        .map(|i| async move {
+            let (range, group) = &requests_ref[i];
+            let bytes = reader.read(range.clone()).await?;
+            if bytes.len() as u64 != range.end - range.start {
+                return Err(Error::Table(format!(
+                    "{}: {} bytes read of {:?}",
+                    pages_path(data_file),
+                    bytes.len(),
+                    range
+                )));
+            }
+            group
+                .iter()
+                .map(|&p| {
+                    let r = dir.byte_range(p);
+                    let at = (r.start - range.start) as usize..(r.end - range.start) as usize;
+                    Ok((p, dir.page(p, &bytes[at])?))
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .buffered(RANGE_CONCURRENCY)
+        .try_collect()
+        .await?;
+    Ok((read.into_iter().flatten().collect(), requests.len()))
+}
+
+/// Byte ranges to request for `pages`, each with the pages it holds.
+fn coalesce(dir: &PageDir, pages: &[usize]) -> Vec<(Range<u64>, Vec<usize>)> {
+    let mut out: Vec<(Range<u64>, Vec<usize>)> = Vec::new();
+    for &p in pages {
+        let r = dir.byte_range(p);
+        if r.is_empty() {
+            continue;
+        }
+        match out.last_mut() {
+            Some((range, group))
+                if r.start <= range.end + COALESCE_GAP && r.end - range.start <= MAX_RANGE =>
+            {
+                range.end = r.end;
+                group.push(p);
+            }
+            _ => out.push((r, vec![p])),
+        }
+    }
+    out
+}
+
+/// Positions of `keys` (ascending, distinct) in a file by its index: dense pages answered
+/// from the directory, the others from the cache or read. `Err`: a page could not be read or
+/// decoded (the caller reads the key column instead).
+pub(super) async fn search_index(
+    files: &Files,
+    c: &Candidate,
+    sig: &str,
+    dir: &PageDir,
+    keys: &[(i64, usize)],
+) -> Result<IndexSearch> {
+    let plan = dir.plan(keys);
+    let cache = files.cache();
+    let mut out = IndexSearch::default();
+    let mut pages: Vec<(usize, Range<usize>, Option<Arc<PackedKeys>>)> =
+        Vec::with_capacity(plan.len());
+    for (p, range) in plan {
+        if dir.byte_range(p).is_empty() {
+            out.hits.extend(dir.dense_hits(p, &keys[range]));
+            continue;
+        }
+        let cached = cache.cached_page(&c.path, p, sig);
+        pages.push((p, range, cached));
+    }
+    let missing: Vec<usize> = (pages.iter())
+        .filter(|(_, _, cached)| cached.is_none())
+        .map(|(p, _, _)| *p)
+        .collect();
+    let (read, requests) = read_pages(files.io(), &c.path, dir, &missing).await?;
+    out.pages_read = read.len();
+    out.page_requests = requests;
+    let mut read = read.into_iter().peekable();
+    for (p, range, cached) in pages {
+        let page = match cached {
+            Some(page) => page,
+            None => match read.next_if(|(q, _)| *q == p) {
+                Some((_, page)) => {
+                    let page = Arc::new(page);
+                    cache.cache_page(&c.path, p, sig, page.clone());
+                    page
+                }
+                None => return Err(Error::Internal(format!("key index page {p} not read"))),
+            },
+        };
+        let start = dir.page_start(p);
+        out.hits.extend(
+            page.search(&keys[range])
+                .into_iter()
+                .map(|(pos, idx)| (start + pos, idx)),
+        );
+    }
+    Ok(out)
+}
+
+/// What [`search_index`] found and read.
+#[derive(Default)]
+pub(super) struct IndexSearch {
+    /// (position, key index), by page.
+    pub(super) hits: Vec<(i64, usize)>,
+    pub(super) pages_read: usize,
+    pub(super) page_requests: usize,
 }
 
 /// Parquet leaf index of each key column, by field id.
@@ -152,42 +249,4 @@ pub(super) fn key_leaves(
         );
     }
     Ok(leaves)
-}
-
-/// The stored key index of a candidate file, if there is a usable one. A missing, foreign or
-/// damaged index is no error: the file's key column is read instead.
-pub(super) async fn read_index(file_io: &FileIO, c: &Candidate, sig: &str) -> Option<PackedKeys> {
-    let path = index::index_path(&c.path);
-    let bytes = match file_io.new_input(&path) {
-        Ok(input) => input.read().await,
-        Err(e) => Err(e),
-    };
-    // Not found is the usual reason (no lookup read the file whole yet); the storage layer
-    // does not tell it apart from other failures, and either way the file itself is read.
-    let bytes = bytes
-        .map_err(|e| tracing::debug!(index = %path, error = %e, "no key index"))
-        .ok()?;
-    match PackedKeys::decode(&bytes, c.size, c.rows, sig) {
-        Ok(Some(p)) => Some(p),
-        Ok(None) => {
-            tracing::debug!(index = %path, "key index of other key types or another file");
-            None
-        }
-        Err(e) => {
-            tracing::warn!(index = %path, error = %e, "key index unusable; reading the file");
-            None
-        }
-    }
-}
-
-/// Compressed bytes of the key columns in a Parquet file.
-pub(super) fn key_column_bytes(
-    md: &parquet::file::metadata::ParquetMetaData,
-    leaves: &[usize],
-) -> usize {
-    md.row_groups()
-        .iter()
-        .flat_map(|rg| leaves.iter().map(move |&l| rg.column(l).compressed_size()))
-        .sum::<i64>()
-        .max(0) as usize
 }

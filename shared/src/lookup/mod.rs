@@ -24,8 +24,6 @@ mod stale;
 
 pub(crate) use stale::{ValuesAt, read_values_at};
 
-pub use key_index::write_key_index;
-
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -56,9 +54,13 @@ pub struct LookupStats {
     pub key_cache_hits: usize,
     /// Candidate files answered from their stored key index ([`index`]).
     pub key_indexes_read: usize,
-    /// Key index uploads this lookup started (large files whose key column it read whole; an
-    /// index no smaller than the column is dropped before upload).
+    /// Key index uploads this lookup started (large files without an index whose key column
+    /// it read whole).
     pub key_indexes_written: usize,
+    /// Key index pages read from storage (the pages the keys fall in that the cache did not
+    /// hold), and the range requests that read them.
+    pub key_pages_read: usize,
+    pub key_page_requests: usize,
 }
 
 #[derive(Debug, Default)]
@@ -168,6 +170,8 @@ pub(crate) async fn locate_rows(
         out.stats.key_cache_hits += scan.cache_hit as usize;
         out.stats.key_indexes_read += scan.index_read as usize;
         out.stats.key_indexes_written += scan.index_written as usize;
+        out.stats.key_pages_read += scan.pages_read;
+        out.stats.key_page_requests += scan.page_requests;
         let deleted: Vec<&[i64]> = dead
             .get(&c.path)
             .into_iter()

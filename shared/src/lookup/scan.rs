@@ -11,7 +11,7 @@ use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::file::statistics::Statistics;
 
 use super::Candidate;
-use super::key_index::{key_column_bytes, key_leaves, read_index, write_index};
+use super::key_index::{key_leaves, read_directory, search_index, write_index};
 use crate::error::{Error, Result};
 use crate::files::Files;
 use crate::files::index::{INDEX_MIN_ROWS, PackedBuilder};
@@ -25,6 +25,9 @@ pub(super) struct FileScan {
     pub(super) cache_hit: bool,
     pub(super) index_read: bool,
     pub(super) index_written: bool,
+    /// Key index pages read from storage, and the range requests that read them.
+    pub(super) pages_read: usize,
+    pub(super) page_requests: usize,
     pub(super) row_groups_read: usize,
     pub(super) pruned_by_stats: usize,
     pub(super) pruned_by_bloom: usize,
@@ -48,15 +51,7 @@ pub(super) async fn scan_file(
         return Ok(scan);
     }
     let indexable = k.ints.is_some() && c.rows >= INDEX_MIN_ROWS;
-    if indexable && let Some(packed) = read_index(files.io(), c, &k.sig).await {
-        let fk = Arc::new(FileKeys {
-            values: KeyValues::Packed(packed),
-            sorted: true,
-        });
-        let mut scan = FileScan::empty();
-        scan.index_read = true;
-        scan.hits = search(&fk, k)?;
-        cache.cache_keys(&c.path, &k.sig, fk);
+    if indexable && let Some(scan) = scan_index(files, c, k).await {
         return Ok(scan);
     }
     let _permit = large_read_permit(large, c.size).await?;
@@ -126,11 +121,9 @@ pub(super) async fn scan_file(
         let sorted = values.sorted();
         let fk = Arc::new(FileKeys { values, sorted });
         scan.hits = search(&fk, k)?;
-        // The next fresh process reads this column from a key index instead, if the index is
-        // smaller than the column as stored (dense or clustered keys; not random 64-bit ids).
+        // The next fresh process reads this file's key index instead of the column.
         if indexable && matches!(fk.values, KeyValues::Packed(_)) {
-            let column_bytes = key_column_bytes(&md, &leaves);
-            write_index(files, c, &k.sig, fk.clone(), column_bytes);
+            write_index(files, c, k, batches);
             scan.index_written = true;
         }
         cache.cache_keys(&c.path, &k.sig, fk);
@@ -164,6 +157,37 @@ pub(super) async fn scan_file(
         }
     }
     Ok(scan)
+}
+
+/// Answers from the file's stored key index ([`crate::files::index`]): its directory (cached)
+/// and the pages the keys fall in. `None`: no usable index (none stored, another file's, or a
+/// page that does not read): the caller reads the key column.
+async fn scan_index(files: &Files, c: &Candidate, k: &ProbeKeys) -> Option<FileScan> {
+    let keys = k.ints.as_deref()?;
+    let cache = files.cache();
+    let mut scan = FileScan::empty();
+    let dir = match cache.cached_dir(&c.path, &k.sig) {
+        Some(d) => d,
+        None => {
+            let d = Arc::new(read_directory(files.io(), c, &k.sig).await?);
+            cache.cache_dir(&c.path, &k.sig, d.clone());
+            scan.index_read = true;
+            d
+        }
+    };
+    match search_index(files, c, &k.sig, &dir, keys).await {
+        Ok(found) => {
+            scan.hits = found.hits;
+            scan.pages_read = found.pages_read;
+            scan.page_requests = found.page_requests;
+            scan.cache_hit = !scan.index_read && found.pages_read == 0;
+            Some(scan)
+        }
+        Err(e) => {
+            tracing::warn!(file = %c.path, error = %e, "key index pages unusable; reading the file");
+            None
+        }
+    }
 }
 
 /// A data file's key columns as read (every row, in file order), in the form a lookup keeps:
@@ -222,6 +246,8 @@ impl FileScan {
             cache_hit: false,
             index_read: false,
             index_written: false,
+            pages_read: 0,
+            page_requests: 0,
             row_groups_read: 0,
             pruned_by_stats: 0,
             pruned_by_bloom: 0,

@@ -11,6 +11,7 @@ use iceberg::io::FileIO;
 use iceberg::spec::{
     DataContentType, DataFile, DataFileFormat, PartitionKey, Struct, TableMetadata,
 };
+use iceberg::writer::CurrentFileStatus as _;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
     DefaultFileNameGenerator, DefaultLocationGenerator,
@@ -20,6 +21,7 @@ use parquet::basic::Compression;
 use parquet::file::properties::{WriterProperties, WriterPropertiesBuilder};
 use parquet::schema::types::ColumnPath;
 
+use super::key_index::KeyIndexer;
 use super::properties::{Encoding, SMALL_FILE_BYTES, base_properties, varied_columns};
 use crate::error::{Error, Result};
 use crate::files::parquet::{ROW_GROUP_ROWS, WRITE_CONCURRENCY};
@@ -295,6 +297,8 @@ impl DataFilePlan {
 /// table's default spec. Memory: each open writer's current row group.
 pub(crate) struct DataFileStream {
     plan: DataFilePlan,
+    /// Builds each file's key index as its rows are written (a single integer key).
+    indexer: Option<KeyIndexer>,
     /// Open writers, in the order their partitions first appeared.
     writers: Vec<(Option<PartitionKey>, DataWriter)>,
     by_partition: std::collections::HashMap<String, usize>,
@@ -323,7 +327,7 @@ impl DataFileStream {
             encoding,
             false,
         )
-        .map(DataFileStream::of)
+        .map(|plan| DataFileStream::of(plan, file_io, key))
     }
 
     /// [`DataFileStream::new`] for rows moved from other files (compaction): on a table with
@@ -349,12 +353,14 @@ impl DataFileStream {
             encoding,
             lineage,
         )
-        .map(DataFileStream::of)
+        .map(|plan| DataFileStream::of(plan, file_io, key))
     }
 
-    fn of(plan: DataFilePlan) -> DataFileStream {
+    fn of(plan: DataFilePlan, file_io: &FileIO, key: &[String]) -> DataFileStream {
+        let indexer = KeyIndexer::new(file_io, &plan.writers.schema, &plan.arrow_schema, key);
         DataFileStream {
             plan,
+            indexer,
             writers: Vec::new(),
             by_partition: std::collections::HashMap::new(),
         }
@@ -387,6 +393,9 @@ impl DataFileStream {
             };
             let (pk, w) = &mut self.writers[i];
             w.write(pk, &part).await?;
+            if let Some(ix) = self.indexer.as_mut() {
+                ix.wrote(i, w.current_file_path(), &part);
+            }
         }
         Ok(())
     }
@@ -394,11 +403,22 @@ impl DataFileStream {
     /// Closes every file: `(spec id, file)` per file, partition by partition in the order
     /// partitions first appeared, each partition's files in the order their rows came.
     pub(crate) async fn close(self) -> Result<Vec<(i32, DataFile)>> {
+        Ok(self.close_indexed().await?.0)
+    }
+
+    /// [`DataFileStream::close`], once every file's key index is uploaded; with how many were
+    /// (files of at least [`crate::files::index::INDEX_MIN_ROWS`] rows of a single integer key,
+    /// in key order).
+    pub(crate) async fn close_indexed(self) -> Result<(Vec<(i32, DataFile)>, usize)> {
         let mut out = Vec::new();
         for (pk, w) in self.writers {
             out.extend(self.plan.finish(&pk, w.close().await?)?);
         }
-        Ok(out)
+        let indexes = match self.indexer {
+            Some(ix) => ix.finish(&out).await,
+            None => 0,
+        };
+        Ok((out, indexes))
     }
 
     /// Closes and deletes every file written (an abandoned rewrite leaves nothing behind).
@@ -410,6 +430,9 @@ impl DataFileStream {
             {
                 paths.extend(files.into_iter().map(|(_, f)| f.file_path().to_string()));
             }
+        }
+        if let Some(ix) = self.indexer {
+            let _ = ix.abort(&paths).await;
         }
         for p in paths {
             let _ = file_io.delete(&p).await;

@@ -1,6 +1,7 @@
 //! write: Parquet data files for the rows a commit upserts, and position-delete files (or
 //! deletion vectors) for the rows it replaces or removes. Layered as iceberg-rust's
 //! `base_writer`: [`properties`] (how every file we write is encoded), [`data`] (data files),
+//! [`key_index`] (the key index of each large data file, built as its rows are written),
 //! [`deletes`] (delete files).
 //!
 //! Data files are sorted by key (rows arrive sorted from dedupe), carry column statistics and a
@@ -10,4 +11,5 @@
 
 pub(crate) mod data;
 pub(crate) mod deletes;
+pub(crate) mod key_index;
 pub(crate) mod properties;

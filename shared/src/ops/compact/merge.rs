@@ -78,6 +78,8 @@ pub(super) struct Merged {
     /// Where each input row went; `None` when the rows went to several partitions (the spec
     /// changed since the files were written).
     pub map: Option<RowMap>,
+    /// Key indexes written beside the files.
+    pub key_indexes: usize,
 }
 
 /// The group's live rows, sorted by `key`, written as data files of the table's default spec.
@@ -484,7 +486,7 @@ impl Merge {
     /// The files written, and the row map when the rows went to one partition (in merge order).
     async fn finish(self, out: DataFileStream) -> Result<Merged> {
         let one_partition = out.partitions() <= 1;
-        let written = out.close().await?;
+        let (written, key_indexes) = out.close_indexed().await?;
         let map = if one_partition {
             let files = written
                 .iter()
@@ -501,7 +503,11 @@ impl Merge {
         } else {
             None
         };
-        Ok(Merged { written, map })
+        Ok(Merged {
+            written,
+            map,
+            key_indexes,
+        })
     }
 }
 

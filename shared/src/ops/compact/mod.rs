@@ -12,7 +12,6 @@
 
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use iceberg::TableIdent;
 use iceberg::spec::TableMetadata;
 use serde::Serialize;
@@ -30,7 +29,6 @@ mod merge;
 mod rewrite;
 mod select;
 
-use rewrite::NewFile;
 pub use rewrite::Rewritten;
 use select::{Group, live_files};
 
@@ -292,7 +290,7 @@ impl<'a> Compact<'a> {
                 report.delete_files_removed += stats.removed_delete_files as usize;
                 report.bytes_rewritten += group.bytes;
                 report.records_written += stats.records;
-                report.key_indexes_written += self.write_key_indexes(&rewritten).await;
+                report.key_indexes_written += rewritten.key_indexes;
                 planner.budget = planner.budget.saturating_sub(group.bytes);
             }
         }
@@ -306,34 +304,6 @@ impl<'a> Compact<'a> {
             report.delete_files_after = live.position_deletes().count();
         }
         Ok(())
-    }
-
-    /// Writes the key indexes of the large files a committed group wrote, so that the first
-    /// fresh lookup after a compaction reads an index, not the new files' key columns
-    /// ([`crate::lookup::index`]). An index is a cache: a failure is logged, not returned.
-    async fn write_key_indexes(&self, rewritten: &Rewritten) -> usize {
-        let large: Vec<&NewFile> = rewritten
-            .files
-            .iter()
-            .filter(|f| f.rows >= crate::files::index::INDEX_MIN_ROWS)
-            .collect();
-        let schema = rewritten.schema.as_ref();
-        let file_io = self.catalog.file_io();
-        let written: Vec<bool> = futures::stream::iter(large)
-            .map(|f| async move {
-                match crate::lookup::write_key_index(file_io, schema, &f.path, f.size, f.rows).await
-                {
-                    Ok(w) => w,
-                    Err(e) => {
-                        tracing::warn!(file = %f.path, error = %e, "key index not written");
-                        false
-                    }
-                }
-            })
-            .buffer_unordered(crate::files::parquet::READ_CONCURRENCY)
-            .collect()
-            .await;
-        written.into_iter().filter(|w| *w).count()
     }
 
     /// Position deletes snapshot `snapshot_id` (ours) carried over from concurrent commits.

@@ -25,15 +25,8 @@ use super::{Compact, merge};
 /// makes the commit plan again).
 #[derive(Debug, Clone)]
 pub struct Rewritten {
-    pub(super) schema: iceberg::spec::SchemaRef,
-    pub(super) files: Vec<NewFile>,
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct NewFile {
-    pub(super) path: String,
-    pub(super) size: u64,
-    pub(super) rows: u64,
+    /// Key indexes written beside the new files (as their rows were written).
+    pub(super) key_indexes: usize,
 }
 
 impl Compact<'_> {
@@ -84,8 +77,11 @@ impl Compact<'_> {
             .collect();
         let key = key_columns(md.current_schema());
         let full_load = group.files.iter().all(|f| is_full_load_file(&f.path));
-        let merge::Merged { written, map } =
-            merge::merge_group(&t, file_io, &md, inputs, &key, self.target(&md), full_load).await?;
+        let merge::Merged {
+            written,
+            map,
+            key_indexes,
+        } = merge::merge_group(&t, file_io, &md, inputs, &key, self.target(&md), full_load).await?;
         let map = map.map(Arc::new);
 
         // Delete files that only target removed (or long gone) files go too.
@@ -149,17 +145,7 @@ impl Compact<'_> {
             summary,
             record: None,
         };
-        let rewritten = Rewritten {
-            schema: md.current_schema().clone(),
-            files: written
-                .iter()
-                .map(|(_, f)| NewFile {
-                    path: f.file_path().to_string(),
-                    size: f.file_size_in_bytes(),
-                    rows: f.record_count(),
-                })
-                .collect(),
-        };
+        let rewritten = Rewritten { key_indexes };
         // The report's count: what the plan removes (the snapshot's summary counts what its
         // attempt found live).
         let mut reported = added;

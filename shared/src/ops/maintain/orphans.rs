@@ -71,8 +71,12 @@ impl Live {
         if let Some(base) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".crc")) {
             return self.keeps(&format!("{dir}/{base}"));
         }
-        // A key index (lookup::index) lives and goes with its data file.
-        if let Some(base) = listed.strip_suffix(crate::files::index::KEY_INDEX_SUFFIX) {
+        // A key index (files::index: its directory and its pages) lives and goes with its
+        // data file.
+        use crate::files::index::{KEY_INDEX_SUFFIX, KEY_PAGES_SUFFIX};
+        if let Some(base) = (listed.strip_suffix(KEY_INDEX_SUFFIX))
+            .or_else(|| listed.strip_suffix(KEY_PAGES_SUFFIX))
+        {
             return self.refs.contains_key(base);
         }
         // A Hadoop catalog's pointer to the current metadata.
@@ -254,6 +258,8 @@ mod tests {
         // A key index stays with its live data file, and goes with a removed one.
         assert!(keeps("file:///w/t/data/ours.parquet.keyindex"));
         assert!(!keeps("file:///w/t/data/stray.parquet.keyindex"));
+        assert!(keeps("file:///w/t/data/ours.parquet.keypages"));
+        assert!(!keeps("file:///w/t/data/stray.parquet.keypages"));
         // Same version as the current one, another file: an attempt that lost its commit.
         assert!(!keeps("file:///w/t/metadata/00005-b.metadata.json"));
         // Older metadata no longer in the log, unreferenced data, their checksums: orphans.

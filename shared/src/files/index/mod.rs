@@ -1,35 +1,28 @@
 //! Key indexes: the sorted integer key column of a data file, packed, in memory and beside the
 //! file in storage.
 //!
-//! Why: a fresh process (a Lambda cold start) must find where the changed keys live, and the
-//! changed keys of a DMS file usually fall in every row group of a large file (updates of old
-//! rows), so it used to read and decompress the whole key column of every large data file:
-//! at 10M rows 80 MB of `i64`, ~90% of a cold invocation, spent on decompression, copies and
-//! fresh pages. Sorted keys differ little from one to the next: as deltas in LEB128 varints
-//! they take one or two bytes a key (dense ids: one), and zstd shrinks that to almost nothing.
+//! Why: a change file's keys must be found in the table's live rows, and the changed keys of a
+//! DMS file usually fall in every row group of every large file (updates of old rows at random).
+//! Reading and decompressing a large file's key column for that (at 10M rows 80 MB of `i64`)
+//! was most of a cold invocation. Sorted keys differ little from one to the next: as deltas in
+//! LEB128 varints they take one or two bytes a key (dense ids: one), and zstd shrinks that to
+//! almost nothing.
 //!
 //! In memory, [`PackedKeys`] holds blocks of [`BLOCK`] keys: each block's first key (plain, so
 //! a search gallops over block heads) and the varint deltas of the rest. A search for sorted
-//! keys decodes only the blocks it lands in. A warm cache holds 1–2 bytes per key instead of 8.
+//! keys decodes only the blocks it lands in.
 //!
-//! In storage, the index of a data file `<f>` is the object `<f>.keyindex` (the suffix is
-//! [`KEY_INDEX_SUFFIX`]). It is a cache, never the truth:
-//! - written by the first lookup that reads the whole key column of a large file (files of at
-//!   least [`INDEX_MIN_ROWS`] rows), whoever wrote the file (us, compaction, another engine);
-//!   the upload overlaps the rest of the commit and the invocation waits for it before it
-//!   ends ([`super::TableCache::finish_uploads`]);
-//! - used only if its header names the same data file size, row count and key types as the
-//!   manifest entry and the lookup, and its zstd checksum holds; otherwise ignored (the file's
-//!   key column is read, as without an index);
-//! - data files are immutable and uniquely named, so an index never goes stale; two processes
-//!   writing the same index write the same bytes;
-//! - `orphans` keeps the index of a live data file and deletes that of a removed one; another
-//!   engine's orphan clean-up may delete any index: the next cold lookup writes it again.
-//!
-//! Layout (little-endian): `DMS2IKEY`, version u32 (1), data file size u64, record count u64,
-//! signature length u32 + the key signature (field ids and types), block count u64, delta
-//! bytes u64, then one zstd frame (content checksum on) of the block heads (first key i64,
-//! delta offset u64) followed by the delta bytes.
+//! In storage ([`stored`]) an index is cut in pages of [`stored::PAGE_KEYS`] keys, each a
+//! [`PackedKeys`] of its own, with a directory of the pages' key ranges: a lookup reads the
+//! directory and then only the pages its keys can be in (range reads), so its cost follows the
+//! number of changes, not the size of the table, and a process caches the pages it used, not
+//! whole files' keys.
+
+mod stored;
+
+pub(crate) use stored::{
+    IndexWriter, KEY_INDEX_SUFFIX, KEY_PAGES_SUFFIX, PageDir, index_path, pages_path, upload_index,
+};
 
 use crate::error::{Error, Result};
 
@@ -38,17 +31,6 @@ pub(crate) const BLOCK: usize = 128;
 
 /// Data files with fewer rows get no stored index: their key column is one small read.
 pub(crate) const INDEX_MIN_ROWS: u64 = super::parquet::ROW_GROUP_ROWS as u64;
-
-/// Suffix of a data file's key index object.
-pub(crate) const KEY_INDEX_SUFFIX: &str = ".keyindex";
-
-const MAGIC: &[u8; 8] = b"DMS2IKEY";
-const VERSION: u32 = 1;
-
-/// Where the key index of a data file lives.
-pub(crate) fn index_path(data_file: &str) -> String {
-    format!("{data_file}{KEY_INDEX_SUFFIX}")
-}
 
 /// A sorted integer key column, packed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -285,92 +267,45 @@ impl PackedKeys {
         out
     }
 
-    /// The stored form (see the module docs) for the data file of `file_size` bytes and the
-    /// key types named by `sig`.
-    pub(crate) fn encode(&self, file_size: u64, sig: &str) -> Result<Vec<u8>> {
+    /// The page body as stored ([`stored`]): block heads (first key i64, delta offset u64)
+    /// then the delta bytes.
+    pub(crate) fn body(&self) -> Vec<u8> {
         let mut body = Vec::with_capacity(self.heads.len() * 16 + self.deltas.len());
         for (first, at) in &self.heads {
             body.extend_from_slice(&first.to_le_bytes());
             body.extend_from_slice(&at.to_le_bytes());
         }
         body.extend_from_slice(&self.deltas);
-        let mut z = zstd::bulk::Compressor::new(3).map_err(index_error)?;
-        z.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
-            .map_err(index_error)?;
-        let frame = z.compress(&body).map_err(index_error)?;
-        let mut out = Vec::with_capacity(frame.len() + 64 + sig.len());
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&file_size.to_le_bytes());
-        out.extend_from_slice(&(self.len as u64).to_le_bytes());
-        out.extend_from_slice(&(sig.len() as u32).to_le_bytes());
-        out.extend_from_slice(sig.as_bytes());
-        out.extend_from_slice(&(self.heads.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(self.deltas.len() as u64).to_le_bytes());
-        out.extend_from_slice(&frame);
-        Ok(out)
+        body
     }
 
-    /// Reads a stored index. `Ok(None)`: it is a valid index of another file (size, row count)
-    /// or of other key types than asked for. `Err`: it is not a valid index at all.
-    pub(crate) fn decode(
-        bytes: &[u8],
-        file_size: u64,
-        rows: u64,
-        sig: &str,
-    ) -> Result<Option<Self>> {
-        let mut r = Reader { bytes, at: 0 };
-        if r.take(8)? != MAGIC {
-            return Err(Error::Table("not a dms2iceberg key index".into()));
-        }
-        let version = r.u32()?;
-        if version != VERSION {
-            return Err(Error::Table(format!("key index version {version} unknown")));
-        }
-        let (size, len) = (r.u64()?, r.u64()?);
-        let sig_len = r.u32()? as usize;
-        let stored_sig = r.take(sig_len)?;
-        if size != file_size || len != rows || stored_sig != sig.as_bytes() {
-            return Ok(None);
-        }
-        let (blocks, delta_bytes) = (r.u64()? as usize, r.u64()? as usize);
-        let len = usize::try_from(len).map_err(index_error)?;
-        if blocks != len.div_ceil(BLOCK) {
-            return Err(Error::Table(format!(
-                "key index holds {blocks} blocks for {len} keys"
-            )));
-        }
-        let body_len = blocks
+    /// Keys from a [`PackedKeys::body`] of `len` keys. `Err`: the bytes do not hold that.
+    pub(crate) fn from_body(body: &[u8], len: usize) -> Result<Self> {
+        let blocks = len.div_ceil(BLOCK);
+        let head_bytes = blocks
             .checked_mul(16)
-            .and_then(|h| h.checked_add(delta_bytes))
-            .ok_or_else(|| Error::Table("key index sizes overflow".into()))?;
-        let body = zstd::bulk::decompress(&bytes[r.at..], body_len).map_err(index_error)?;
-        if body.len() != body_len {
-            return Err(Error::Table(format!(
-                "key index body is {} bytes, its header says {body_len}",
-                body.len()
-            )));
-        }
-        let (head_bytes, deltas) = body.split_at(blocks * 16);
+            .filter(|&h| h <= body.len())
+            .ok_or_else(|| Error::Table(format!("key index page too short for {len} keys")))?;
+        let (head_bytes, deltas) = body.split_at(head_bytes);
         let mut heads = Vec::with_capacity(blocks);
         let mut prev_at = 0u64;
         for h in head_bytes.chunks_exact(16) {
             let (first, at) = h.split_at(8);
             let first = i64::from_le_bytes(first.try_into().map_err(index_error)?);
             let at = u64::from_le_bytes(at.try_into().map_err(index_error)?);
-            if at < prev_at || at > delta_bytes as u64 {
+            if at < prev_at || at > deltas.len() as u64 {
                 return Err(Error::Table("key index block offsets out of order".into()));
             }
             prev_at = at;
             heads.push((first, at));
         }
         let dense = dense_blocks(&heads, deltas);
-        Ok(Some(PackedKeys {
+        Ok(PackedKeys {
             heads,
             deltas: deltas.to_vec(),
             len,
             dense,
-        }))
+        })
     }
 }
 
@@ -378,47 +313,19 @@ fn index_error(e: impl std::fmt::Display) -> Error {
     Error::Table(format!("key index: {e}"))
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self
-            .at
-            .checked_add(n)
-            .filter(|&e| e <= self.bytes.len())
-            .ok_or_else(|| Error::Table("key index truncated".into()))?;
-        let s = &self.bytes[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().map_err(index_error)?,
-        ))
-    }
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().map_err(index_error)?,
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn pack(v: &[i64]) -> PackedKeys {
+    pub(super) fn pack(v: &[i64]) -> PackedKeys {
         let mut b = PackedBuilder::default();
         assert!(b.extend(v));
         b.finish()
     }
 
     /// The positions a plain scan finds.
-    fn scan(v: &[i64], keys: &[(i64, usize)]) -> Vec<(i64, usize)> {
+    pub(super) fn scan(v: &[i64], keys: &[(i64, usize)]) -> Vec<(i64, usize)> {
         let mut hits = Vec::new();
         for &(k, idx) in keys {
             for (i, x) in v.iter().enumerate() {
@@ -428,53 +335,6 @@ mod tests {
             }
         }
         hits
-    }
-
-    #[test]
-    fn dense_keys_take_a_byte_each_and_almost_nothing_stored() {
-        let v: Vec<i64> = (1..=1_000_000).collect();
-        let p = pack(&v);
-        assert_eq!(p.len(), v.len());
-        assert!(p.size() < 1_200_000, "{}", p.size());
-        let stored = p.encode(123, "sig").unwrap();
-        assert!(stored.len() < 40_000, "{}", stored.len());
-        let back = PackedKeys::decode(&stored, 123, v.len() as u64, "sig")
-            .unwrap()
-            .unwrap();
-        assert_eq!(back, p);
-        assert_eq!(back.to_vec(), v);
-    }
-
-    #[test]
-    fn an_index_of_another_file_or_key_type_is_not_used_and_damage_is_an_error() {
-        let p = pack(&[1, 5, 9]);
-        let stored = p.encode(100, "[1][Int64]i64").unwrap();
-        assert!(
-            PackedKeys::decode(&stored, 101, 3, "[1][Int64]i64")
-                .unwrap()
-                .is_none()
-        );
-        assert!(
-            PackedKeys::decode(&stored, 100, 4, "[1][Int64]i64")
-                .unwrap()
-                .is_none()
-        );
-        assert!(
-            PackedKeys::decode(&stored, 100, 3, "[1][Int32]i64")
-                .unwrap()
-                .is_none()
-        );
-        // A flipped byte in the compressed body fails zstd's checksum (or the frame).
-        let mut bad = stored.clone();
-        let last = bad.len() - 6;
-        bad[last] ^= 0x55;
-        assert!(PackedKeys::decode(&bad, 100, 3, "[1][Int64]i64").is_err());
-        for cut in [0, 7, 20, stored.len() - 1] {
-            assert!(
-                PackedKeys::decode(&stored[..cut], 100, 3, "[1][Int64]i64").is_err(),
-                "{cut}"
-            );
-        }
     }
 
     #[test]
@@ -514,9 +374,7 @@ mod tests {
                 wanted.into_iter().enumerate().map(|(i, k)| (k, i)).collect();
             let p = pack(&v);
             prop_assert_eq!(p.search(&keys), scan(&v, &keys));
-            let back = PackedKeys::decode(&p.encode(7, "s").unwrap(), 7, v.len() as u64, "s")
-                .unwrap()
-                .unwrap();
+            let back = PackedKeys::from_body(&p.body(), v.len()).unwrap();
             prop_assert_eq!(back.search(&keys), scan(&v, &keys));
         }
 
@@ -536,9 +394,7 @@ mod tests {
             let p = pack(&v);
             prop_assert_eq!(p.to_vec(), v.clone());
             prop_assert_eq!(p.search(&keys), scan(&v, &keys));
-            let back = PackedKeys::decode(&p.encode(7, "s").unwrap(), 7, v.len() as u64, "s")
-                .unwrap()
-                .unwrap();
+            let back = PackedKeys::from_body(&p.body(), v.len()).unwrap();
             prop_assert_eq!(back.search(&keys), scan(&v, &keys));
         }
     }
