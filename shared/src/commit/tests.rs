@@ -1937,6 +1937,141 @@ async fn a_large_files_key_index_is_written_by_the_load_read_by_pages_and_ignore
     assert_eq!(lab.rows().await, want);
 }
 
+/// Key indexes stay exact through everything that rewrites a table's large files: change
+/// files applied by a warm process whose cache holds a fraction of the index pages (evicted
+/// and read again) and by fresh processes, compaction (its files' indexes written as it writes
+/// them, over keys with holes), the move to v3 (deletion vectors), and a reload (new files,
+/// new indexes). After each step the table equals a model of the changes.
+#[tokio::test]
+async fn key_indexes_stay_exact_through_compaction_v3_a_reload_and_a_cache_smaller_than_them() {
+    use crate::files::index::INDEX_MIN_ROWS;
+    let lab = Lab::new("keyindex-exact");
+    // A cache of 64 KiB: the directory and a handful of the ~70 pages the load's index has.
+    let small = SqliteCatalog::open(&lab.dir.join("wh"))
+        .unwrap()
+        .with_cache(Arc::new(crate::files::TableCache::new(
+            crate::files::CacheLimits {
+                key_bytes: 64 << 10,
+            },
+        )));
+    let n = 2 * INDEX_MIN_ROWS as i64 + 20_000;
+    // Ids with gaps of 1 to 3 (pages are stored, not answered from the directory).
+    let id = |r: i64| 2 * r + (r * 7919 % 11) % 2;
+    let mut model: BTreeMap<i64, String> = (0..n).map(|r| (id(r), format!("v{r}"))).collect();
+    let load: String = model.iter().map(|(k, v)| format!("I,{k},{v}\n")).collect();
+    lab.ingest(vec![lab.file("LOAD00000001.csv", &load)]).await;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut file_no = 0;
+    let mut fresh_key = 10 * n;
+    // One change file: updates and deletes of random live keys, inserts of new ones; applied
+    // warm (the small cache) or by a fresh process.
+    let mut change = |model: &mut BTreeMap<i64, String>, warm: bool| {
+        file_no += 1;
+        let keys: Vec<i64> = model.keys().copied().collect();
+        let mut rows = String::new();
+        let mut touched = std::collections::HashSet::new();
+        for i in 0..300 {
+            let k = keys[(next() % keys.len() as u64) as usize];
+            if !touched.insert(k) {
+                continue;
+            }
+            if i % 10 == 0 {
+                rows.push_str(&format!("D,{k},\n"));
+                model.remove(&k);
+            } else {
+                rows.push_str(&format!("U,{k},f{file_no}\n"));
+                model.insert(k, format!("f{file_no}"));
+            }
+        }
+        for _ in 0..30 {
+            fresh_key += 1 + (next() % 3) as i64;
+            rows.push_str(&format!("I,{fresh_key},f{file_no}\n"));
+            model.insert(fresh_key, format!("f{file_no}"));
+        }
+        (file_no, rows, warm)
+    };
+    let expect = |model: &BTreeMap<i64, String>| {
+        let mut want: Vec<String> = model.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        want.sort();
+        want
+    };
+    let mut pages_read_warm = 0;
+    for step in ["changes", "compaction", "v3", "reload"] {
+        match step {
+            "compaction" => {
+                let report = Compact::new(&lab.catalog, lab.ident.clone())
+                    .options(CompactOptions {
+                        target_file_size: Some(1 << 30),
+                        ..Default::default()
+                    })
+                    .execute()
+                    .await
+                    .unwrap();
+                assert!(report.key_indexes_written >= 1, "{report:?}");
+            }
+            "v3" => lab.upgrade_to_v3().await,
+            "reload" => {
+                // The source table reloaded: other ids, the same shape; replaces everything.
+                model = (0..n).map(|r| (id(r) + 1, format!("r{r}"))).collect();
+                let load: String = model.iter().map(|(k, v)| format!("I,{k},{v}\n")).collect();
+                lab.ingest(vec![lab.file("LOAD00000001.csv", &load)]).await;
+            }
+            _ => {}
+        }
+        for i in 0..4 {
+            let (no, rows, warm) = change(&mut model, i % 2 == 0);
+            let name = format!("20220302-{:02}{:02}000000.csv", 10 + no / 60, no % 60);
+            let stats = if warm {
+                apply_with(&lab, &small, &name, &rows).await
+            } else {
+                let fresh = SqliteCatalog::open(&lab.dir.join("wh")).unwrap();
+                apply_with(&lab, &fresh, &name, &rows).await
+            };
+            let s = &stats[0];
+            // The large files answer from their indexes, never from their key columns.
+            assert_eq!(s.key_indexes_written, 0, "{step}: {s:?}");
+            if warm {
+                pages_read_warm += s.key_pages_read;
+            } else {
+                assert!(
+                    s.key_indexes_read >= 1 && s.key_pages_read > 0,
+                    "{step}: {s:?}"
+                );
+            }
+        }
+        assert_eq!(lab.rows().await, expect(&model), "after {step}");
+    }
+    // The warm process read pages again: its cache holds fewer than the table has.
+    assert!(pages_read_warm > 100, "{pages_read_warm}");
+    assert_eq!(
+        lab.table().await.metadata.format_version(),
+        iceberg::spec::FormatVersion::V3
+    );
+}
+
+/// Applies one DMS file through `catalog` (no error expected); the lookup figures of its commits.
+async fn apply_with(
+    lab: &Lab,
+    catalog: &SqliteCatalog,
+    name: &str,
+    rows: &str,
+) -> Vec<crate::lookup::LookupStats> {
+    let mut stats = Vec::new();
+    let r = Ingest::new(catalog, &lab.config)
+        .execute("s", "t", vec![lab.file(name, rows)], |c| {
+            stats.push(c.lookup.clone())
+        })
+        .await;
+    assert!(r.error.is_none(), "{name}: {:?}", r.error);
+    stats
+}
+
 /// A warm process (one catalog, so one cache) commits a change file reading no table file back
 /// from storage: not its metadata, manifest list, manifests, delete files or key columns. On
 /// S3 each would be a request wave; the cache's owner is what keeps it so.

@@ -170,11 +170,6 @@ impl<'a> Cursor<'a> {
 }
 
 impl PackedKeys {
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
     /// Memory held.
     pub(crate) fn size(&self) -> usize {
         self.heads.capacity() * std::mem::size_of::<(i64, u64)>()
