@@ -200,6 +200,8 @@ struct Figures {
     pages: f64,
     requests: f64,
     data_files_read: f64,
+    write_s: f64,
+    delete_files: f64,
 }
 
 fn figures(run: &Run, r: &serde_json::Value) -> Figures {
@@ -212,6 +214,8 @@ fn figures(run: &Run, r: &serde_json::Value) -> Figures {
         pages: n("key_pages_read"),
         requests: n("key_page_requests"),
         data_files_read: n("data_files_read"),
+        write_s: r["timings"]["write_us"].as_f64().unwrap_or(0.0) / 1e6,
+        delete_files: r["delete_files"].as_f64().unwrap_or(0.0),
     }
 }
 
@@ -339,6 +343,10 @@ fn main() -> Result<()> {
             let pages_w = median(warm_f.iter().map(|f| f.pages).collect());
             let req_w = median(warm_f.iter().map(|f| f.requests).collect());
             let pages_c = median(colds.iter().map(|f| f.pages).collect());
+            let write_w = median(warm_f.iter().map(|f| f.write_s).collect());
+            let deletes_w = median(warm_f.iter().map(|f| f.delete_files).collect());
+            let lookup_w = median(warm_f.iter().map(|f| f.lookup_s).collect());
+            let lookup_c = median(colds.iter().map(|f| f.lookup_s).collect());
             let _ = writeln!(
                 md,
                 "| {n} | {name} | {:.1} | {:.0} | {:.3} | {:.0} | {:.3} | {:.0} | {:.3} | {:.0} | {:.0}% | {pages_w:.0} | {req_w:.0} | {pages_c:.0} |",
@@ -353,7 +361,7 @@ fn main() -> Result<()> {
                 share * 100.0
             );
             println!(
-                "{{\"rows\":{n},\"binary\":\"{name}\",\"load_s\":{:.2},\"load_mib\":{:.0},\"first_s\":{:.4},\"first_mib\":{:.0},\"first_lookup_s\":{:.4},\"first_indexes\":{},\"first_pages\":{},\"first_requests\":{},\"first_data_files_read\":{},\"cold_s\":{cold_s:.4},\"cold_mib\":{cold_mib:.0},\"cold_pages\":{pages_c},\"warm_s\":{warm_s:.4},\"warm_mib\":{:.0},\"warm_lookup_share\":{share:.3},\"warm_pages\":{pages_w},\"warm_requests\":{req_w}}}",
+                "{{\"rows\":{n},\"binary\":\"{name}\",\"load_s\":{:.2},\"load_mib\":{:.0},\"first_s\":{:.4},\"first_mib\":{:.0},\"first_lookup_s\":{:.4},\"first_indexes\":{},\"first_pages\":{},\"first_requests\":{},\"first_data_files_read\":{},\"cold_s\":{cold_s:.4},\"cold_mib\":{cold_mib:.0},\"cold_pages\":{pages_c},\"warm_s\":{warm_s:.4},\"warm_mib\":{:.0},\"warm_lookup_share\":{share:.3},\"warm_pages\":{pages_w},\"warm_requests\":{req_w},\"warm_lookup_s\":{lookup_w:.4},\"cold_lookup_s\":{lookup_c:.4},\"warm_write_s\":{write_w:.4},\"warm_delete_files\":{deletes_w}}}",
                 l.secs,
                 l.rss_mib,
                 first.secs,

@@ -11,7 +11,7 @@ use iceberg::TableIdent;
 use iceberg::arrow::ArrowFileReader;
 use iceberg::io::{FileIO, FileMetadata};
 use iceberg::scan::FileScanTask;
-use iceberg::spec::{DataFileFormat, Snapshot, TableMetadata};
+use iceberg::spec::{Snapshot, TableMetadata};
 use iceberg::table::Table;
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
@@ -111,11 +111,11 @@ impl<'a> Scan<'a> {
                 let snapshot = md
                     .snapshot_by_id(id)
                     .ok_or_else(|| Error::Internal(format!("snapshot {id} vanished")))?;
-                let vectors = deletion_vectors(self.catalog.files(), md, snapshot).await?;
-                if vectors.is_empty() {
-                    read_tasks(&table, file_io, tasks, &out_schema).await?
+                let deleted = position_deletes(self.catalog.files(), md, snapshot).await?;
+                if deleted.any {
+                    read_with_deletes(&table, file_io, tasks, &out_schema, &deleted).await?
                 } else {
-                    read_with_vectors(&table, file_io, tasks, &out_schema, &vectors).await?
+                    read_tasks(&table, file_io, tasks, &out_schema).await?
                 }
             }
         };
@@ -150,27 +150,28 @@ impl<'a> Scan<'a> {
     }
 }
 
-/// The position deletes of every data file that has a deletion vector in `snapshot` (its
-/// vector and any position-delete file an older writer left): iceberg-rust 0.10 reads every
-/// delete file as Parquet and matches deletes to data files by delete file path, which a Puffin
-/// file of many vectors shares, so these files' deletes are applied here.
-async fn deletion_vectors(
+/// Every position deleted in `snapshot`, per data file (deletion vectors and position-delete
+/// files alike), applied by [`read_with_deletes`] rather than by iceberg-rust 0.10's reader:
+/// - its reader matches deletes to data files by delete file path, which a Puffin file of many
+///   vectors shares, and reads every delete file as Parquet;
+/// - its `CachingDeleteFileLoader` shares a position-delete file between the data files it
+///   reads at once (every delete file of a partition is attached to every data file there),
+///   and a task that finds another loading the file waits on a `Notify` it starts listening to
+///   only after releasing the lock, so a `notify_waiters()` in between is lost and the scan
+///   waits forever (apache/iceberg-rust#2859, fixed after 0.10.1): `verify --read` once hung
+///   so, idle, after a test's functions had finished.
+async fn position_deletes(
     files: &Files,
     md: &TableMetadata,
     snapshot: &Snapshot,
-) -> Result<Vectors> {
+) -> Result<Deleted> {
     let live = files.live_in(md, snapshot, Scope::All, Fill::Pass).await?;
-    let mut sources = Vec::new();
-    let mut puffins = BTreeSet::new();
-    for d in live.position_deletes() {
-        let f = d.file();
-        if f.file_format() == DataFileFormat::Puffin {
-            puffins.insert(f.file_path().to_string());
-        }
-        sources.push(DeleteSource::of(f)?);
-    }
-    if puffins.is_empty() {
-        return Ok(Vectors::default());
+    let sources: Vec<DeleteSource> = live
+        .position_deletes()
+        .map(|d| DeleteSource::of(d.file()))
+        .collect::<Result<_>>()?;
+    if sources.is_empty() {
+        return Ok(Deleted::default());
     }
     let refs: Vec<&DeleteSource> = sources.iter().collect();
     let mut deleted: HashMap<String, Vec<i64>> = HashMap::new();
@@ -186,45 +187,39 @@ async fn deletion_vectors(
         p.sort_unstable();
         p.dedup();
     }
-    Ok(Vectors { puffins, deleted })
+    Ok(Deleted { any: true, deleted })
 }
 
 #[derive(Default)]
-struct Vectors {
-    /// Puffin files of live deletion vectors.
-    puffins: BTreeSet<String>,
-    /// Every position deleted per data file (vectors and position-delete files alike).
+struct Deleted {
+    /// The snapshot has live position deletes (files or vectors).
+    any: bool,
+    /// Every position deleted per data file.
     deleted: HashMap<String, Vec<i64>>,
 }
 
-impl Vectors {
-    fn is_empty(&self) -> bool {
-        self.puffins.is_empty()
-    }
-}
-
-/// [`read_tasks`] where some deletes are deletion vectors: each file is read whole with its
+/// [`read_tasks`] of a snapshot with position deletes: each file is read whole with its
 /// position deletes taken out of the task (equality deletes stay with the reader), and the
 /// rows at its deleted positions dropped here, in file order.
-async fn read_with_vectors(
+async fn read_with_deletes(
     table: &Table,
     file_io: &FileIO,
     tasks: Vec<FileScanTask>,
     schema: &SchemaRef,
-    vectors: &Vectors,
+    deleted: &Deleted,
 ) -> Result<Vec<RecordBatch>> {
     let per_file: Vec<Vec<RecordBatch>> =
         futures::stream::iter(tasks.into_iter().map(|mut task| {
             task.deletes
                 .retain(|d| d.file_type != iceberg::spec::DataContentType::PositionDeletes);
-            let deleted = vectors
+            let positions = deleted
                 .deleted
                 .get(&task.data_file_path)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
             async move {
                 let batches = read_tasks(table, file_io, vec![task], schema).await?;
-                drop_positions(batches, deleted)
+                drop_positions(batches, positions)
             }
         }))
         .buffered(8)
@@ -287,6 +282,20 @@ pub(crate) async fn task_stream(
     schema: &SchemaRef,
     batch_size: Option<usize>,
 ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
+    // Several tasks sharing a position-delete file can hang iceberg-rust 0.10's reader (see
+    // `position_deletes`): one task per reader, or none with position deletes.
+    if tasks.len() > 1
+        && tasks.iter().any(|t| {
+            (t.deletes.iter())
+                .any(|d| d.file_type == iceberg::spec::DataContentType::PositionDeletes)
+        })
+    {
+        return Err(Error::Internal(
+            "position deletes are applied by dms2iceberg, not handed to iceberg-rust's reader \
+             with other tasks"
+                .into(),
+        ));
+    }
     let unfillable: BTreeSet<i32> = schema
         .fields()
         .iter()
