@@ -141,6 +141,7 @@ struct Run {
 
 fn run(bin: &Path, args: &[String]) -> Result<Run> {
     let tf = std::env::temp_dir().join(format!("scale-time-{}", std::process::id()));
+    let started = std::time::Instant::now();
     let out = Command::new("/usr/bin/time")
         .arg("-o")
         .arg(&tf)
@@ -149,6 +150,8 @@ fn run(bin: &Path, args: &[String]) -> Result<Run> {
         .args(args)
         .output()
         .context("running /usr/bin/time")?;
+    // Wall time here (GNU time's is in hundredths); the peak RSS from GNU time.
+    let secs = started.elapsed().as_secs_f64();
     if !out.status.success() {
         bail!(
             "{} {:?} failed: {}",
@@ -159,7 +162,7 @@ fn run(bin: &Path, args: &[String]) -> Result<Run> {
     }
     let t = std::fs::read_to_string(&tf)?;
     let mut parts = t.split_whitespace();
-    let secs: f64 = parts.next().unwrap_or("0").parse()?;
+    parts.next();
     let kib: f64 = parts.next().unwrap_or("0").parse()?;
     Ok(Run {
         secs,
@@ -321,11 +324,10 @@ fn main() -> Result<()> {
                     "json".into(),
                 ],
             )?;
-            let hv: serde_json::Value = serde_json::from_str(&h.stdout).context("history json")?;
-            let got = hv["snapshots"]
-                .as_array()
-                .and_then(|s| s.last())
-                .and_then(|s| s["live_rows"].as_u64());
+            // One JSON line per snapshot, oldest first.
+            let last = h.stdout.lines().last().context("no snapshot")?;
+            let hv: serde_json::Value = serde_json::from_str(last).context("history json")?;
+            let got = hv["live_rows"].as_u64();
             if got != Some(live) {
                 bail!(
                     "{n} rows, {name}: the table holds {got:?} live rows, the changes leave {live}"

@@ -1971,12 +1971,13 @@ async fn key_indexes_stay_exact_through_compaction_v3_a_reload_and_a_cache_small
     let mut fresh_key = 10 * n;
     // One change file: updates and deletes of random live keys, inserts of new ones; applied
     // warm (the small cache) or by a fresh process.
-    let mut change = |model: &mut BTreeMap<i64, String>, warm: bool| {
+    // Few keys: a lookup reads the pages they fall in; many: it reads the file's pages whole.
+    let mut change = |model: &mut BTreeMap<i64, String>, warm: bool, size: u64| {
         file_no += 1;
         let keys: Vec<i64> = model.keys().copied().collect();
         let mut rows = String::new();
         let mut touched = std::collections::HashSet::new();
-        for i in 0..300 {
+        for i in 0..size {
             let k = keys[(next() % keys.len() as u64) as usize];
             if !touched.insert(k) {
                 continue;
@@ -1989,7 +1990,7 @@ async fn key_indexes_stay_exact_through_compaction_v3_a_reload_and_a_cache_small
                 model.insert(k, format!("f{file_no}"));
             }
         }
-        for _ in 0..30 {
+        for _ in 0..size / 10 {
             fresh_key += 1 + (next() % 3) as i64;
             rows.push_str(&format!("I,{fresh_key},f{file_no}\n"));
             model.insert(fresh_key, format!("f{file_no}"));
@@ -2025,7 +2026,8 @@ async fn key_indexes_stay_exact_through_compaction_v3_a_reload_and_a_cache_small
             _ => {}
         }
         for i in 0..4 {
-            let (no, rows, warm) = change(&mut model, i % 2 == 0);
+            let size = if i < 2 { 12 } else { 400 };
+            let (no, rows, warm) = change(&mut model, i % 2 == 0, size);
             let name = format!("20220302-{:02}{:02}000000.csv", 10 + no / 60, no % 60);
             let stats = if warm {
                 apply_with(&lab, &small, &name, &rows).await

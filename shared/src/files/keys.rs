@@ -123,17 +123,16 @@ impl super::TableCache {
         }
     }
 
-    /// The key index directory of a data file, under the same name as its whole key column
-    /// (a process holds one or the other).
+    /// The key index directory of a data file.
     pub(crate) fn cached_dir(&self, path: &str, sig: &str) -> Option<Arc<PageDir>> {
-        match self.cached(path, sig)? {
+        match self.cached(&format!("{path}#dir"), sig)? {
             Cached::Dir(d) => Some(d),
             _ => None,
         }
     }
 
     pub(crate) fn cache_dir(&self, path: &str, sig: &str, dir: Arc<PageDir>) {
-        self.cache(path, sig, Cached::Dir(dir));
+        self.cache(&format!("{path}#dir"), sig, Cached::Dir(dir));
     }
 
     pub(crate) fn cached_page(

@@ -12,7 +12,10 @@ use iceberg::io::FileIO;
 use super::Candidate;
 use crate::error::{Error, Result};
 use crate::files::Files;
-use crate::files::index::{IndexWriter, PackedKeys, PageDir, index_path, pages_path, upload_index};
+use crate::files::index::{
+    IndexWriter, PackedKeys, PageDir, decompressor, index_path, pages_path, upload_index,
+};
+use crate::files::keys::{FileKeys, KeyValues};
 use crate::files::probe::ProbeKeys;
 use crate::types::int_values;
 
@@ -23,6 +26,9 @@ const COALESCE_GAP: u64 = 64 << 10;
 const MAX_RANGE: u64 = 4 << 20;
 /// Range requests of one file in flight at once.
 const RANGE_CONCURRENCY: usize = 4;
+/// A lookup that needs at least 1/this of a file's stored pages reads them all and keeps the
+/// file's keys whole.
+const WHOLE_FRACTION: usize = 4;
 
 /// Builds and uploads, in the background, the key index of a file whose whole key column a
 /// lookup read (`batches`, in file order; the first column of `k` is the single integer key);
@@ -133,12 +139,13 @@ pub(super) async fn read_pages(
                     range
                 )));
             }
+            let mut z = decompressor()?;
             group
                 .iter()
                 .map(|&p| {
                     let r = dir.byte_range(p);
                     let at = (r.start - range.start) as usize..(r.end - range.start) as usize;
-                    Ok((p, dir.page(p, &bytes[at])?))
+                    Ok((p, dir.page_with(&mut z, p, &bytes[at])?))
                 })
                 .collect::<Result<Vec<_>>>()
         })
@@ -182,6 +189,29 @@ pub(super) async fn search_index(
     let plan = dir.plan(keys);
     let cache = files.cache();
     let mut out = IndexSearch::default();
+    let stored = dir.stored_pages();
+    let needed = (plan.iter())
+        .filter(|(p, _)| !dir.byte_range(*p).is_empty())
+        .count();
+    if stored > 0 && needed * WHOLE_FRACTION >= stored {
+        // Most of the file's pages: one request for all of them, and the file's keys kept
+        // whole, as one search structure (thousands of pages cost more to look up one by one
+        // than to search at once). Happens when a change file is large against the table.
+        let bytes = files.io().new_input(pages_path(&c.path))?.read().await?;
+        let dir_owned = dir.clone();
+        let whole = tokio::task::spawn_blocking(move || dir_owned.assemble(&bytes))
+            .await
+            .map_err(|e| Error::Internal(format!("key index: {e}")))??;
+        out.hits = whole.search(keys);
+        out.pages_read = stored;
+        out.page_requests = 1;
+        let fk = Arc::new(FileKeys {
+            values: KeyValues::Packed(whole),
+            sorted: true,
+        });
+        cache.cache_keys(&c.path, sig, fk);
+        return Ok(out);
+    }
     let mut pages: Vec<(usize, Range<usize>, Option<Arc<PackedKeys>>)> =
         Vec::with_capacity(plan.len());
     for (p, range) in plan {

@@ -21,7 +21,8 @@
 mod stored;
 
 pub(crate) use stored::{
-    IndexWriter, KEY_INDEX_SUFFIX, KEY_PAGES_SUFFIX, PageDir, index_path, pages_path, upload_index,
+    IndexWriter, KEY_INDEX_SUFFIX, KEY_PAGES_SUFFIX, PageDir, decompressor, index_path, pages_path,
+    upload_index,
 };
 
 use crate::error::{Error, Result};

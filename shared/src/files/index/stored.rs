@@ -133,12 +133,35 @@ impl PageDir {
             .collect()
     }
 
+    /// Pages with bytes (not dense).
+    pub(crate) fn stored_pages(&self) -> usize {
+        (0..self.pages())
+            .filter(|&p| !self.byte_range(p).is_empty())
+            .count()
+    }
+
+    /// Size of the pages object.
+    pub(crate) fn pages_bytes(&self) -> u64 {
+        self.offsets.last().copied().unwrap_or(0)
+    }
+
     /// Decodes page `p` from its bytes (`byte_range(p)` of the pages object).
+    #[cfg(test)]
     pub(crate) fn page(&self, p: usize, bytes: &[u8]) -> Result<PackedKeys> {
+        self.page_with(&mut decompressor()?, p, bytes)
+    }
+
+    /// [`PageDir::page`] with a decompressor reused across pages.
+    pub(crate) fn page_with(
+        &self,
+        z: &mut zstd::bulk::Decompressor<'static>,
+        p: usize,
+        bytes: &[u8],
+    ) -> Result<PackedKeys> {
         let len = self.page_len(p);
         // Heads and at most ten varint bytes a key: the frame cannot claim more.
         let bound = len.div_ceil(super::BLOCK) * 16 + len * 10;
-        let body = zstd::bulk::decompress(bytes, bound).map_err(index_error)?;
+        let body = z.decompress(bytes, bound).map_err(index_error)?;
         let keys = PackedKeys::from_body(&body, len)?;
         let first = self.firsts[p];
         if keys.heads.first().map(|h| h.0) != Some(first) {
@@ -147,6 +170,70 @@ impl PageDir {
             )));
         }
         Ok(keys)
+    }
+
+    /// Every key of the file as one [`PackedKeys`], from the whole pages object: what a lookup
+    /// that needs most pages of a file keeps (one search structure instead of thousands).
+    pub(crate) fn assemble(&self, pages: &[u8]) -> Result<PackedKeys> {
+        if pages.len() as u64 != self.pages_bytes() {
+            return Err(Error::Table(format!(
+                "key index pages are {} bytes, the directory says {}",
+                pages.len(),
+                self.pages_bytes()
+            )));
+        }
+        let rows = self.rows as usize;
+        let mut z = decompressor()?;
+        let mut body: Vec<u8> = Vec::new();
+        let mut heads = Vec::with_capacity(rows.div_ceil(super::BLOCK));
+        let mut deltas = Vec::with_capacity(rows);
+        for p in 0..self.pages() {
+            let r = self.byte_range(p);
+            if r.is_empty() {
+                // Consecutive keys: every block's deltas are ones.
+                let (first, n) = (self.firsts[p], self.page_len(p));
+                for b in 0..n.div_ceil(super::BLOCK) {
+                    heads.push((first + (b * super::BLOCK) as i64, deltas.len() as u64));
+                    let in_block = (n - b * super::BLOCK).min(super::BLOCK);
+                    deltas.resize(deltas.len() + in_block - 1, 1u8);
+                }
+            } else {
+                // Decoded in place: the page's heads shifted to the whole's deltas.
+                let len = self.page_len(p);
+                let blocks = len.div_ceil(super::BLOCK);
+                body.clear();
+                body.reserve(blocks * 16 + len * 10);
+                z.decompress_to_buffer(&pages[r.start as usize..r.end as usize], &mut body)
+                    .map_err(index_error)?;
+                let head_bytes = (blocks * 16).min(body.len());
+                let (hb, page_deltas) = body.split_at(head_bytes);
+                let base = deltas.len() as u64;
+                let mut prev = 0u64;
+                for (i, h) in hb.chunks_exact(16).enumerate() {
+                    let first = i64::from_le_bytes(h[..8].try_into().map_err(index_error)?);
+                    let at = u64::from_le_bytes(h[8..].try_into().map_err(index_error)?);
+                    let misplaced = (i == 0 && first != self.firsts[p])
+                        || at < prev
+                        || at > page_deltas.len() as u64;
+                    if misplaced {
+                        return Err(Error::Table(format!("key index page {p} is damaged")));
+                    }
+                    prev = at;
+                    heads.push((first, at + base));
+                }
+                if hb.len() != blocks * 16 {
+                    return Err(Error::Table(format!("key index page {p} is short")));
+                }
+                deltas.extend_from_slice(page_deltas);
+            }
+        }
+        let dense = super::dense_blocks(&heads, &deltas);
+        Ok(PackedKeys {
+            heads,
+            deltas,
+            len: rows,
+            dense,
+        })
     }
 
     /// Reads a directory. `Ok(None)`: a valid index of another file (size, row count), of
@@ -388,6 +475,10 @@ pub(crate) async fn upload_index(
     Ok(())
 }
 
+pub(crate) fn decompressor() -> Result<zstd::bulk::Decompressor<'static>> {
+    zstd::bulk::Decompressor::new().map_err(index_error)
+}
+
 fn index_error(e: impl std::fmt::Display) -> Error {
     Error::Table(format!("key index: {e}"))
 }
@@ -593,6 +684,9 @@ mod tests {
             let mut want = scan(&v, &keys);
             want.sort_unstable();
             prop_assert_eq!(search(&s, v.len() as u64, &keys), want);
+            // Assembled whole, the pages are the file's keys packed in one piece.
+            let dir = PageDir::decode(&s.directory, 9, v.len() as u64, "s").unwrap().unwrap();
+            prop_assert_eq!(dir.assemble(&s.pages).unwrap(), super::super::tests::pack(&v));
         }
     }
 }
