@@ -12,9 +12,7 @@ use iceberg::io::FileIO;
 use super::Candidate;
 use crate::error::{Error, Result};
 use crate::files::Files;
-use crate::files::index::{
-    IndexWriter, PackedKeys, PageDir, decompressor, index_path, pages_path, upload_index,
-};
+use crate::files::index::{IndexWriter, PackedKeys, PageDir, index_path, pages_path, upload_index};
 use crate::files::keys::{FileKeys, KeyValues};
 use crate::files::probe::ProbeKeys;
 use crate::types::int_values;
@@ -139,13 +137,12 @@ pub(super) async fn read_pages(
                     range
                 )));
             }
-            let mut z = decompressor()?;
             group
                 .iter()
                 .map(|&p| {
                     let r = dir.byte_range(p);
                     let at = (r.start - range.start) as usize..(r.end - range.start) as usize;
-                    Ok((p, dir.page_with(&mut z, p, &bytes[at])?))
+                    Ok((p, dir.page(p, &bytes[at])?))
                 })
                 .collect::<Result<Vec<_>>>()
         })

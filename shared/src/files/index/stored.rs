@@ -12,10 +12,12 @@
 //!   the key signature (field ids and types), keys per page u32, page count u64, pages object
 //!   size u64, then one zstd frame (content checksum on) of, per page, its first key i64, last
 //!   key i64 and its byte length u32 in the pages object.
-//! - `<f>.keypages` ([`KEY_PAGES_SUFFIX`]), the pages one after another, each a zstd frame
-//!   (checksum on) of a [`PackedKeys::body`], read by range. A page of consecutive integers (a
-//!   full load of dense ids) has no bytes: its first and last key say every key. If every page
-//!   is such, there is no pages object.
+//! - `<f>.keypages` ([`KEY_PAGES_SUFFIX`]), the pages one after another, each a
+//!   [`PackedKeys::body`] (bit-packed already: ids with small gaps take under half a byte a
+//!   key) followed by its CRC-32, read by range. A page is used as read, not decompressed: a
+//!   lookup that needs thousands of pages costs what reading them does. A page of consecutive
+//!   integers (a full load of dense ids) has no bytes: its first and last key say every key.
+//!   If every page is such, there is no pages object.
 //!
 //! Page `p` holds the keys at positions `p * PAGE_KEYS ..` of the file. Both objects are a
 //! cache, never the truth:
@@ -40,7 +42,7 @@ use super::{PackedBuilder, PackedKeys};
 use crate::error::{Error, Result};
 
 /// Keys per page: 32 blocks. A page of dense keys costs nothing to read, a page of keys with
-/// small gaps about a kilobyte, of random 64-bit ids up to ~40 KB.
+/// gaps of 1 to 3 about 1.6 KB, of random 64-bit ids about 25 KB.
 pub(crate) const PAGE_KEYS: usize = 4096;
 
 /// Suffix of a data file's key index directory.
@@ -145,24 +147,10 @@ impl PageDir {
         self.offsets.last().copied().unwrap_or(0)
     }
 
-    /// Decodes page `p` from its bytes (`byte_range(p)` of the pages object).
-    #[cfg(test)]
+    /// Page `p` from its bytes (`byte_range(p)` of the pages object), its checksum checked.
     pub(crate) fn page(&self, p: usize, bytes: &[u8]) -> Result<PackedKeys> {
-        self.page_with(&mut decompressor()?, p, bytes)
-    }
-
-    /// [`PageDir::page`] with a decompressor reused across pages.
-    pub(crate) fn page_with(
-        &self,
-        z: &mut zstd::bulk::Decompressor<'static>,
-        p: usize,
-        bytes: &[u8],
-    ) -> Result<PackedKeys> {
-        let len = self.page_len(p);
-        // Heads and at most ten varint bytes a key: the frame cannot claim more.
-        let bound = len.div_ceil(super::BLOCK) * 16 + len * 10;
-        let body = z.decompress(bytes, bound).map_err(index_error)?;
-        let keys = PackedKeys::from_body(&body, len)?;
+        let body = self.checked(p, bytes)?;
+        let keys = PackedKeys::from_body(body, self.page_len(p))?;
         let first = self.firsts[p];
         if keys.heads.first().map(|h| h.0) != Some(first) {
             return Err(Error::Table(format!(
@@ -170,6 +158,19 @@ impl PageDir {
             )));
         }
         Ok(keys)
+    }
+
+    /// Page `p`'s body, if its CRC-32 holds.
+    fn checked<'b>(&self, p: usize, bytes: &'b [u8]) -> Result<&'b [u8]> {
+        let (body, crc) = bytes
+            .split_last_chunk::<4>()
+            .ok_or_else(|| Error::Table(format!("key index page {p} is empty")))?;
+        if crc32fast::hash(body) != u32::from_le_bytes(*crc) {
+            return Err(Error::Table(format!(
+                "key index page {p}: checksum mismatch"
+            )));
+        }
+        Ok(body)
     }
 
     /// Every key of the file as one [`PackedKeys`], from the whole pages object: what a lookup
@@ -182,58 +183,33 @@ impl PageDir {
                 self.pages_bytes()
             )));
         }
-        let rows = self.rows as usize;
-        let mut z = decompressor()?;
-        let mut body: Vec<u8> = Vec::new();
-        let mut heads = Vec::with_capacity(rows.div_ceil(super::BLOCK));
-        let mut deltas = Vec::with_capacity(rows);
+        let mut keys = PackedKeys {
+            len: self.rows as usize,
+            ..Default::default()
+        };
+        keys.heads.reserve(keys.len.div_ceil(super::BLOCK));
+        keys.data.reserve(pages.len() + self.pages() * 64);
         for p in 0..self.pages() {
             let r = self.byte_range(p);
             if r.is_empty() {
-                // Consecutive keys: every block's deltas are ones.
+                // Consecutive keys: every block is base 1, width 0.
                 let (first, n) = (self.firsts[p], self.page_len(p));
                 for b in 0..n.div_ceil(super::BLOCK) {
-                    heads.push((first + (b * super::BLOCK) as i64, deltas.len() as u64));
-                    let in_block = (n - b * super::BLOCK).min(super::BLOCK);
-                    deltas.resize(deltas.len() + in_block - 1, 1u8);
+                    let head = first + (b * super::BLOCK) as i64;
+                    keys.heads.push((head, keys.data.len() as u64));
+                    keys.data.extend_from_slice(&[1, 0]);
                 }
             } else {
-                // Decoded in place: the page's heads shifted to the whole's deltas.
-                let len = self.page_len(p);
-                let blocks = len.div_ceil(super::BLOCK);
-                body.clear();
-                body.reserve(blocks * 16 + len * 10);
-                z.decompress_to_buffer(&pages[r.start as usize..r.end as usize], &mut body)
-                    .map_err(index_error)?;
-                let head_bytes = (blocks * 16).min(body.len());
-                let (hb, page_deltas) = body.split_at(head_bytes);
-                let base = deltas.len() as u64;
-                let mut prev = 0u64;
-                for (i, h) in hb.chunks_exact(16).enumerate() {
-                    let first = i64::from_le_bytes(h[..8].try_into().map_err(index_error)?);
-                    let at = u64::from_le_bytes(h[8..].try_into().map_err(index_error)?);
-                    let misplaced = (i == 0 && first != self.firsts[p])
-                        || at < prev
-                        || at > page_deltas.len() as u64;
-                    if misplaced {
-                        return Err(Error::Table(format!("key index page {p} is damaged")));
-                    }
-                    prev = at;
-                    heads.push((first, at + base));
+                let body = self.checked(p, &pages[r.start as usize..r.end as usize])?;
+                let at = keys.heads.len();
+                keys.append_body(body, self.page_len(p))?;
+                if keys.heads.get(at).map(|h| h.0) != Some(self.firsts[p]) {
+                    return Err(Error::Table(format!("key index page {p} is out of place")));
                 }
-                if hb.len() != blocks * 16 {
-                    return Err(Error::Table(format!("key index page {p} is short")));
-                }
-                deltas.extend_from_slice(page_deltas);
             }
         }
-        let dense = super::dense_blocks(&heads, &deltas);
-        Ok(PackedKeys {
-            heads,
-            deltas,
-            len: rows,
-            dense,
-        })
+        keys.dense = super::dense_blocks(&keys.heads, &keys.data);
+        Ok(keys)
     }
 
     /// Reads a directory. `Ok(None)`: a valid index of another file (size, row count), of
@@ -312,8 +288,8 @@ impl PageDir {
     }
 }
 
-/// Builds the stored index of a data file from its keys in file order: pages are sealed
-/// (compressed) as they fill, so the writer holds one page of keys and the compressed pages.
+/// Builds the stored index of a data file from its keys in file order: pages are sealed as
+/// they fill, so the writer holds one page of keys and the packed pages.
 pub(crate) struct IndexWriter {
     page: PackedBuilder,
     in_page: usize,
@@ -323,8 +299,7 @@ pub(crate) struct IndexWriter {
     rows: u64,
     entries: Vec<u8>,
     pages: Vec<u8>,
-    compressor: Option<zstd::bulk::Compressor<'static>>,
-    /// Keys came out of order (or compression failed): no index.
+    /// Keys came out of order: no index.
     spent: bool,
 }
 
@@ -338,7 +313,6 @@ impl Default for IndexWriter {
             rows: 0,
             entries: Vec::new(),
             pages: Vec::new(),
-            compressor: None,
             spent: false,
         }
     }
@@ -395,32 +369,17 @@ impl IndexWriter {
         let bytes = if self.step_one {
             0
         } else {
-            match self.compress(&keys.body()) {
-                Some(frame) => {
-                    self.pages.extend_from_slice(&frame);
-                    frame.len() as u32
-                }
-                None => {
-                    self.spent = true;
-                    return;
-                }
-            }
+            let body = keys.body();
+            let crc = crc32fast::hash(&body);
+            self.pages.extend_from_slice(&body);
+            self.pages.extend_from_slice(&crc.to_le_bytes());
+            (body.len() + 4) as u32
         };
         self.entries.extend_from_slice(&first.to_le_bytes());
         self.entries.extend_from_slice(&last.to_le_bytes());
         self.entries.extend_from_slice(&bytes.to_le_bytes());
         self.in_page = 0;
         self.step_one = true;
-    }
-
-    fn compress(&mut self, body: &[u8]) -> Option<Vec<u8>> {
-        if self.compressor.is_none() {
-            let mut z = zstd::bulk::Compressor::new(3).ok()?;
-            z.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
-                .ok()?;
-            self.compressor = Some(z);
-        }
-        self.compressor.as_mut()?.compress(body).ok()
     }
 
     /// The directory and pages for the data file of `file_size` bytes whose key types `sig`
@@ -473,10 +432,6 @@ pub(crate) async fn upload_index(
         .write(bytes::Bytes::from(stored.directory))
         .await?;
     Ok(())
-}
-
-pub(crate) fn decompressor() -> Result<zstd::bulk::Decompressor<'static>> {
-    zstd::bulk::Decompressor::new().map_err(index_error)
 }
 
 fn index_error(e: impl std::fmt::Display) -> Error {
