@@ -119,7 +119,8 @@ pub struct FunctionEnv {
     pub files_per_invocation: usize,
     /// `DMS2ICEBERG_SPOOL_DIR` (default `/tmp/dms2iceberg`): downloads land here.
     pub spool: PathBuf,
-    /// `DMS2ICEBERG_KEY_CACHE_MB` (default 512): memory for cached key columns.
+    /// `DMS2ICEBERG_KEY_CACHE_MB` (default 384): memory for cached key columns and key index
+    /// pages.
     pub key_cache_bytes: usize,
     /// `DMS2ICEBERG_PARALLEL_LOADS` (default 1): full-load files of a backlog one invocation
     /// applies at once (each a streamed input's memory).
@@ -182,7 +183,10 @@ impl FunctionEnv {
             files_per_invocation: num("DMS2ICEBERG_MAX_FILES_PER_INVOCATION", 100)?.max(1),
             spool: var("DMS2ICEBERG_SPOOL_DIR")
                 .map_or_else(|| std::env::temp_dir().join("dms2iceberg"), PathBuf::from),
-            key_cache_bytes: num("DMS2ICEBERG_KEY_CACHE_MB", 512)? << 20,
+            key_cache_bytes: num(
+                "DMS2ICEBERG_KEY_CACHE_MB",
+                crate::DEFAULT_KEY_CACHE_BYTES >> 20,
+            )? << 20,
             parallel_loads: num("DMS2ICEBERG_PARALLEL_LOADS", 1)?.max(1),
         })
     }

@@ -67,6 +67,8 @@ pub(crate) fn pages_path(data_file: &str) -> String {
 /// A key index's directory: each page's key range and bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PageDir {
+    /// This process's number for this decoded directory ([`PageDir::id`]).
+    id: u64,
     rows: u64,
     firsts: Vec<i64>,
     lasts: Vec<i64>,
@@ -82,7 +84,15 @@ pub(crate) struct StoredIndex {
     pub(crate) pages: Vec<u8>,
 }
 
+/// Numbers for decoded directories.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 impl PageDir {
+    /// Unique in this process for each directory decoded: names its pages in the cache.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     pub(crate) fn pages(&self) -> usize {
         self.firsts.len()
     }
@@ -113,7 +123,13 @@ impl PageDir {
     pub(crate) fn plan(&self, keys: &[(i64, usize)]) -> Vec<(usize, Range<usize>)> {
         let n = self.pages();
         let mut out: Vec<(usize, Range<usize>)> = Vec::new();
-        for (i, &(key, _)) in keys.iter().enumerate() {
+        let (Some(&lo), Some(&hi)) = (self.firsts.first(), self.lasts.last()) else {
+            return out;
+        };
+        // Only the keys within the file's range (a change file's keys span every file).
+        let from = keys.partition_point(|k| k.0 < lo);
+        let to = keys.partition_point(|k| k.0 <= hi);
+        for (i, &(key, _)) in keys.iter().enumerate().take(to).skip(from) {
             let mut p = self.lasts.partition_point(|&l| l < key);
             while p < n && self.firsts[p] <= key {
                 match out.last_mut() {
@@ -256,6 +272,7 @@ impl PageDir {
             )));
         }
         let mut dir = PageDir {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             rows: len,
             firsts: Vec::with_capacity(pages),
             lasts: Vec::with_capacity(pages),
