@@ -28,10 +28,10 @@ pub struct CacheLimits {
     pub key_bytes: usize,
 }
 
-/// Default memory for cached key columns and key index pages: holds nearly all the index pages
-/// of a billion-row table of ids with small gaps (~400 MB, 0.4 bytes a key) while a process
-/// stays under 512 MiB.
-pub const DEFAULT_KEY_CACHE_BYTES: usize = 384 << 20;
+/// Default memory for cached key columns and key index pages (each entry's bookkeeping
+/// counted): about 70% of the index pages of a billion-row table of ids with small gaps
+/// (~400 MB in all), and a warm process applying change files to it stays under 512 MiB.
+pub const DEFAULT_KEY_CACHE_BYTES: usize = 288 << 20;
 
 impl Default for CacheLimits {
     /// [`DEFAULT_KEY_CACHE_BYTES`], or `DMS2ICEBERG_KEY_CACHE_MB` if set (the CLI and the
@@ -52,8 +52,21 @@ const METADATA_ENTRIES: usize = 8;
 const LIST_ENTRIES: usize = 8;
 /// Manifests this process wrote, as written: the next lookup inherits them from the list.
 const WRITTEN_ENTRIES: usize = 64;
-/// Manifests and position-delete files, each.
+/// Manifests, each.
 const FILE_ENTRIES: usize = 20_000;
+/// Bytes of position-delete contents: the live delete files of a table are a few MB (one per
+/// data file, compacted away), but every commit replaces the delete file of each data file it
+/// touches, and the versions it replaced are never read again (by count, 20,000 of them held
+/// ~80 MB at a billion rows).
+const DELETE_BYTES: usize = 64 << 20;
+
+/// Memory of a position-delete file's content.
+fn deleted_bytes(d: &Arc<DeletedPositions>) -> usize {
+    d.iter()
+        .map(|(path, positions)| path.capacity() + positions.capacity() * 8 + 64)
+        .sum::<usize>()
+        + 64
+}
 
 /// How many table files this cache had to read from storage (a miss each), by kind: a warm
 /// process's commit of one change file reads none.
@@ -110,7 +123,7 @@ impl TableCache {
             lists: Mutex::new(Fifo::entries(LIST_ENTRIES)),
             written: Mutex::new(Fifo::entries(WRITTEN_ENTRIES)),
             manifests: Mutex::new(Fifo::entries(FILE_ENTRIES)),
-            deletes: Mutex::new(Fifo::entries(FILE_ENTRIES)),
+            deletes: Mutex::new(Fifo::weighed(DELETE_BYTES, deleted_bytes)),
             widened: Mutex::new(Fifo::entries(FILE_ENTRIES)),
             keys: Mutex::new(Fifo::weighed(limits.key_bytes, Cached::size)),
             uploads: Mutex::default(),

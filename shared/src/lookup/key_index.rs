@@ -17,10 +17,10 @@ use crate::files::keys::{FileKeys, KeyValues};
 use crate::files::probe::ProbeKeys;
 use crate::types::int_values;
 
-/// On object storage, pages of one file whose byte ranges are at most this far apart are read
-/// in one request: a request costs what ~64 KiB of transfer does (S3: ~20 ms to the first
-/// byte). On a local disk a read costs what it reads: only adjacent pages are read together
-/// (reading through the gaps made a billion-row lookup copy ~150 MiB for 13 MiB of pages).
+/// Pages of one file whose byte ranges are at most this far apart are read in one request: on
+/// object storage a request costs what ~64 KiB of transfer does (S3: ~20 ms to the first
+/// byte), and on a local disk too a read per page cost more than reading through (measured at
+/// a billion rows: a fresh process 0.18 s reading 7,700 ranges, 0.10 s reading 2,100).
 const COALESCE_GAP: u64 = 64 << 10;
 /// The largest range read in one request.
 const MAX_RANGE: u64 = 4 << 20;
@@ -119,8 +119,7 @@ pub(super) async fn read_pages(
     dir: &PageDir,
     pages: &[usize],
 ) -> Result<(Vec<(usize, PackedKeys)>, usize)> {
-    let gap = if is_local(data_file) { 0 } else { COALESCE_GAP };
-    let requests = coalesce(dir, pages, gap);
+    let requests = coalesce(dir, pages, COALESCE_GAP);
     if requests.is_empty() {
         return Ok((Vec::new(), 0));
     }
@@ -153,11 +152,6 @@ pub(super) async fn read_pages(
         .try_collect()
         .await?;
     Ok((read.into_iter().flatten().collect(), requests.len()))
-}
-
-/// A file on this machine's disk (the embedded default's warehouse), not object storage.
-fn is_local(path: &str) -> bool {
-    path.starts_with('/') || path.starts_with("file:")
 }
 
 /// Byte ranges to request for `pages` (neighbours up to `gap` bytes apart in one), each with
