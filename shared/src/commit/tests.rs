@@ -105,9 +105,14 @@ impl Lab {
 
     /// `compact` with 1 MiB target files (every file of these tables is small: all rewritten).
     async fn compact(&self) -> crate::ops::compact::CompactReport {
+        self.compact_to(1 << 20).await
+    }
+
+    /// `compact` with target files of `bytes`.
+    async fn compact_to(&self, bytes: u64) -> crate::ops::compact::CompactReport {
         Compact::new(&self.catalog, self.ident.clone())
             .options(CompactOptions {
-                target_file_size: Some(1 << 20),
+                target_file_size: Some(bytes),
                 ..Default::default()
             })
             .execute()
@@ -2006,14 +2011,7 @@ async fn key_indexes_stay_exact_through_compaction_v3_a_reload_and_a_cache_small
     for step in ["changes", "compaction", "v3", "reload"] {
         match step {
             "compaction" => {
-                let report = Compact::new(&lab.catalog, lab.ident.clone())
-                    .options(CompactOptions {
-                        target_file_size: Some(1 << 30),
-                        ..Default::default()
-                    })
-                    .execute()
-                    .await
-                    .unwrap();
+                let report = lab.compact_to(1 << 30).await;
                 assert!(report.key_indexes_written >= 1, "{report:?}");
             }
             "v3" => lab.upgrade_to_v3().await,
@@ -2162,14 +2160,7 @@ async fn compaction_leaves_key_indexes_for_the_large_files_it_writes() {
         lab.file("20220302-1134010000.csv", "U,5,x\nI,999999,y\n"),
     ])
     .await;
-    let report = Compact::new(&lab.catalog, lab.ident.clone())
-        .options(CompactOptions {
-            target_file_size: Some(1 << 30),
-            ..Default::default()
-        })
-        .execute()
-        .await
-        .unwrap();
+    let report = lab.compact_to(1 << 30).await;
     // The full-load file is rewritten (its delete file applied); the small change file is
     // another kind of file and stays.
     assert_eq!(report.data_files_rewritten, 1, "{report:?}");

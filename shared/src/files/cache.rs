@@ -37,10 +37,13 @@ impl Default for CacheLimits {
     /// [`DEFAULT_KEY_CACHE_BYTES`], or `DMS2ICEBERG_KEY_CACHE_MB` if set (the CLI and the
     /// functions read the same variable).
     fn default() -> Self {
-        let key_bytes = std::env::var("DMS2ICEBERG_KEY_CACHE_MB")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .map_or(DEFAULT_KEY_CACHE_BYTES, |mb| mb << 20);
+        let key_bytes = match std::env::var("DMS2ICEBERG_KEY_CACHE_MB") {
+            Ok(v) => v.trim().parse::<usize>().map(|mb| mb << 20).unwrap_or_else(|_| {
+                tracing::warn!(value = %v, "DMS2ICEBERG_KEY_CACHE_MB is not a number of MiB; the default applies");
+                DEFAULT_KEY_CACHE_BYTES
+            }),
+            Err(_) => DEFAULT_KEY_CACHE_BYTES,
+        };
         CacheLimits { key_bytes }
     }
 }

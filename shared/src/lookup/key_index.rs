@@ -5,17 +5,15 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::io::FileIO;
 
 use super::Candidate;
 use crate::error::{Error, Result};
 use crate::files::Files;
-use crate::files::index::{IndexWriter, PackedKeys, PageDir, index_path, pages_path, upload_index};
+use crate::files::index::{IndexWriter, PackedKeys, PageDir, index_path, pages_path, store_index};
 use crate::files::keys::{FileKeys, KeyValues};
 use crate::files::probe::ProbeKeys;
-use crate::types::int_values;
 
 /// Pages of one file whose byte ranges are at most this far apart are read in one request: on
 /// object storage a request costs what ~64 KiB of transfer does (S3: ~20 ms to the first
@@ -31,57 +29,26 @@ const RANGE_CONCURRENCY: usize = 4;
 const WHOLE_FRACTION: usize = 4;
 
 /// Builds and uploads, in the background, the key index of a file whose whole key column a
-/// lookup read (`batches`, in file order; the first column of `k` is the single integer key);
-/// the owner of the cache waits for it ([`crate::files::TableCache::finish_uploads`]).
-pub(super) fn write_index(files: &Files, c: &Candidate, k: &ProbeKeys, batches: Vec<RecordBatch>) {
-    let (file_io, data_file, sig) = (files.io().clone(), c.path.clone(), k.sig.clone());
+/// lookup read (`keys`); the owner of the cache waits for it
+/// ([`crate::files::TableCache::finish_uploads`]).
+pub(super) fn write_index(files: &Files, c: &Candidate, sig: &str, keys: Arc<FileKeys>) {
+    let (file_io, data_file, sig) = (files.io().clone(), c.path.clone(), sig.to_string());
     let file_size = c.size;
-    let Some(column) = key_column(&batches, k) else {
-        return;
-    };
     let task = tokio::spawn(async move {
-        // Compressing a large file's pages takes milliseconds: off the async workers.
-        let built = tokio::task::spawn_blocking(move || {
-            let mut w = IndexWriter::default();
-            for b in &batches {
-                let Some(v) = b.columns().get(column).and_then(int_values) else {
-                    return Ok(None);
-                };
-                if !w.extend(&v) {
-                    return Ok(None);
-                }
+        let fill = move || match &keys.values {
+            KeyValues::Packed(p) => IndexWriter::of(p),
+            _ => {
+                let mut w = IndexWriter::default();
+                w.give_up();
+                w
             }
-            w.finish(file_size, &sig)
-        })
-        .await
-        .map_err(|e| Error::Internal(format!("key index: {e}")));
-        let result = match built {
-            Ok(Ok(Some(stored))) => upload_index(&file_io, &data_file, stored)
-                .await
-                .map(|()| true),
-            Ok(Ok(None)) => Ok(false),
-            Ok(Err(e)) | Err(e) => Err(e),
         };
-        match result {
+        match store_index(&file_io, &data_file, file_size, sig, fill).await {
             Ok(written) => tracing::debug!(file = %data_file, written, "key index"),
             Err(e) => tracing::warn!(file = %data_file, error = %e, "key index not written"),
         }
     });
     files.cache().track_upload(task);
-}
-
-/// The batch column that holds the single integer key of `k` (by field id).
-fn key_column(batches: &[RecordBatch], k: &ProbeKeys) -> Option<usize> {
-    let [fid] = k.field_ids.as_slice() else {
-        return None;
-    };
-    let schema = batches.first()?.schema();
-    schema.fields().iter().position(|f| {
-        f.metadata()
-            .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
-            .and_then(|v| v.parse::<i32>().ok())
-            == Some(*fid)
-    })
 }
 
 /// The stored key index directory of a candidate file, if there is a usable one. A missing,
@@ -183,7 +150,7 @@ pub(super) async fn search_index(
     files: &Files,
     c: &Candidate,
     sig: &str,
-    dir: &PageDir,
+    dir: &Arc<PageDir>,
     keys: &[(i64, usize)],
 ) -> Result<IndexSearch> {
     let plan = dir.plan(keys);
@@ -198,8 +165,8 @@ pub(super) async fn search_index(
         // whole, as one search structure (thousands of pages cost more to look up one by one
         // than to search at once). Happens when a change file is large against the table.
         let bytes = files.io().new_input(pages_path(&c.path))?.read().await?;
-        let dir_owned = dir.clone();
-        let whole = tokio::task::spawn_blocking(move || dir_owned.assemble(&bytes))
+        let dir = dir.clone();
+        let whole = tokio::task::spawn_blocking(move || dir.assemble(&bytes))
             .await
             .map_err(|e| Error::Internal(format!("key index: {e}")))??;
         out.hits = whole.search(keys);

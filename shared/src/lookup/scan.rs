@@ -123,7 +123,7 @@ pub(super) async fn scan_file(
         scan.hits = search(&fk, k)?;
         // The next fresh process reads this file's key index instead of the column.
         if indexable && matches!(fk.values, KeyValues::Packed(_)) {
-            write_index(files, c, k, batches);
+            write_index(files, c, &k.sig, fk.clone());
             scan.index_written = true;
         }
         cache.cache_keys(&c.path, &k.sig, fk);

@@ -11,8 +11,8 @@ use iceberg::io::FileIO;
 use iceberg::spec::{DataFile, PrimitiveType, Schema, Type};
 use tokio::task::JoinHandle;
 
-use crate::error::{Error, Result};
-use crate::files::index::{INDEX_MIN_ROWS, IndexWriter, index_path, pages_path, upload_index};
+use crate::error::Result;
+use crate::files::index::{INDEX_MIN_ROWS, IndexWriter, index_path, pages_path, store_index};
 use crate::files::keys::key_signature;
 use crate::types::int_values;
 
@@ -99,13 +99,7 @@ impl KeyIndexer {
                     Some(s) => s,
                     None => file_io.new_input(&path)?.metadata().await?.size,
                 };
-                let stored = tokio::task::spawn_blocking(move || w.finish(size, &sig))
-                    .await
-                    .map_err(|e| Error::Internal(format!("key index: {e}")))??;
-                match stored {
-                    Some(stored) => upload_index(&file_io, &path, stored).await.map(|()| true),
-                    None => Ok(false),
-                }
+                store_index(&file_io, &path, size, sig.to_string(), move || w).await
             }
             .await;
             match result {

@@ -20,7 +20,7 @@
 mod stored;
 
 pub(crate) use stored::{
-    IndexWriter, KEY_INDEX_SUFFIX, KEY_PAGES_SUFFIX, PageDir, index_path, pages_path, upload_index,
+    IndexWriter, KEY_INDEX_SUFFIX, KEY_PAGES_SUFFIX, PageDir, index_path, pages_path, store_index,
 };
 
 use crate::error::{Error, Result};
@@ -328,16 +328,30 @@ impl PackedKeys {
     }
 
     /// Every key, in order.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = i64> + '_ {
+        let mut cursor = Cursor::at_block(self, 0);
+        let mut first = true;
+        std::iter::from_fn(move || {
+            let c = cursor.as_mut()?;
+            if std::mem::take(&mut first) || c.advance() {
+                Some(c.value)
+            } else {
+                cursor = None;
+                None
+            }
+        })
+    }
+
     #[cfg(test)]
     pub(crate) fn to_vec(&self) -> Vec<i64> {
-        let mut out = Vec::with_capacity(self.len);
-        if let Some(mut c) = Cursor::at_block(self, 0) {
-            out.push(c.value);
-            while c.advance() {
-                out.push(c.value);
-            }
-        }
-        out
+        self.keys().collect()
+    }
+
+    /// Every key is the one before it plus one (a page of dense ids): every block dense, and
+    /// each block's head one past the block before it.
+    pub(crate) fn is_consecutive(&self) -> bool {
+        self.dense.iter().all(|&d| d)
+            && (self.heads.windows(2)).all(|w| w[1].0 == w[0].0.wrapping_add(BLOCK as i64))
     }
 
     /// The page body as stored ([`stored`]): block heads (first key i64, byte offset u64)
@@ -414,6 +428,22 @@ mod tests {
         b.finish()
     }
 
+    /// Keys from `start`: per run, `len` consecutive keys, the last repeated `repeats` times,
+    /// then a gap of `gap`.
+    pub(super) fn runs_of(start: i64, runs: &[(usize, i64, usize)]) -> Vec<i64> {
+        let mut v = Vec::new();
+        let mut next = start;
+        for &(len, gap, repeats) in runs {
+            for _ in 0..len {
+                v.push(next);
+                next += 1;
+            }
+            v.extend(std::iter::repeat_n(next - 1, repeats));
+            next += gap;
+        }
+        v
+    }
+
     /// The positions a plain scan finds.
     pub(super) fn scan(v: &[i64], keys: &[(i64, usize)]) -> Vec<(i64, usize)> {
         let mut hits = Vec::new();
@@ -439,7 +469,6 @@ mod tests {
     }
 
     proptest! {
-        #[test]
         /// Runs of consecutive keys (dense blocks, searched without decoding) broken by gaps
         /// and repeated keys (blocks that are not dense).
         #[test]
@@ -448,18 +477,7 @@ mod tests {
             runs in proptest::collection::vec((1usize..300, 0i64..3, 0usize..3), 1..6),
             wanted in proptest::collection::btree_set(-1100i64..2900, 0..200),
         ) {
-            let mut v = Vec::new();
-            let mut next = start;
-            for (len, gap, repeats) in runs {
-                for _ in 0..len {
-                    v.push(next);
-                    next += 1;
-                }
-                for _ in 0..repeats {
-                    v.push(next - 1);
-                }
-                next += gap;
-            }
+            let v = runs_of(start, &runs);
             let keys: Vec<(i64, usize)> =
                 wanted.into_iter().enumerate().map(|(i, k)| (k, i)).collect();
             let p = pack(&v);

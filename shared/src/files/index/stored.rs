@@ -38,7 +38,7 @@
 
 use std::ops::Range;
 
-use super::{PackedBuilder, PackedKeys};
+use super::{PackedBuilder, PackedKeys, index_error};
 use crate::error::{Error, Result};
 
 /// Keys per page: 32 blocks. A page of dense keys costs nothing to read, a page of keys with
@@ -307,11 +307,11 @@ impl PageDir {
 
 /// Builds the stored index of a data file from its keys in file order: pages are sealed as
 /// they fill, so the writer holds one page of keys and the packed pages.
+#[derive(Default)]
 pub(crate) struct IndexWriter {
     page: PackedBuilder,
     in_page: usize,
-    /// The current page's keys are consecutive so far.
-    step_one: bool,
+    /// The last key appended: a page's builder checks the order within the page, this across.
     last: Option<i64>,
     rows: u64,
     entries: Vec<u8>,
@@ -320,44 +320,33 @@ pub(crate) struct IndexWriter {
     spent: bool,
 }
 
-impl Default for IndexWriter {
-    fn default() -> Self {
-        IndexWriter {
-            page: PackedBuilder::default(),
-            in_page: 0,
-            step_one: true,
-            last: None,
-            rows: 0,
-            entries: Vec::new(),
-            pages: Vec::new(),
-            spent: false,
-        }
-    }
-}
-
 impl IndexWriter {
+    /// A writer holding every key of `keys` (a file's key column as a lookup read it).
+    pub(crate) fn of(keys: &PackedKeys) -> IndexWriter {
+        let mut w = IndexWriter::default();
+        let mut chunk = Vec::with_capacity(PAGE_KEYS);
+        for k in keys.keys() {
+            chunk.push(k);
+            if chunk.len() == PAGE_KEYS {
+                w.extend(&chunk);
+                chunk.clear();
+            }
+        }
+        w.extend(&chunk);
+        w
+    }
+
     /// Appends keys; `false` (and the writer is spent) if they do not ascend.
     pub(crate) fn extend(&mut self, mut values: &[i64]) -> bool {
         while !self.spent && !values.is_empty() {
             let take = (PAGE_KEYS - self.in_page).min(values.len());
             let (now, rest) = values.split_at(take);
-            for (i, &v) in now.iter().enumerate() {
-                if let Some(l) = self.last {
-                    if v < l {
-                        self.spent = true;
-                        return false;
-                    }
-                    // The first key of a page starts its run whatever came before.
-                    if self.in_page + i > 0 && v != l.wrapping_add(1) {
-                        self.step_one = false;
-                    }
-                }
-                self.last = Some(v);
-            }
-            if !self.page.extend(now) {
+            let across = self.in_page == 0 && self.last.is_some_and(|l| now[0] < l);
+            if across || !self.page.extend(now) {
                 self.spent = true;
                 return false;
             }
+            self.last = now.last().copied();
             self.in_page += take;
             self.rows += take as u64;
             if self.in_page == PAGE_KEYS {
@@ -383,7 +372,7 @@ impl IndexWriter {
             keys.heads.first().map_or(0, |h| h.0),
             self.last.unwrap_or(0),
         );
-        let bytes = if self.step_one {
+        let bytes = if keys.is_consecutive() {
             0
         } else {
             let body = keys.body();
@@ -396,7 +385,6 @@ impl IndexWriter {
         self.entries.extend_from_slice(&last.to_le_bytes());
         self.entries.extend_from_slice(&bytes.to_le_bytes());
         self.in_page = 0;
-        self.step_one = true;
     }
 
     /// The directory and pages for the data file of `file_size` bytes whose key types `sig`
@@ -431,9 +419,31 @@ impl IndexWriter {
     }
 }
 
+/// Builds the index of `data_file` (of `file_size` bytes; key types `sig`) from the writer
+/// `fill` returns and uploads it ([`upload_index`]); filling and encoding a large file's pages
+/// takes milliseconds, so both run off the async workers. `Ok(false)`: the keys did not ascend,
+/// nothing is written.
+pub(crate) async fn store_index(
+    file_io: &iceberg::io::FileIO,
+    data_file: &str,
+    file_size: u64,
+    sig: String,
+    fill: impl FnOnce() -> IndexWriter + Send + 'static,
+) -> Result<bool> {
+    let stored = tokio::task::spawn_blocking(move || fill().finish(file_size, &sig))
+        .await
+        .map_err(|e| Error::Internal(format!("key index: {e}")))??;
+    match stored {
+        Some(stored) => upload_index(file_io, data_file, stored)
+            .await
+            .map(|()| true),
+        None => Ok(false),
+    }
+}
+
 /// Uploads a key index: the pages first, then the directory that names them, so that a
 /// directory found always has its pages.
-pub(crate) async fn upload_index(
+async fn upload_index(
     file_io: &iceberg::io::FileIO,
     data_file: &str,
     stored: StoredIndex,
@@ -449,10 +459,6 @@ pub(crate) async fn upload_index(
         .write(bytes::Bytes::from(stored.directory))
         .await?;
     Ok(())
-}
-
-fn index_error(e: impl std::fmt::Display) -> Error {
-    Error::Table(format!("key index: {e}"))
 }
 
 struct Reader<'a> {
@@ -485,7 +491,7 @@ impl<'a> Reader<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::scan;
+    use super::super::tests::{runs_of, scan};
     use super::*;
     use proptest::prelude::*;
 
@@ -567,21 +573,17 @@ mod tests {
                 .unwrap()
                 .is_some()
         );
-        assert!(
-            d(&s.directory, 101, 10_000, "[1][Int64]i64")
-                .unwrap()
-                .is_none()
-        );
-        assert!(
-            d(&s.directory, 100, 10_001, "[1][Int64]i64")
-                .unwrap()
-                .is_none()
-        );
-        assert!(
-            d(&s.directory, 100, 10_000, "[1][Int32]i64")
-                .unwrap()
-                .is_none()
-        );
+        // Another file's size or row count, or other key types.
+        for (size, rows, sig) in [
+            (101, 10_000, "[1][Int64]i64"),
+            (100, 10_001, "[1][Int64]i64"),
+            (100, 10_000, "[1][Int32]i64"),
+        ] {
+            assert!(
+                d(&s.directory, size, rows, sig).unwrap().is_none(),
+                "{size} {rows} {sig}"
+            );
+        }
         // Version 1 (one frame of the whole index): not used, no error; the column is read.
         let mut v1 = s.directory.clone();
         v1[8..12].copy_from_slice(&1u32.to_le_bytes());
@@ -629,18 +631,7 @@ mod tests {
             wanted in proptest::collection::btree_set(-101_000i64..150_000, 0..300),
             near in proptest::collection::vec(0usize..40_000, 0..50),
         ) {
-            let mut v = Vec::new();
-            let mut next = start;
-            for (len, gap, repeats) in runs {
-                for _ in 0..len {
-                    v.push(next);
-                    next += 1;
-                }
-                for _ in 0..repeats {
-                    v.push(next - 1);
-                }
-                next += gap;
-            }
+            let v = runs_of(start, &runs);
             // Keys that are in the file, near page boundaries among them.
             let mut wanted = wanted;
             for i in near {
